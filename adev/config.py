@@ -1,0 +1,328 @@
+"""Typed, validated TOML configuration.
+
+Every config file adev reads (stack, model profile, tier profile, fleet, campaign) is parsed into a
+frozen dataclass by :func:`from_dict`, which rejects unknown keys, wrong types and values outside
+the allowed set with a :class:`ConfigError` that names the field (``stack.configuration``) and the
+allowed values. Domain dataclasses declare their constraints in field metadata:
+
+    field(default=..., metadata={"min": 0, "max": 1, "help": "..."})
+
+and ``typing.Literal[...]`` for enumerations.
+"""
+from __future__ import annotations
+
+import dataclasses
+import tomllib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+
+T = TypeVar("T")
+
+ROOT = Path(__file__).resolve().parent.parent
+"""The project root (where ``stacks/``, ``fleets/``, ``roles/`` live)."""
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; the message names the field and what is allowed."""
+
+
+def _type_name(tp: Any) -> str:
+    origin = get_origin(tp)
+    if origin is Literal:
+        return " | ".join(repr(a) for a in get_args(tp))
+    if origin in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        args = get_args(tp)
+        return f"list of {_type_name(args[0])}" if args else "list"
+    if origin is dict:
+        args = get_args(tp)
+        return f"table of {_type_name(args[1])}" if args else "table"
+    if dataclasses.is_dataclass(tp):
+        return "table"
+    return getattr(tp, "__name__", str(tp))
+
+
+def _convert(tp: Any, value: Any, where: str) -> Any:
+    origin = get_origin(tp)
+    if tp is Any:
+        return value
+    if origin is Literal:
+        allowed = get_args(tp)
+        if value not in allowed:
+            raise ConfigError(f"{where}: {value!r} is not allowed; allowed values: "
+                              + ", ".join(repr(a) for a in allowed))
+        return value
+    if origin in (typing.Union, types.UnionType):
+        args = get_args(tp)
+        if value is None and type(None) in args:
+            return None
+        errors = []
+        for a in args:
+            if a is type(None):
+                continue
+            try:
+                return _convert(a, value, where)
+            except ConfigError as e:
+                errors.append(str(e))
+        raise ConfigError(errors[0] if len(errors) == 1 else
+                          f"{where}: expected {_type_name(tp)}, got {value!r}")
+    if origin in (list, tuple):
+        if not isinstance(value, list | tuple):
+            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        (arg,) = get_args(tp)[:1] or (Any,)
+        items = [_convert(arg, v, f"{where}[{i}]") for i, v in enumerate(value)]
+        return tuple(items) if origin is tuple else items
+    if origin is dict:
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
+        _, varg = get_args(tp) or (str, Any)
+        return {k: _convert(varg, v, f"{where}.{k}") for k, v in value.items()}
+    if dataclasses.is_dataclass(tp):
+        if not isinstance(value, dict):
+            raise ConfigError(f"{where}: expected a table, got {value!r}")
+        return from_dict(tp, value, where)
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise ConfigError(f"{where}: expected a number, got {value!r}")
+        return float(value)
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ConfigError(f"{where}: expected an integer, got {value!r}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise ConfigError(f"{where}: expected true or false, got {value!r}")
+        return value
+    if tp is str:
+        if not isinstance(value, str):
+            raise ConfigError(f"{where}: expected a string, got {value!r}")
+        return value
+    return value
+
+
+def _check_bounds(f: dataclasses.Field, value: Any, where: str) -> None:
+    if value is None or not isinstance(value, int | float) or isinstance(value, bool):
+        return
+    lo, hi = f.metadata.get("min"), f.metadata.get("max")
+    if lo is not None and value < lo:
+        raise ConfigError(f"{where}: {value!r} is below the minimum {lo}")
+    if hi is not None and value > hi:
+        raise ConfigError(f"{where}: {value!r} is above the maximum {hi}")
+    if f.metadata.get("positive") and value <= 0:
+        raise ConfigError(f"{where}: {value!r} must be greater than 0")
+
+
+def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
+    """Build dataclass ``cls`` from ``data``, validating every field; ``where`` prefixes names."""
+    if not isinstance(data, dict):
+        raise ConfigError(f"{where or cls.__name__}: expected a table, got {data!r}")
+    hints = get_type_hints(cls)
+    fields = {f.name: f for f in dataclasses.fields(cls) if f.init}
+    unknown = sorted(set(data) - set(fields))
+    if unknown:
+        names = ", ".join(f"{where}.{k}" if where else k for k in unknown)
+        raise ConfigError(f"unknown key(s) {names}; allowed keys: {', '.join(sorted(fields))}")
+    kwargs = {}
+    for name, f in fields.items():
+        path = f"{where}.{name}" if where else name
+        if name not in data:
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING:
+                raise ConfigError(f"{path}: required key is missing")
+            continue
+        value = _convert(hints[name], data[name], path)
+        _check_bounds(f, value, path)
+        kwargs[name] = value
+    obj = cls(**kwargs)
+    check = getattr(obj, "validate", None)
+    if check is not None:
+        check(where or cls.__name__)
+    return obj
+
+
+def to_dict(obj: Any) -> Any:
+    """Dataclass -> plain TOML/JSON-able dict (tuples become lists)."""
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+
+
+def load_toml(path: str | Path) -> dict[str, Any]:
+    p = Path(path)
+    try:
+        with p.open("rb") as fh:
+            return tomllib.load(fh)
+    except FileNotFoundError:
+        raise ConfigError(f"config file not found: {p}") from None
+    except tomllib.TOMLDecodeError as e:
+        raise ConfigError(f"{p}: invalid TOML: {e}") from None
+
+
+def load(cls: type[T], path: str | Path, section: str | None = None) -> T:
+    """Load ``cls`` from a TOML file (optionally one top-level table of it)."""
+    data = load_toml(path)
+    if section is not None:
+        data = data.get(section, {})
+    try:
+        return from_dict(cls, data, section or "")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+
+
+def resolve(name_or_path: str, folder: str | Path, suffix: str = ".toml") -> Path:
+    """A profile given by name (``qwen3-coder-30b-a3b``) or by path."""
+    p = Path(name_or_path)
+    if p.suffix == suffix or p.exists():
+        return p
+    cand = ROOT / folder / f"{name_or_path}{suffix}"
+    if cand.exists():
+        return cand
+    avail = sorted(x.stem for x in (ROOT / folder).glob(f"*{suffix}"))
+    raise ConfigError(f"no profile {name_or_path!r} in {folder}/; available: {', '.join(avail)}")
+
+
+# --------------------------------------------------------------------------------------------
+# Model and tier profiles (DESIGN.md section 4)
+
+
+@dataclass(frozen=True)
+class ModelProfile:
+    """A served model as the emulator's timing model and the storage planner see it.
+
+    bytes per token = 2 * num_layers * (num_kv_heads / tp) * head_dim * kv_dtype_bytes
+    (K and V, per layer); bytes per block = bytes per token * block_size.
+    """
+
+    name: str
+    num_layers: int = field(metadata={"positive": True})
+    num_kv_heads: int = field(metadata={"positive": True})
+    head_dim: int = field(metadata={"positive": True})
+    kv_dtype_bytes: int = field(default=2, metadata={"positive": True})
+    tp: int = field(default=1, metadata={"positive": True})
+    block_size: int = field(default=16, metadata={"positive": True})
+    max_model_len: int = field(default=65536, metadata={"positive": True})
+    gpu_pool_tokens: int = field(default=166512, metadata={"positive": True})
+    prefill_tokens_per_s: float = field(default=14850.0, metadata={"positive": True})
+    decode_step_base_s: float = field(default=0.012, metadata={"min": 0})
+    decode_step_per_seq_s: float = field(default=0.0004, metadata={"min": 0})
+    decode_step_per_ktoken_s: float = field(default=0.00002, metadata={"min": 0})
+    max_num_seqs: int = field(default=256, metadata={"positive": True})
+    max_num_batched_tokens: int = field(default=8192, metadata={"positive": True})
+    vocab_size: int = field(default=151936, metadata={"positive": True})
+    source: str = ""
+
+    @property
+    def bytes_per_token(self) -> int:
+        """KV bytes per token: ``2 * L * (H_kv / TP) * d_head * b_kv``."""
+        return 2 * self.num_layers * (self.num_kv_heads // self.tp) * self.head_dim * self.kv_dtype_bytes
+
+    @property
+    def bytes_per_block(self) -> int:
+        """KV bytes per block: ``bytes_per_token * block_size``."""
+        return self.bytes_per_token * self.block_size
+
+    @property
+    def gpu_pool_blocks(self) -> int:
+        return self.gpu_pool_tokens // self.block_size
+
+    def validate(self, where: str) -> None:
+        if self.num_kv_heads % self.tp:
+            raise ConfigError(f"{where}.tp: {self.tp} must divide num_kv_heads={self.num_kv_heads}")
+        if self.gpu_pool_tokens < self.block_size:
+            raise ConfigError(f"{where}.gpu_pool_tokens: must hold at least one block")
+
+
+@dataclass(frozen=True)
+class TierProfile:
+    """Read/write model of one store tier (RAM, local RAID0 NVMe, remote NVMe-oF).
+
+    modelled load time of n blocks of b bytes = lookup_latency_s + n * b / read_bytes_per_s
+    (reads are batched, as vLLM's connector issues one batch get per request).
+    """
+
+    name: str
+    lookup_latency_s: float = field(metadata={"min": 0})
+    read_bytes_per_s: float = field(metadata={"positive": True})
+    write_bytes_per_s: float = field(metadata={"positive": True})
+    source: str = ""
+
+
+def load_model_profile(name_or_path: str) -> ModelProfile:
+    return load(ModelProfile, resolve(name_or_path, "stacks/profiles/models"))
+
+
+def load_tier_profile(name_or_path: str) -> TierProfile:
+    return load(TierProfile, resolve(name_or_path, "stacks/profiles/tiers"))
+
+
+# --------------------------------------------------------------------------------------------
+# The stack: embedded (Mooncake master + emulated endpoints here) or external (real vLLM)
+
+Configuration = Literal["recompute", "gpu-only", "store-ram", "store-ram+disk", "disk-only"]
+"""Cache configurations (DESIGN.md section 3): full recompute (no prefix caching, no store);
+GPU prefix cache only; + shared RAM store; + RAM store with a disk tier below it; disk tier with no
+RAM store (the GDS-like case)."""
+
+
+@dataclass(frozen=True)
+class EndpointSpec:
+    name: str
+    port: int = field(default=0, metadata={"min": 0, "max": 65535, "help": "0 = a free port"})
+    base_url: str | None = None
+    model: str | None = None
+
+
+@dataclass(frozen=True)
+class StoreSpec:
+    """The Mooncake Store below the endpoints (sizes and times at model scale)."""
+
+    ram_gb: float = field(default=32.0, metadata={"min": 0})
+    lease_ttl_s: float = field(default=5.0, metadata={"positive": True})
+    ram_tier: str = "ram"
+    disk_tier: str = "local-raid0"
+    master_port: int = field(default=0, metadata={"min": 0, "max": 65535})
+    metrics_port: int = field(default=0, metadata={"min": 0, "max": 65535})
+    disk_dir: str | None = None
+    metrics_url: str | None = None
+
+
+def _default_endpoints() -> list[EndpointSpec]:
+    return [EndpointSpec("coder"), EndpointSpec("reasoner")]
+
+
+@dataclass(frozen=True)
+class StackConfig:
+    mode: Literal["embedded", "external"] = "embedded"
+    host: str = "127.0.0.1"
+    time_scale: float = field(default=10.0, metadata={"positive": True})
+    profile: str = "qwen3-coder-30b-a3b"
+    configuration: Configuration = "store-ram+disk"
+    payload_scale: int = field(default=64, metadata={"positive": True})
+    policy: Literal["length", "oracle", "replay"] = "oracle"
+    seed: int = 0
+    state_dir: str = ".adev/stack"
+    endpoints: list[EndpointSpec] = field(default_factory=_default_endpoints)
+    store: StoreSpec = field(default_factory=StoreSpec)
+
+    def validate(self, where: str) -> None:
+        names = [e.name for e in self.endpoints]
+        if len(set(names)) != len(names):
+            raise ConfigError(f"{where}.endpoints: endpoint names must be unique, got {names}")
+        if not names:
+            raise ConfigError(f"{where}.endpoints: at least one endpoint is required")
+        if self.mode == "external":
+            missing = [e.name for e in self.endpoints if not e.base_url]
+            if missing:
+                raise ConfigError(f"{where}.endpoints: mode 'external' needs base_url for {missing}")
+
+
+def load_stack(path: str | Path | None = None, **overrides: Any) -> StackConfig:
+    """Load a stack file (default ``stacks/embedded.toml``), applying top-level overrides."""
+    p = Path(path) if path else ROOT / "stacks" / "embedded.toml"
+    data = load_toml(p).get("stack", {}) if p.exists() or path else {}
+    data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
+    try:
+        return from_dict(StackConfig, data, "stack")
+    except ConfigError as e:
+        raise ConfigError(f"{p}: {e}") from None

@@ -1,0 +1,73 @@
+"""Run manifests: what produced a run (config, package versions, git commit, host, seeds).
+
+Secrets never land here: any key whose name contains ``key``, ``token``, ``secret`` or
+``password`` is replaced by ``"<redacted>"`` before writing.
+"""
+from __future__ import annotations
+
+import datetime
+import importlib.metadata as md
+import os
+import platform
+import socket
+import sys
+from typing import Any
+
+from .config import ROOT, to_dict
+
+PACKAGES = ("adev", "mooncake-transfer-engine-non-cuda", "openai", "httpx", "aiohttp", "pandas",
+            "pyarrow", "numpy", "asyncssh", "libvirt-python", "gitpython", "rich", "matplotlib",
+            "prometheus_client")
+_SECRET_MARKERS = ("key", "token", "secret", "password", "passwd")
+
+
+def redact(obj: Any) -> Any:
+    """Copy of ``obj`` with secret-looking keys redacted (recursively)."""
+    if isinstance(obj, dict):
+        return {k: ("<redacted>" if isinstance(k, str) and any(m in k.lower() for m in _SECRET_MARKERS)
+                    and v not in (None, "") and not isinstance(v, (int, float, bool)) else redact(v))
+                for k, v in obj.items()}
+    if isinstance(obj, list | tuple):
+        return [redact(v) for v in obj]
+    return obj
+
+
+def package_versions() -> dict[str, str | None]:
+    out: dict[str, str | None] = {}
+    for name in PACKAGES:
+        try:
+            out[name] = md.version(name)
+        except md.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def git_state() -> dict[str, Any]:
+    """Commit and dirtiness of the project checkout (null with a reason when not a repo)."""
+    try:
+        import git
+        repo = git.Repo(ROOT, search_parent_directories=False)
+        return {"commit": repo.head.commit.hexsha, "dirty": repo.is_dirty(untracked_files=False),
+                "branch": None if repo.head.is_detached else repo.active_branch.name}
+    except Exception as e:  # not a repo, no commits yet, git missing
+        return {"commit": None, "dirty": None, "branch": None, "why": f"{type(e).__name__}: {e}"}
+
+
+def build_manifest(run_id: str, *, command: list[str] | None = None, config: Any = None,
+                   seeds: dict[str, Any] | None = None, time_scale: float = 1.0,
+                   extra: dict[str, Any] | None = None) -> dict[str, Any]:
+    cfg = {k: to_dict(v) for k, v in config.items()} if isinstance(config, dict) else to_dict(config)
+    return redact({
+        "run_id": run_id,
+        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "command": command if command is not None else sys.argv,
+        "time_scale": time_scale,
+        "config": cfg,
+        "seeds": seeds or {},
+        "packages": package_versions(),
+        "python": sys.version.split()[0],
+        "git": git_state(),
+        "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
+                 "cpus": os.cpu_count()},
+        **(extra or {}),
+    })

@@ -1,0 +1,306 @@
+"""Typed records and the append-only run directory.
+
+A run directory ``results/runs/<id>/`` holds ``manifest.json`` and one JSONL file per record kind
+(``calls.jsonl``, ``tools.jsonl``, ``gates.jsonl``, ``sessions.jsonl``, ``scrapes.jsonl``,
+``windows.jsonl``, ``events.jsonl``), plus ``ledger/`` (block touches, written by
+:mod:`adev.analysis.ledger`). Records are appended and flushed one line at a time as they happen,
+so killing the process loses at most what was in flight; a truncated last line (a crash mid-write)
+is skipped and counted by the reader, never fatal. Every time ``t_*`` is in model seconds since the
+run started (see :mod:`adev.clock`); durations ``*_s`` are model seconds too unless named ``*_wall_s``.
+"""
+from __future__ import annotations
+
+import dataclasses
+import io
+import json
+import os
+import threading
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Iterator
+
+from .config import ROOT
+
+RUNS_DIR = ROOT / "results" / "runs"
+
+
+# ---------------------------------------------------------------------------------------------
+# Record types. ``kind`` names the file the record goes to.
+
+
+@dataclass
+class TierTokens:
+    """Where a prompt's tokens came from (emulator extension field, or derived)."""
+
+    gpu: int = 0
+    store_ram: int = 0
+    store_disk: int = 0
+    computed: int = 0
+
+
+@dataclass
+class CallRecord:
+    """One attempt of one LLM call (retries are separate records with ``attempt`` > 0).
+
+    Stamps (model seconds since run start): scheduled (the call became ready), sent (request
+    written), first_byte (first response bytes), first_content (first chunk with content,
+    reasoning or a tool-call delta), end (last byte). ``dispatch_delay = t_sent - t_scheduled``.
+    ``server`` holds the emulator's extension fields when present (read-path time, tier split,
+    its own stamps); it is None against a real vLLM.
+    """
+
+    kind: ClassVar[str] = "calls"
+    run_id: str
+    session_id: str
+    call_id: str
+    endpoint: str
+    role: str = ""
+    round: int = 0
+    step: int = 0
+    attempt: int = 0
+    status: str = "ok"  # ok | error | cancelled
+    error: str | None = None
+    model: str = ""
+    t_scheduled: float = 0.0
+    t_sent: float = 0.0
+    t_first_byte: float | None = None
+    t_first_content: float | None = None
+    t_end: float | None = None
+    prompt_tokens: int | None = None
+    completion_tokens: int | None = None
+    cached_tokens: int | None = None
+    n_prompt_blocks: int | None = None
+    finish_reason: str | None = None
+    n_tool_calls: int = 0
+    server: dict[str, Any] | None = None
+
+
+@dataclass
+class ToolEvent:
+    """One tool call made by the model and its answer."""
+
+    kind: ClassVar[str] = "tools"
+    run_id: str
+    session_id: str
+    call_id: str
+    t: float
+    tool: str
+    ok: bool
+    args_summary: str = ""
+    error: str | None = None
+    bytes_out: int = 0
+
+
+@dataclass
+class TestResult:
+    nodeid: str
+    outcome: str  # passed | failed | error | skipped
+    duration_s: float = 0.0
+    message: str = ""
+
+
+@dataclass
+class GateRecord:
+    """One gate run: real verdict and duration, plus the modelled duration in delayed runs."""
+
+    kind: ClassVar[str] = "gates"
+    run_id: str
+    session_id: str
+    round: int
+    executor: str  # local | ssh | vm
+    t_start: float
+    t_end: float
+    verdict: str  # pass | fail | error
+    suite: str = "agent"  # agent | acceptance
+    passed: int = 0
+    failed: int = 0
+    errors: int = 0
+    skipped: int = 0
+    real_duration_s: float = 0.0
+    modelled_duration_s: float | None = None
+    exit_code: int | None = None
+    error: str | None = None
+    output_tail: str = ""
+    tests: list[TestResult] = field(default_factory=list)
+
+
+@dataclass
+class SessionRecord:
+    """Session lifecycle: one record at start (status 'started') and one at the end."""
+
+    kind: ClassVar[str] = "sessions"
+    run_id: str
+    session_id: str
+    task: str
+    t: float
+    status: str  # started | passed | failed | ended | error | cancelled
+    seed: int = 0
+    rounds: int = 0
+    reason: str | None = None
+    calls: int = 0
+    prompt_tokens: int = 0
+
+
+@dataclass
+class ScrapeRecord:
+    """One scrape of a Prometheus endpoint: raw samples ``{"name{label=..}": value}``."""
+
+    kind: ClassVar[str] = "scrapes"
+    run_id: str
+    target: str  # endpoint name or "master"
+    url: str
+    t: float
+    ok: bool
+    error: str | None = None
+    samples: dict[str, float] = field(default_factory=dict)
+
+
+@dataclass
+class WindowRecord:
+    """A measurement window [t0, t1) cut from a run; invalid windows keep a reason."""
+
+    kind: ClassVar[str] = "windows"
+    run_id: str
+    index: int
+    t0: float
+    t1: float
+    valid: bool = True
+    reason: str | None = None
+    protocol: str = "steady"  # steady | batch
+
+
+@dataclass
+class EventRecord:
+    """Anything else worth keeping on the timeline (faults, stack changes, resume)."""
+
+    kind: ClassVar[str] = "events"
+    run_id: str
+    t: float
+    event: str
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+RECORD_TYPES = {c.kind: c for c in (CallRecord, ToolEvent, GateRecord, SessionRecord,
+                                     ScrapeRecord, WindowRecord, EventRecord)}
+
+
+# ---------------------------------------------------------------------------------------------
+# The run directory
+
+
+def _default(o: Any) -> Any:
+    if dataclasses.is_dataclass(o):
+        return dataclasses.asdict(o)
+    if isinstance(o, Path):
+        return str(o)
+    if hasattr(o, "item"):  # numpy scalars
+        return o.item()
+    raise TypeError(f"not JSON serialisable: {type(o).__name__}")
+
+
+def new_run_id(prefix: str = "run") -> str:
+    import datetime
+    import secrets
+    ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{ts}-{secrets.token_hex(2)}"
+
+
+class RunDir:
+    """An append-only run directory. One writer process; readers may run concurrently."""
+
+    def __init__(self, path: str | Path):
+        self.path = Path(path)
+        self._files: dict[str, io.TextIOBase] = {}
+        self._lock = threading.Lock()
+
+    @classmethod
+    def create(cls, run_id: str | None = None, base: str | Path | None = None) -> "RunDir":
+        run_id = run_id or new_run_id()
+        path = Path(base or RUNS_DIR) / run_id
+        path.mkdir(parents=True, exist_ok=False)
+        return cls(path)
+
+    @property
+    def run_id(self) -> str:
+        return self.path.name
+
+    # -- writing --------------------------------------------------------------------------
+    def append(self, record: Any) -> None:
+        """Append one record as a JSON line and flush it (survives a kill of this process)."""
+        kind = record.kind
+        line = json.dumps(dataclasses.asdict(record), default=_default, separators=(",", ":"))
+        with self._lock:
+            fh = self._files.get(kind)
+            if fh is None:
+                fh = self._files[kind] = open(self.path / f"{kind}.jsonl", "a", encoding="utf-8")
+            fh.write(line + "\n")
+            fh.flush()
+
+    def write_json(self, name: str, obj: Any) -> Path:
+        """Write a whole JSON document atomically (manifest, summaries)."""
+        p = self.path / name
+        tmp = p.with_suffix(p.suffix + ".tmp")
+        tmp.write_text(json.dumps(obj, default=_default, indent=2, sort_keys=True))
+        os.replace(tmp, p)
+        return p
+
+    def close(self) -> None:
+        with self._lock:
+            for fh in self._files.values():
+                fh.close()
+            self._files.clear()
+
+    def __enter__(self) -> "RunDir":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    # -- reading --------------------------------------------------------------------------
+    def iter_records(self, kind: str) -> Iterator[dict[str, Any]]:
+        """Yield the records of one kind; a torn trailing line is skipped (see ``torn_lines``)."""
+        p = self.path / f"{kind}.jsonl"
+        if not p.exists():
+            return
+        with p.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.endswith("\n"):
+                    break  # torn by a crash mid-write
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError:
+                    continue
+
+    def read(self, kind: str) -> list[dict[str, Any]]:
+        return list(self.iter_records(kind))
+
+    def torn_lines(self, kind: str) -> int:
+        """Lines of ``kind`` that could not be read back (0 after a clean run)."""
+        p = self.path / f"{kind}.jsonl"
+        if not p.exists():
+            return 0
+        bad = 0
+        with p.open(encoding="utf-8") as fh:
+            for line in fh:
+                if not line.endswith("\n"):
+                    bad += 1
+                    continue
+                try:
+                    json.loads(line)
+                except json.JSONDecodeError:
+                    bad += 1
+        return bad
+
+    def frame(self, kind: str):
+        """The records of one kind as a pandas DataFrame (empty frame when there are none)."""
+        import pandas as pd
+        rows = self.read(kind)
+        if rows:
+            return pd.DataFrame(rows)
+        cls = RECORD_TYPES.get(kind)
+        cols = [f.name for f in dataclasses.fields(cls)] if cls else []
+        return pd.DataFrame(columns=cols)
+
+    def manifest(self) -> dict[str, Any]:
+        p = self.path / "manifest.json"
+        return json.loads(p.read_text()) if p.exists() else {}

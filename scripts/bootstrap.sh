@@ -39,7 +39,7 @@ if [ ! -x .venv/bin/python ]; then
 fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[bootstrap] pip install -e . (Python packages, Mooncake wheel)"
-  .venv/bin/pip install -q --upgrade pip >/dev/null
-  .venv/bin/pip install -q -e .
+  # (pip's "Location ... is ignored" warnings about this machine's optional local indexes are noise)
+  .venv/bin/pip install -q -e . 2> >(grep -v -e "^WARNING: Location" -e "BuildBackendWarning" >&2)
   echo "$want" > "$stamp"
 fi

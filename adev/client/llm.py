@@ -1,0 +1,388 @@
+"""THE LLM client: one async OpenAI-compatible client for every chat call adev makes.
+
+Per endpoint base URL there is one :class:`openai.AsyncOpenAI` over one keep-alive
+:class:`httpx.AsyncClient` whose pool is sized for the fleet (``pool_size`` connections), created on
+first use and reused for the client's life. Every call streams with
+``stream_options.include_usage`` and ``return_token_ids: true`` and is stamped on the run clock
+(:class:`adev.clock.RunClock`, model seconds):
+
+- ``t_scheduled``: the call became ready (``chat()`` entered, or the caller's stamp);
+- ``t_sent``: httpx is about to write the request (its ``request`` event hook);
+- ``t_first_byte``: the first SSE event of the body arrived (usually the role-only chunk);
+- ``t_first_content``: the first event carrying content, reasoning or a tool-call delta (TTFT);
+- ``t_end``: the stream ended (``[DONE]`` or EOF).
+
+``dispatch delay = t_sent - t_scheduled`` (client queueing + request building + pool wait).
+Usage and ``prompt_tokens_details.cached_tokens`` come from the final chunk; the emulator's
+``adev`` extension field (team contract 1) lands in ``CallRecord.server`` unchanged; the prompt's
+token ids (``prompt_token_ids``) go to the ledger hook (team contract 5) and are then dropped:
+records never hold them.
+
+Retries: connection errors (before or during the stream) and HTTP 5xx are retried with
+exponential backoff and jitter, up to ``RetryPolicy.max_attempts`` attempts; every attempt is its
+own :class:`~adev.records.CallRecord` (``attempt`` 0, 1, ...). 4xx answers are not retried
+(:class:`ContextLengthError` for a prompt over the model's context). A cancelled call records
+status ``cancelled`` and re-raises. Records are appended to the run's ``calls.jsonl`` as each
+attempt completes. API keys are held out of reprs, records and logs.
+
+The SSE body is parsed here with ``json.loads`` per event (the openai package builds the request,
+maps HTTP errors and owns the connection), which keeps the per-chunk cost to a few microseconds.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import json
+import random
+import time
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import httpx
+import openai
+
+from ..clock import RunClock
+from ..records import CallRecord
+
+__all__ = ["Endpoint", "RetryPolicy", "LLMClient", "ChatResult", "ToolCallOut", "LLMError",
+           "ContextLengthError", "LedgerHook"]
+
+BLOCK_SIZE = 16  # tokens per block for CallRecord.n_prompt_blocks (vLLM's default)
+
+# httpx's request hook writes the send stamp into the list the current call put here.
+_SEND_STAMP: contextvars.ContextVar[list | None] = contextvars.ContextVar("adev_send_stamp",
+                                                                         default=None)
+
+
+async def _on_request(request: httpx.Request) -> None:  # httpx event hook (hot path)
+    box = _SEND_STAMP.get()
+    if box is not None:
+        box[0] = time.monotonic()
+
+
+class LedgerHook(Protocol):
+    def add(self, t: float, session_id: str, call_id: str, token_ids: list[int]) -> None: ...
+
+
+@dataclass
+class Endpoint:
+    """One OpenAI-compatible endpoint. ``model``/``max_model_len`` are discovered when None."""
+
+    name: str
+    base_url: str
+    model: str | None = None
+    api_key: str = field(default="EMPTY", repr=False)
+    max_model_len: int | None = None
+
+
+@dataclass(frozen=True)
+class RetryPolicy:
+    """Backoff before attempt n (n >= 1): ``min(backoff_max_s, backoff_s * 2**(n-1))`` wall
+    seconds, times a uniform factor in ``[1 - jitter, 1 + jitter]``."""
+
+    max_attempts: int = 4
+    backoff_s: float = 0.5
+    backoff_max_s: float = 8.0
+    jitter: float = 0.25
+
+    def delay(self, attempt: int, rng: random.Random) -> float:
+        base = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
+        return base * (1.0 + self.jitter * (2 * rng.random() - 1))
+
+
+@dataclass
+class ToolCallOut:
+    id: str
+    name: str
+    arguments: str  # raw JSON text as the model wrote it (may be malformed)
+
+
+@dataclass
+class ChatResult:
+    content: str
+    reasoning: str
+    tool_calls: list[ToolCallOut]
+    finish_reason: str | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+    cached_tokens: int | None
+    record: CallRecord  # the successful attempt's record
+
+
+class LLMError(Exception):
+    """A call that failed for good (after retries, or not retryable)."""
+
+    def __init__(self, message: str, status: int | None = None,
+                 record: CallRecord | None = None):
+        super().__init__(message)
+        self.status = status
+        self.record = record
+
+
+class ContextLengthError(LLMError):
+    """The endpoint refused the prompt as longer than its context (HTTP 400)."""
+
+
+class _Retryable(Exception):
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
+
+
+_CONTEXT_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
+
+
+class LLMClient:
+    """The one chat client of a run. Safe to share by many concurrent sessions.
+
+    ``endpoints``: name -> :class:`Endpoint`; ``run_dir``: where ``CallRecord``s go (anything with
+    ``append(record)`` and ``run_id``; None = not recorded); ``ledger``: the reuse-ledger hook.
+    """
+
+    def __init__(self, endpoints: dict[str, Endpoint] | list[Endpoint], *, clock: RunClock,
+                 run_dir: Any = None, ledger: LedgerHook | None = None, pool_size: int = 256,
+                 retry: RetryPolicy = RetryPolicy(), timeout_s: float = 900.0,
+                 connect_timeout_s: float = 10.0, seed: int = 0):
+        if isinstance(endpoints, list):
+            endpoints = {e.name: e for e in endpoints}
+        self.endpoints: dict[str, Endpoint] = dict(endpoints)
+        self.clock = clock
+        self.run_dir = run_dir
+        self.run_id = getattr(run_dir, "run_id", "") if run_dir is not None else ""
+        self.ledger = ledger
+        self.pool_size = pool_size
+        self.retry = retry
+        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self._rng = random.Random(seed)
+        self._clients: dict[str, openai.AsyncOpenAI] = {}
+
+    # ---- connections ------------------------------------------------------------------
+    def _client(self, ep: Endpoint) -> openai.AsyncOpenAI:
+        c = self._clients.get(ep.base_url)
+        if c is None:
+            http = httpx.AsyncClient(
+                limits=httpx.Limits(max_connections=self.pool_size,
+                                    max_keepalive_connections=self.pool_size,
+                                    keepalive_expiry=300.0),
+                timeout=self.timeout, event_hooks={"request": [_on_request]})
+            c = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key or "EMPTY",
+                                   http_client=http, max_retries=0, timeout=self.timeout)
+            self._clients[ep.base_url] = c
+        return c
+
+    async def discover(self) -> None:
+        """Fill ``model`` and ``max_model_len`` of every endpoint from ``GET /v1/models``."""
+        for ep in self.endpoints.values():
+            if ep.model and ep.max_model_len:
+                continue
+            page = await self._client(ep).models.list()
+            cards = list(page.data)
+            if not cards:
+                raise LLMError(f"endpoint {ep.name}: /v1/models lists no model")
+            card = next((c for c in cards if ep.model and c.id == ep.model), cards[0])
+            ep.model = ep.model or card.id
+            mml = (card.model_extra or {}).get("max_model_len")
+            if ep.max_model_len is None and isinstance(mml, int):
+                ep.max_model_len = mml
+
+    def max_model_len(self, endpoint: str) -> int | None:
+        return self.endpoints[endpoint].max_model_len
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for c in clients:
+            await c.close()
+
+    async def __aenter__(self) -> "LLMClient":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.aclose()
+
+    # ---- the call ----------------------------------------------------------------------
+    async def chat(self, endpoint: str, messages: list[dict[str, Any]], *,
+                   tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
+                   temperature: float | None = None, seed: int | None = None,
+                   session_id: str = "", call_id: str = "", role: str = "", round: int = 0,
+                   step: int = 0, t_scheduled: float | None = None,
+                   extra_body: dict[str, Any] | None = None) -> ChatResult:
+        """One chat completion (streamed), retried per :class:`RetryPolicy`."""
+        t_sched = self.clock.now() if t_scheduled is None else t_scheduled
+        try:
+            ep = self.endpoints[endpoint]
+        except KeyError:
+            raise LLMError(f"unknown endpoint {endpoint!r}; known: "
+                           + ", ".join(sorted(self.endpoints))) from None
+        body: dict[str, Any] = {"model": ep.model or "", "messages": messages, "stream": True,
+                                "stream_options": {"include_usage": True}}
+        if tools:
+            body["tools"] = tools
+            body["tool_choice"] = "auto"
+        if max_tokens is not None:
+            body["max_tokens"] = max_tokens
+        if temperature is not None:
+            body["temperature"] = temperature
+        if seed is not None:
+            body["seed"] = seed
+        xb = {"return_token_ids": True}
+        if extra_body:
+            xb.update(extra_body)
+        attempt = 0
+        while True:
+            rec = CallRecord(run_id=self.run_id, session_id=session_id, call_id=call_id,
+                             endpoint=endpoint, role=role, round=round, step=step,
+                             attempt=attempt, model=ep.model or "", t_scheduled=t_sched)
+            try:
+                result = await self._attempt(ep, body, xb, rec)
+            except asyncio.CancelledError:
+                rec.status, rec.error = "cancelled", "cancelled"
+                rec.t_end = self.clock.now()
+                self._record(rec)
+                raise
+            except _Retryable as e:
+                rec.status, rec.error = "error", str(e)[:500]
+                rec.t_end = self.clock.now()
+                self._record(rec)
+                attempt += 1
+                if attempt >= self.retry.max_attempts:
+                    raise LLMError(f"{endpoint}: giving up after {attempt} attempts: {e}",
+                                   status=e.status, record=rec) from None
+                await asyncio.sleep(self.retry.delay(attempt, self._rng))
+                t_sched = self.clock.now()
+                continue
+            except LLMError as e:
+                rec.status, rec.error = "error", str(e)[:500]
+                rec.t_end = rec.t_end or self.clock.now()
+                e.record = rec
+                self._record(rec)
+                raise
+            self._record(rec)
+            return result
+
+    async def _attempt(self, ep: Endpoint, body: dict[str, Any], xb: dict[str, Any],
+                       rec: CallRecord) -> ChatResult:
+        clock = self.clock
+        box = [0.0]
+        token = _SEND_STAMP.set(box)
+        content: list[str] = []
+        reasoning: list[str] = []
+        calls: dict[int, list] = {}  # index -> [id, name, [argument pieces]]
+        finish = None
+        usage = None
+        server = None
+        prompt_ids = None
+        first_byte = first_content = None
+        try:
+            try:
+                cm = self._client(ep).chat.completions.with_streaming_response.create(
+                    **body, extra_body=xb)
+                async with cm as resp:
+                    async for line in resp.iter_lines():
+                        if not line or line[0] == ":":
+                            continue
+                        if first_byte is None:
+                            first_byte = time.monotonic()
+                        if not line.startswith("data:"):
+                            continue
+                        data = line[5:].strip()
+                        if data == "[DONE]":
+                            break
+                        try:
+                            chunk = json.loads(data)
+                        except ValueError:
+                            raise LLMError(f"malformed stream event: {data[:200]!r}") from None
+                        if "error" in chunk and not chunk.get("choices"):
+                            err = chunk["error"]
+                            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+                            code = err.get("code") if isinstance(err, dict) else None
+                            if isinstance(code, int) and code >= 500:
+                                raise _Retryable(f"stream error {code}: {msg}", code)
+                            raise LLMError(f"stream error: {msg}", status=code if
+                                           isinstance(code, int) else None)
+                        ids = chunk.get("prompt_token_ids")
+                        if ids:
+                            prompt_ids = ids
+                        for ch in chunk.get("choices") or ():
+                            d = ch.get("delta") or {}
+                            c = d.get("content")
+                            r = d.get("reasoning_content") or d.get("reasoning")
+                            tcs = d.get("tool_calls")
+                            if first_content is None and (c or r or tcs):
+                                first_content = time.monotonic()
+                            if c:
+                                content.append(c)
+                            if r:
+                                reasoning.append(r)
+                            if tcs:
+                                for tc in tcs:
+                                    slot = calls.setdefault(tc.get("index", len(calls)),
+                                                            ["", "", []])
+                                    if tc.get("id"):
+                                        slot[0] = tc["id"]
+                                    fn = tc.get("function") or {}
+                                    if fn.get("name"):
+                                        slot[1] += fn["name"]
+                                    if fn.get("arguments"):
+                                        slot[2].append(fn["arguments"])
+                            if ch.get("finish_reason"):
+                                finish = ch["finish_reason"]
+                        if chunk.get("usage"):
+                            usage = chunk["usage"]
+                        if "adev" in chunk:
+                            server = chunk["adev"]
+            except openai.APIStatusError as e:
+                msg = _error_text(e)
+                if e.status_code >= 500:
+                    raise _Retryable(f"HTTP {e.status_code}: {msg}", e.status_code) from None
+                cls = (ContextLengthError if e.status_code == 400 and
+                       any(m in msg.lower() for m in _CONTEXT_MARKERS) else LLMError)
+                raise cls(f"HTTP {e.status_code}: {msg}", status=e.status_code) from None
+            except (openai.APIConnectionError, openai.APITimeoutError) as e:
+                raise _Retryable(f"{type(e).__name__}: {e}") from None
+            except httpx.TransportError as e:  # dropped mid-stream
+                raise _Retryable(f"{type(e).__name__}: {e}") from None
+        finally:
+            _SEND_STAMP.reset(token)
+            t_end = time.monotonic()
+            rec.t_sent = clock.to_model(box[0]) if box[0] else rec.t_scheduled
+            rec.t_first_byte = clock.to_model(first_byte) if first_byte else None
+            rec.t_first_content = clock.to_model(first_content) if first_content else None
+            rec.t_end = clock.to_model(t_end)
+            rec.server = server
+        rec.finish_reason = finish
+        pt = ct = cached = None
+        if usage:
+            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
+            det = usage.get("prompt_tokens_details")
+            if isinstance(det, dict):
+                cached = det.get("cached_tokens") or 0
+            elif "prompt_tokens_details" in usage:
+                cached = 0
+        rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = pt, ct, cached
+        if prompt_ids:
+            rec.n_prompt_blocks = len(prompt_ids) // BLOCK_SIZE
+            if rec.prompt_tokens is None:
+                rec.prompt_tokens = len(prompt_ids)
+            if self.ledger is not None:
+                self.ledger.add(rec.t_sent, rec.session_id, rec.call_id, prompt_ids)
+        tool_calls = [ToolCallOut(id=s[0] or f"call_{i}", name=s[1], arguments="".join(s[2]))
+                      for i, s in sorted(calls.items())]
+        rec.n_tool_calls = len(tool_calls)
+        return ChatResult(content="".join(content), reasoning="".join(reasoning),
+                          tool_calls=tool_calls, finish_reason=finish, prompt_tokens=rec.prompt_tokens,
+                          completion_tokens=ct, cached_tokens=cached, record=rec)
+
+    def _record(self, rec: CallRecord) -> None:
+        if self.run_dir is not None:
+            self.run_dir.append(rec)
+
+
+def _error_text(e: openai.APIStatusError) -> str:
+    body = e.body
+    if isinstance(body, dict):
+        inner = body.get("error", body)
+        if isinstance(inner, dict) and inner.get("message"):
+            return str(inner["message"])[:500]
+        if body.get("message"):
+            return str(body["message"])[:500]
+    return str(e.message)[:500]

@@ -1,0 +1,468 @@
+"""The round loop of one agent session (DESIGN.md section 2; team contract 4).
+
+A round is: architect -> contract -> test writer -> implementers (one per module, in parallel)
+-> integrator -> gate. Up to ``max_rounds`` (3) rounds; the session passes when the agent-written
+suite passes at a gate. Every model call sends::
+
+    [system: roles/system.md + task spec]            # shared by all sessions of a fleet
+    + history                                        # every earlier role turn of this session
+    + [user: this role's prompt] + this turn's own assistant/tool messages
+
+and a finished role turn (its prompt, replies and tool results) is appended to ``history``;
+parallel implementers start from the same history and their turns are appended in module order.
+After a failing gate the report (failing tests and their messages) is appended, so round N's
+prompts begin with round N-1's full text plus the failing-test text.
+
+Model output is untrusted: tool calls run through :class:`adev.session.tools.Workspace`, whose
+errors are answered to the model as tool results. A reply without a tool call is answered with a
+reminder; after ``no_tool_limit`` consecutive replies without a valid tool call the role gives up,
+and if it made no valid tool call at all the session ends with reason ``no_progress``.
+
+**Context rule.** Before each call the loop estimates the prompt's tokens (characters divided by
+the characters-per-token ratio measured on this session's previous call; 3.0 before the first)
+plus the role's ``max_tokens``. When that exceeds the endpoint's ``max_model_len`` (from
+``/v1/models``) minus ``context_margin_tokens``, the loop *elides* history, oldest first: a tool
+result or a ``write_file`` content longer than 200 characters is replaced by a one-line marker
+(``[elided to fit the context: N characters ...]``). Elision is permanent (the trimmed history is
+what later calls resend, so they share its prefix). If everything elidable is elided and the
+prompt still does not fit, ``max_tokens`` is lowered down to 1,024; if it still does not fit (or
+the endpoint answers that the prompt is over its context twice), the session ends with status
+``ended`` and reason ``context_limit``.
+
+Records: a ``SessionRecord`` at start and at end, a ``CallRecord`` per call attempt (by the
+client), a ``ToolEvent`` per tool call and a ``GateRecord`` per gate run, all appended as they
+happen. The acceptance suite (hidden from the roles) runs once after the last gate and is recorded
+as its own ``GateRecord`` (suite ``acceptance``). In delayed runs the session waits
+``gate_pause_s`` model seconds from the gate's start (or until the real verdict, if later).
+"""
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..clock import RunClock
+from ..client.llm import ChatResult, ContextLengthError, LLMClient, LLMError
+from ..gate.base import Gate, GateRequest, GateResult
+from ..records import GateRecord, RunDir, SessionRecord, ToolEvent
+from .roles import Role, Roles, load_roles
+from .tools import Workspace, schemas
+
+ELIDE_MIN_CHARS = 200
+MIN_MAX_TOKENS = 1024
+NUDGE = ("You replied without calling a tool. Act only through the tools ({tools}); call "
+         "`finish` with your report when your part is done.")
+
+
+@dataclass
+class SessionContext:
+    """Everything a session needs; shared by the concurrent sessions of a fleet (no globals).
+
+    ``endpoint_map`` maps a role's logical endpoint (``coder``/``reasoner``) to an endpoint name
+    of ``llm`` (identity when absent). ``workspace_root`` holds one folder per session
+    (default ``<run dir>/workspaces``). ``gate_pause_s`` set = a delayed run.
+    """
+
+    run_dir: RunDir
+    clock: RunClock
+    llm: LLMClient
+    gate: Gate
+    roles: Roles = field(default_factory=load_roles)
+    endpoint_map: dict[str, str] = field(default_factory=dict)
+    workspace_root: Path | None = None
+    gate_pause_s: float | None = None
+    max_rounds: int = 3
+    run_acceptance: bool = True
+    keep_workspaces: bool = True
+    context_margin_tokens: int = 256
+    max_file_bytes: int = 256 * 1024
+    failing_text_chars: int = 6000
+
+    @property
+    def ledger(self):
+        """The reuse-ledger hook (team contract 5); the client calls it per call."""
+        return self.llm.ledger
+
+    def workspace_for(self, session_id: str) -> Path:
+        root = self.workspace_root or (self.run_dir.path / "workspaces")
+        return Path(root) / session_id
+
+
+@dataclass
+class SessionOutcome:
+    session_id: str
+    task: str
+    seed: int
+    status: str  # passed | failed | ended | error | cancelled
+    rounds: int
+    reason: str | None
+    calls: int
+    prompt_tokens: int
+    acceptance: str | None  # pass | fail | error | None (not run)
+    workspace: str
+    t_start: float
+    t_end: float
+    call_tokens: list[tuple[int, str, int | None, int | None]] = field(default_factory=list)
+    """(round, role, prompt_tokens, cached_tokens) per successful call, in order."""
+
+
+class _SessionEnd(Exception):
+    def __init__(self, status: str, reason: str):
+        super().__init__(reason)
+        self.status, self.reason = status, reason
+
+
+@dataclass
+class _Turn:
+    messages: list[dict[str, Any]]
+    finished: bool
+    ok_tool_calls: int
+    reason: str | None = None
+
+
+class _Session:
+    def __init__(self, ctx: SessionContext, task: Any, seed: int, session_id: str):
+        self.ctx, self.task, self.seed, self.sid = ctx, task, seed, session_id
+        self.run_id = ctx.run_dir.run_id
+        self.system = {"role": "system",
+                       "content": task.shared_prefix(ctx.roles.system_prompt)}
+        self.history: list[dict[str, Any]] = []
+        self.history_round: list[int] = []  # round each history message belongs to
+        self.cpt = 3.0  # characters per token, measured per call
+        self.calls = 0
+        self.prompt_tokens = 0
+        self.call_tokens: list[tuple[int, str, int | None, int | None]] = []
+        self.modules_text = "\n".join(f"- `{m.path}`: {m.summary}" for m in task.modules)
+        self.ws: Workspace | None = None
+
+    # ---- one role turn ---------------------------------------------------------------
+    async def run_role(self, role: Role, rnd: int, module: Any = None,
+                       tag: str | None = None) -> _Turn:
+        ctx, st = self.ctx, role.settings
+        prompt = role.render(round=rnd, max_rounds=ctx.max_rounds, task=self.task.name,
+                             modules=self.modules_text,
+                             module=module.path if module else "",
+                             module_summary=module.summary if module else "")
+        local: list[dict[str, Any]] = [{"role": "user", "content": prompt}]
+        tools = schemas(st.tools)
+        tools_chars = len(json.dumps(tools))
+        endpoint = ctx.endpoint_map.get(st.endpoint, st.endpoint)
+        tag = tag or role.name
+        ok_calls = no_tool = 0
+        finished = False
+        reason = None
+        for step in range(st.step_limit):
+            messages = [self.system, *self.history, *local]
+            max_tokens = self.fit_context(messages, tools_chars, st.max_tokens, endpoint)
+            call_id = f"{self.sid}/r{rnd}/{tag}/s{step}"
+            res = await self.chat(endpoint, messages, tools, max_tokens, role, rnd, step,
+                                  call_id, tools_chars)
+            if res is None:  # context refused twice
+                raise _SessionEnd("ended", f"context_limit: {tag} round {rnd}: the endpoint "
+                                  "refused the prompt as over its context")
+            asst: dict[str, Any] = {"role": "assistant", "content": res.content or None}
+            if res.tool_calls:
+                asst["tool_calls"] = [{"id": tc.id, "type": "function",
+                                       "function": {"name": tc.name, "arguments": tc.arguments}}
+                                      for tc in res.tool_calls]
+            elif not res.content:
+                asst["content"] = ""
+            local.append(asst)
+            if not res.tool_calls:
+                no_tool += 1
+                if no_tool >= st.no_tool_limit:
+                    reason = f"{no_tool} replies without a valid tool call"
+                    break
+                local.append({"role": "user", "content": NUDGE.format(tools=", ".join(st.tools))})
+                continue
+            any_ok = False
+            for tc in res.tool_calls:
+                out = self.ws.call(tc.name, tc.arguments, allowed=st.tools)
+                self.ctx.run_dir.append(ToolEvent(
+                    run_id=self.run_id, session_id=self.sid, call_id=call_id,
+                    t=ctx.clock.now(), tool=tc.name[:64], ok=out.ok,
+                    args_summary=_args_summary(tc.name, tc.arguments, out),
+                    error=out.error[:500] if out.error else None, bytes_out=out.bytes_out))
+                local.append({"role": "tool", "tool_call_id": tc.id, "content": out.text})
+                if out.ok:
+                    any_ok = True
+                    ok_calls += 1
+                    finished = finished or out.finished
+            no_tool = 0 if any_ok else no_tool + 1
+            if finished:
+                break
+            if no_tool >= st.no_tool_limit:
+                reason = f"{no_tool} replies without a valid tool call"
+                break
+        else:
+            reason = f"step limit ({st.step_limit}) reached"
+        return _Turn(local, finished, ok_calls, reason)
+
+    async def chat(self, endpoint: str, messages: list[dict[str, Any]], tools: list, max_tokens:
+                   int, role: Role, rnd: int, step: int, call_id: str,
+                   tools_chars: int) -> ChatResult | None:
+        ctx = self.ctx
+        for refusal in range(2):
+            try:
+                res = await ctx.llm.chat(
+                    endpoint, messages, tools=tools, max_tokens=max_tokens,
+                    temperature=role.settings.temperature, seed=self.seed, session_id=self.sid,
+                    call_id=call_id if not refusal else f"{call_id}+trim", role=role.name,
+                    round=rnd, step=step)
+            except ContextLengthError:
+                self.calls += 1
+                # our estimate was low: measure it as 25% worse and re-fit, once
+                self.cpt *= 0.8
+                messages[:] = [self.system, *self.history, *messages[1 + len(self.history):]]
+                max_tokens = self.fit_context(messages, tools_chars, max_tokens, endpoint)
+                continue
+            except LLMError as e:
+                self.calls += 1
+                raise _SessionEnd("error", f"llm_error: {call_id}: {e}") from None
+            self.calls += 1
+            if res.prompt_tokens:
+                self.prompt_tokens += res.prompt_tokens
+                chars = _chars(messages) + tools_chars
+                self.cpt = max(1.0, chars / res.prompt_tokens)
+            self.call_tokens.append((rnd, role.name, res.prompt_tokens, res.cached_tokens))
+            return res
+        return None
+
+    # ---- the context rule ------------------------------------------------------------
+    def estimate(self, messages: list[dict[str, Any]], tools_chars: int) -> int:
+        return int((_chars(messages) + tools_chars) / self.cpt) + 8 * len(messages)
+
+    def fit_context(self, messages: list[dict[str, Any]], tools_chars: int, max_tokens: int,
+                    endpoint: str) -> int:
+        """Apply the context rule (module docstring); returns the max_tokens to use.
+        May elide ``self.history`` in place (and ``messages``, which shares its dicts)."""
+        mml = self.ctx.llm.max_model_len(endpoint)
+        if not mml:
+            return max_tokens
+        limit = mml - self.ctx.context_margin_tokens
+        est = self.estimate(messages, tools_chars)
+        if est + max_tokens <= limit:
+            return max_tokens
+        n_hist = len(self.history)
+        for i in range(n_hist):
+            saved = _elide(self.history[i])
+            if saved:
+                est -= int(saved / self.cpt)
+                if est + max_tokens <= limit:
+                    break
+        messages[:] = [self.system, *self.history, *messages[1 + n_hist:]]
+        est = self.estimate(messages, tools_chars)
+        if est + max_tokens <= limit:
+            return max_tokens
+        room = limit - est
+        if room >= MIN_MAX_TOKENS:
+            return room
+        raise _SessionEnd("ended", f"context_limit: prompt of ~{est} tokens leaves {room} of "
+                          f"{mml} for the reply after eliding all earlier tool output")
+
+    # ---- the gate --------------------------------------------------------------------
+    async def gate(self, rnd: int, suite: str) -> GateResult:
+        ctx, task = self.ctx, self.task
+        if suite == "agent":
+            req = GateRequest(session_id=self.sid, workspace=self.ws.root, round=rnd,
+                              suite="agent", test_paths=list(task.test_paths),
+                              needs_nvme=task.needs_block_device,
+                              timeout_s=task.test_timeout_s,
+                              modelled_duration_s=ctx.gate_pause_s)
+        else:
+            req = GateRequest(session_id=self.sid, workspace=self.ws.root, round=rnd,
+                              suite="acceptance", test_paths=list(task.acceptance_paths),
+                              overlay=task.acceptance_overlay(),
+                              needs_nvme=task.needs_block_device,
+                              timeout_s=task.test_timeout_s, modelled_duration_s=None)
+        t0 = ctx.clock.now()
+        try:
+            res = await ctx.gate.run(req)
+        except asyncio.CancelledError:
+            raise
+        except Exception as e:  # an executor fault is a recorded gate error, not a crash
+            res = GateResult(verdict="error", error=f"{type(e).__name__}: {e}")
+        if req.modelled_duration_s is not None:
+            await ctx.clock.sleep(t0 + req.modelled_duration_s - ctx.clock.now())
+        ctx.run_dir.append(GateRecord(
+            run_id=self.run_id, session_id=self.sid, round=rnd,
+            executor=getattr(ctx.gate, "name", type(ctx.gate).__name__), t_start=t0,
+            t_end=ctx.clock.now(), verdict=res.verdict, suite=suite, passed=res.passed,
+            failed=res.failed, errors=res.errors, skipped=res.skipped,
+            real_duration_s=res.real_duration_s, modelled_duration_s=req.modelled_duration_s,
+            exit_code=res.exit_code, error=res.error, output_tail=res.output_tail[-4000:],
+            tests=res.tests))
+        return res
+
+    # ---- the session -----------------------------------------------------------------
+    def add_turn(self, turn: _Turn, rnd: int) -> None:
+        self.history.extend(turn.messages)
+        self.history_round.extend([rnd] * len(turn.messages))
+
+    def check_progress(self, turn: _Turn, tag: str, rnd: int) -> None:
+        if turn.ok_tool_calls == 0 and turn.reason:
+            raise _SessionEnd("ended", f"no_progress: {tag} in round {rnd}: {turn.reason}")
+
+    async def run(self) -> tuple[str, str | None, int, str | None]:
+        ctx, roles = self.ctx, self.ctx.roles
+        rnd = 0
+        verdict = None
+        for rnd in range(1, ctx.max_rounds + 1):
+            for name in ("architect", "contract", "test_writer"):
+                turn = await self.run_role(roles[name], rnd)
+                self.add_turn(turn, rnd)
+                self.check_progress(turn, name, rnd)
+            turns = await _gather([self.run_role(roles["implementer"], rnd, m,
+                                                 tag=f"implementer{i}")
+                                   for i, m in enumerate(self.task.modules)])
+            for i, turn in enumerate(turns):
+                self.add_turn(turn, rnd)
+            for i, turn in enumerate(turns):
+                self.check_progress(turn, f"implementer{i}", rnd)
+            turn = await self.run_role(roles["integrator"], rnd)
+            self.add_turn(turn, rnd)
+            self.check_progress(turn, "integrator", rnd)
+            res = await self.gate(rnd, "agent")
+            verdict = res.verdict
+            if verdict == "pass":
+                return "passed", None, rnd, verdict
+            report = (f"## Gate report, round {rnd}: {res.verdict.upper()} ({res.passed} passed, "
+                      f"{res.failed} failed, {res.errors} errors)\n\n"
+                      + res.failing_text(ctx.failing_text_chars))
+            self.history.append({"role": "user", "content": report})
+            self.history_round.append(rnd)
+        return "failed", f"tests still failing after {rnd} rounds", rnd, verdict
+
+
+async def _gather(coros: list) -> list:
+    """Run coroutines concurrently; on the first failure the others are cancelled."""
+    try:
+        async with asyncio.TaskGroup() as tg:
+            tasks = [tg.create_task(c) for c in coros]
+    except BaseExceptionGroup as eg:  # surface the first real failure, not the group
+        first = next((e for e in eg.exceptions if not isinstance(e, asyncio.CancelledError)),
+                     eg.exceptions[0])
+        raise first from None
+    return [t.result() for t in tasks]
+
+
+async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str) -> SessionOutcome:
+    """Run one session of ``task`` (a Task or a task name) to its end; see the module docstring.
+
+    Never raises for model or gate faults (they end the session with a recorded reason);
+    re-raises ``asyncio.CancelledError`` after recording status ``cancelled``.
+    """
+    if isinstance(task, str):
+        from .tasks import load_task
+        task = await asyncio.to_thread(load_task, task)
+    clock, rd = ctx.clock, ctx.run_dir
+    t_start = clock.now()
+    rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_start,
+                            status="started", seed=seed))
+    s = _Session(ctx, task, seed, session_id)
+    wroot = ctx.workspace_for(session_id)
+    if wroot.exists():
+        shutil.rmtree(wroot)
+    s.ws = Workspace(wroot, max_file_bytes=ctx.max_file_bytes)
+    status, reason, rounds, acceptance = "error", None, 0, None
+    gate_ready = False
+    try:
+        await ctx.gate.setup(session_id)
+        gate_ready = True
+        try:
+            status, reason, rounds, _ = await s.run()
+        except _SessionEnd as end:
+            status, reason = end.status, end.reason
+            rounds = max((r for r, *_ in s.call_tokens), default=0)
+        if ctx.run_acceptance and status in ("passed", "failed"):
+            acc = await s.gate(rounds, "acceptance")
+            acceptance = acc.verdict
+    except asyncio.CancelledError:
+        status, reason = "cancelled", "cancelled"
+        raise
+    except Exception as e:  # a bug or fault outside the model's control: recorded, not raised
+        status, reason = "error", f"{type(e).__name__}: {e}"
+    finally:
+        rounds = rounds or max((r for r, *_ in s.call_tokens), default=0)
+        t_end = clock.now()
+        rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_end,
+                                status=status, seed=seed, rounds=rounds,
+                                reason=(reason if acceptance is None else
+                                        f"{reason + '; ' if reason else ''}acceptance "
+                                        f"{acceptance}"),
+                                calls=s.calls, prompt_tokens=s.prompt_tokens))
+        if gate_ready:
+            try:
+                await asyncio.shield(ctx.gate.cleanup(session_id))
+            except Exception:
+                pass
+        if not ctx.keep_workspaces:
+            shutil.rmtree(wroot, ignore_errors=True)
+    return SessionOutcome(session_id=session_id, task=task.name, seed=seed, status=status,
+                          rounds=rounds, reason=reason, calls=s.calls,
+                          prompt_tokens=s.prompt_tokens, acceptance=acceptance,
+                          workspace=str(wroot), t_start=t_start, t_end=t_end,
+                          call_tokens=s.call_tokens)
+
+
+# ---- helpers ---------------------------------------------------------------------------
+
+
+def _chars(messages: list[dict[str, Any]]) -> int:
+    n = 0
+    for m in messages:
+        c = m.get("content")
+        if c:
+            n += len(c)
+        for tc in m.get("tool_calls") or ():
+            f = tc["function"]
+            n += len(f["name"]) + len(f["arguments"])
+    return n
+
+
+def _elide(msg: dict[str, Any]) -> int:
+    """Elide one history message in place; returns the characters saved."""
+    saved = 0
+    if msg.get("role") == "tool":
+        c = msg.get("content") or ""
+        if len(c) > ELIDE_MIN_CHARS and not c.startswith("[elided"):
+            marker = f"[elided to fit the context: {len(c)} characters of tool output]"
+            msg["content"] = marker
+            saved += len(c) - len(marker)
+    for tc in msg.get("tool_calls") or ():
+        f = tc["function"]
+        if f["name"] != "write_file" or len(f["arguments"]) <= ELIDE_MIN_CHARS:
+            continue
+        try:
+            args = json.loads(f["arguments"])
+            content = args.get("content")
+        except (ValueError, AttributeError):
+            continue
+        if isinstance(content, str) and not content.startswith("[elided"):
+            args["content"] = f"[elided to fit the context: {len(content)} characters]"
+            new = json.dumps(args)
+            saved += len(f["arguments"]) - len(new)
+            tc["function"] = {"name": f["name"], "arguments": new}
+    return saved
+
+
+def _args_summary(name: str, arguments: str, out: Any) -> str:
+    """A short, content-free description of a tool call for ToolEvent (never file content)."""
+    try:
+        args = json.loads(arguments) if arguments else {}
+    except (ValueError, TypeError):
+        return f"<malformed JSON, {len(arguments)} chars>"
+    if not isinstance(args, dict):
+        return f"<{type(args).__name__}>"
+    path = args.get("path")
+    parts = []
+    if isinstance(path, str):
+        parts.append(path[:160])
+    if isinstance(args.get("content"), str):
+        parts.append(f"{len(args['content'])} chars")
+    if name == "finish" and isinstance(args.get("summary"), str):
+        parts.append(f"summary {len(args['summary'])} chars")
+    return " ".join(parts)[:200]

@@ -1,0 +1,304 @@
+"""Child processes of the stack: find binaries, check libraries and ports, start, wait, stop.
+
+Every process is started in its own session (so a Ctrl-C in the terminal reaches adev, which then
+stops the children in order) with stdout+stderr going to a log file. A process is identified by
+``(pid, create_time)``: :func:`stop_process` only signals a pid whose start time still matches,
+so a recycled pid is never touched.
+"""
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import psutil
+
+MASTER_ENV = "ADEV_MOONCAKE_MASTER"
+"""Environment variable naming the ``mooncake_master`` binary to use (else venv bin dir, PATH)."""
+
+DEBIAN_PACKAGES = ("libibverbs1", "librdmacm1", "libnuma1")
+"""System packages Mooncake's binaries and store client need, even over TCP."""
+
+_LIB_ERROR = re.compile(r"error while loading shared libraries: ([^:\s]+)")
+
+
+class StackError(RuntimeError):
+    """The stack could not be started, found or stopped; the message says why and what to do."""
+
+
+class MissingBinaryError(StackError):
+    pass
+
+
+class MissingLibraryError(StackError):
+    pass
+
+
+class PortInUseError(StackError):
+    pass
+
+
+def missing_library_message(binary: str | Path, libs: list[str]) -> str:
+    return (f"{binary} cannot load shared libraries {', '.join(libs) or '(see log)'}; install the "
+            f"Debian packages {' '.join(DEBIAN_PACKAGES)} (sudo apt-get install -y "
+            f"{' '.join(DEBIAN_PACKAGES)}; scripts/bootstrap.sh does this)")
+
+
+# --------------------------------------------------------------------------------------------
+# Binaries
+
+
+def find_master_binary() -> Path:
+    """The ``mooncake_master`` to run: ``$ADEV_MOONCAKE_MASTER``, else the venv's bin dir, else PATH.
+
+    Raises :class:`MissingBinaryError` naming where it looked and how to install it.
+    """
+    looked: list[str] = []
+    env = os.environ.get(MASTER_ENV)
+    if env:
+        p = Path(env)
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+        raise MissingBinaryError(
+            f"mooncake_master not found: {MASTER_ENV}={env} is not an executable file")
+    for d in (Path(sys.executable).parent, Path(sys.prefix) / "bin"):
+        p = d / "mooncake_master"
+        looked.append(str(p))
+        if p.is_file() and os.access(p, os.X_OK):
+            return p
+    w = shutil.which("mooncake_master")
+    if w:
+        return Path(w)
+    looked.append("$PATH")
+    raise MissingBinaryError(
+        "mooncake_master not found (looked in " + ", ".join(looked) + "); install the Python "
+        "package mooncake-transfer-engine-non-cuda (pip install mooncake-transfer-engine-non-cuda, "
+        f"done by scripts/bootstrap.sh), or set {MASTER_ENV} to the binary")
+
+
+def missing_libraries(binary: str | Path) -> list[str]:
+    """Shared libraries ``ldd`` reports as 'not found' for ``binary`` ([] if none or no ldd)."""
+    ldd = shutil.which("ldd")
+    if not ldd:
+        return []
+    try:
+        out = subprocess.run([ldd, str(binary)], capture_output=True, text=True, timeout=20)
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    missing = []
+    for line in out.stdout.splitlines():
+        if "=> not found" in line:
+            missing.append(line.split("=>")[0].strip())
+    return missing
+
+
+def check_master_binary(binary: str | Path) -> None:
+    libs = missing_libraries(binary)
+    if libs:
+        raise MissingLibraryError(missing_library_message(binary, libs))
+
+
+# --------------------------------------------------------------------------------------------
+# Ports
+
+
+def free_port(host: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
+    """An ephemeral port that is free right now on ``host`` (the kernel picks it)."""
+    for _ in range(50):
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            s.bind((host, 0))
+            port = s.getsockname()[1]
+        if not avoid or port not in avoid:
+            return port
+    raise StackError("could not find a free port")
+
+
+def port_in_use(host: str, port: int) -> bool:
+    """True when a server could not bind ``host:port`` now (someone listens on it)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            s.bind((host, port))
+        except OSError:
+            return True
+    return False
+
+
+def tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+# --------------------------------------------------------------------------------------------
+# Processes
+
+
+@dataclass
+class Proc:
+    """One started child: what ran, where it logs, how to recognise it later."""
+
+    name: str
+    pid: int
+    create_time: float
+    cmd: list[str]
+    log: str
+    ports: dict[str, int] = field(default_factory=dict)
+
+
+_POPENS: dict[int, subprocess.Popen] = {}
+"""Popen objects of children started by this process (so they are reaped, not left zombies)."""
+
+
+def spawn(name: str, cmd: list[str], log: Path, *, env: dict[str, str] | None = None,
+          cwd: str | Path | None = None, ports: dict[str, int] | None = None) -> Proc:
+    """Start ``cmd`` detached into its own session, stdout+stderr appended to ``log``."""
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with open(log, "ab") as fh:
+        fh.write(f"\n=== adev: starting {name}: {' '.join(cmd)}\n".encode())
+        fh.flush()
+        try:
+            p = subprocess.Popen(cmd, stdout=fh, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                 env=env, cwd=cwd, start_new_session=True)
+        except OSError as e:
+            raise StackError(f"cannot start {name} ({cmd[0]}): {e}") from None
+    _POPENS[p.pid] = p
+    try:
+        ct = psutil.Process(p.pid).create_time()
+    except psutil.Error:
+        ct = 0.0
+    return Proc(name=name, pid=p.pid, create_time=ct, cmd=list(cmd), log=str(log),
+                ports=dict(ports or {}))
+
+
+def _process(pid: int, create_time: float) -> psutil.Process | None:
+    """The live process ``pid`` if it is still the one started at ``create_time``."""
+    try:
+        p = psutil.Process(pid)
+        if create_time and abs(p.create_time() - create_time) > 0.05:
+            return None  # pid recycled: not ours
+        if p.status() == psutil.STATUS_ZOMBIE:
+            _reap(pid)
+            return None
+        return p
+    except psutil.Error:
+        return None
+
+
+def _reap(pid: int) -> None:
+    pop = _POPENS.pop(pid, None)
+    if pop is not None:
+        try:
+            pop.wait(timeout=0)
+        except subprocess.TimeoutExpired:
+            _POPENS[pid] = pop
+
+
+def is_alive(pid: int, create_time: float) -> bool:
+    """True while the process started as ``(pid, create_time)`` runs (zombies count as dead)."""
+    pop = _POPENS.get(pid)
+    if pop is not None and pop.poll() is not None:
+        _POPENS.pop(pid, None)
+        return False
+    return _process(pid, create_time) is not None
+
+
+def exit_code(pid: int) -> int | None:
+    """Exit status of a child started by this process, if it has exited."""
+    pop = _POPENS.get(pid)
+    return pop.poll() if pop is not None else None
+
+
+def stop_process(pid: int, create_time: float, *, timeout: float = 15.0) -> str:
+    """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Returns 'stopped', 'killed' or 'gone'.
+
+    Only the process identified by ``(pid, create_time)`` is signalled.
+    """
+    p = _process(pid, create_time)
+    if p is None:
+        _reap(pid)
+        return "gone"
+    try:
+        p.send_signal(signal.SIGTERM)
+    except psutil.Error:
+        _reap(pid)
+        return "gone"
+    result = "stopped"
+    try:
+        _wait(pid, p, timeout)
+    except psutil.TimeoutExpired:
+        result = "killed"
+        try:
+            p.kill()
+            _wait(pid, p, 10.0)
+        except psutil.Error:
+            pass
+    except psutil.Error:
+        pass
+    _reap(pid)
+    return result
+
+
+def _wait(pid: int, p: psutil.Process, timeout: float) -> None:
+    pop = _POPENS.get(pid)
+    if pop is not None:
+        try:
+            pop.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            raise psutil.TimeoutExpired(timeout, pid) from None
+        _POPENS.pop(pid, None)
+    else:
+        p.wait(timeout=timeout)
+
+
+def log_tail(path: str | Path, n: int = 20) -> str:
+    try:
+        lines = Path(path).read_text(errors="replace").splitlines()
+    except OSError:
+        return ""
+    return "\n".join(lines[-n:])
+
+
+def library_error_in_log(path: str | Path) -> list[str] | None:
+    """Library names from a dynamic loader error in ``path`` ('error while loading shared libraries')."""
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    libs = _LIB_ERROR.findall(text)
+    return libs or None
+
+
+def wait_until(ready: Callable[[], bool], proc: Proc, *, timeout: float, what: str,
+               poll: float = 0.1) -> None:
+    """Poll ``ready()`` until true; raise :class:`StackError` (with the log tail) if ``proc``
+    exits first or ``timeout`` seconds pass."""
+    deadline = time.monotonic() + timeout
+    while True:
+        if ready():
+            return
+        if not is_alive(proc.pid, proc.create_time):
+            code = exit_code(proc.pid)
+            raise ProcessExited(proc, code)
+        if time.monotonic() > deadline:
+            raise StackError(f"{what} did not become ready within {timeout:.0f} s; log "
+                             f"{proc.log}:\n{log_tail(proc.log)}")
+        time.sleep(poll)
+
+
+class ProcessExited(StackError):
+    def __init__(self, proc: Proc, code: int | None):
+        self.proc = proc
+        self.code = code
+        super().__init__(f"{proc.name} exited during start-up (exit status {code}); log "
+                         f"{proc.log}:\n{log_tail(proc.log)}")

@@ -68,6 +68,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
                 return _convert(a, value, where)
             except ConfigError as e:
                 errors.append(str(e))
+                if isinstance(value, dict) and dataclasses.is_dataclass(a):
+                    raise  # a table meant for this dataclass: its own error names the key
         raise ConfigError(errors[0] if len(errors) == 1 else
                           f"{where}: expected {_type_name(tp)}, got {value!r}")
     if origin in (list, tuple):

@@ -1,0 +1,419 @@
+"""Run a fleet end to end: run directory, stack, gate, sessions, scrapes, windows, live view,
+signals, resume, summary.
+
+``run_fleet(cfg)`` creates ``results/runs/<id>/`` (manifest, ``fleet.json`` with what
+``--resume`` needs), brings the stack up (:func:`adev.stack.running_stack`, contract 3; it is
+stopped on exit only if this process started it), and runs the protocol of
+:mod:`adev.fleet.protocols`. Batch runs restart the embedded stack between runs so each run
+starts from a fresh stack state (if the stack was already up and reused, it cannot be restarted:
+an event ``stack_reused`` says so). SIGINT/SIGTERM stop the fleet cleanly: sessions are
+cancelled, the open window is closed as invalid, the stack is torn down if adev started it, and
+the summary is printed. ``resume_fleet(run)`` continues an interrupted run (see
+:func:`adev.fleet.windows.resume_plan`).
+
+Everything outside the fleet stage (stack, sessions, gate, analysis) is reached through
+:class:`Deps` so unit tests can pass small fakes; :func:`real_deps` wires the real stages.
+"""
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import os
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from ..clock import RunClock
+from ..config import ROOT, ConfigError, StackConfig
+from ..manifest import build_manifest
+from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
+from .config import FleetConfig, fleet_from_dict
+from .live import FleetState, LiveDisplay, ObservedRunDir
+from .protocols import Fleet, FleetAborted
+from .scraper import Scraper
+from .windows import RegimeDetector, last_stamp, resume_plan
+
+FLEET_STATE = "fleet.json"
+
+
+@dataclass
+class Deps:
+    """What the fleet needs from the other stages."""
+
+    running_stack: Callable[[StackConfig], Any]          # async context manager -> StackInfo
+    list_tasks: Callable[[], list[str]]
+    # make_sessions(cfg, info, run_dir, clock, state) -> async context manager yielding a
+    # launcher ``await launcher(task, seed, session_id)``
+    make_sessions: Callable[..., Any]
+    summarise: Callable[[Path], str] | None = None       # run dir -> printable summary
+    report: Callable[[Path], Path | None] | None = None  # run dir -> path of the full report
+
+
+def real_deps() -> Deps:
+    from . import wiring
+    return Deps(running_stack=wiring.running_stack, list_tasks=wiring.list_tasks,
+                make_sessions=wiring.make_sessions, summarise=wiring.summarise,
+                report=wiring.report)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class RunOutcome:
+    run_dir: Path
+    windows: list[dict[str, Any]]
+    stopped: str | None
+    aborted: str | None
+    summary: str
+    report_path: Path | None
+    wall_s: float
+
+    @property
+    def exit_code(self) -> int:
+        if self.aborted:
+            return 1
+        if self.stopped:
+            return 130
+        return 0
+
+
+def _targets(info: Any) -> dict[str, str]:
+    t = dict(info.metrics_urls)
+    if info.master_metrics_url:
+        t["master"] = info.master_metrics_url
+    return t
+
+
+def repair_torn_tails(run_path: Path) -> dict[str, int]:
+    """End every record file whose last line was torn by a crash with a newline, so records
+    appended after a resume start on a line of their own (the torn fragment stays, unreadable,
+    and is counted by ``RunDir.torn_lines``). Returns {kind: fragments terminated}."""
+    fixed: dict[str, int] = {}
+    for kind in RECORD_TYPES:
+        p = run_path / f"{kind}.jsonl"
+        if not p.exists() or p.stat().st_size == 0:
+            continue
+        with p.open("rb+") as fh:
+            fh.seek(-1, os.SEEK_END)
+            if fh.read(1) != b"\n":
+                fh.seek(0, os.SEEK_END)
+                fh.write(b"\n")
+                fixed[kind] = 1
+    return fixed
+
+
+class _Signals:
+    """SIGINT/SIGTERM -> a clean stop of the current fleet; a second signal cancels outright."""
+
+    def __init__(self, main_task: asyncio.Task):
+        self.main = main_task
+        self.fleet: Fleet | None = None
+        self.received: str | None = None
+        self.loop = asyncio.get_running_loop()
+
+    def _handle(self, name: str) -> None:
+        if self.received is None:
+            self.received = name
+            print(f"\nadev: {name}: stopping the fleet (again to abort)", file=sys.stderr)
+            if self.fleet is not None:
+                self.fleet.stop(name)
+        else:
+            self.main.cancel()
+
+    def __enter__(self) -> "_Signals":
+        for s in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.add_signal_handler(s, self._handle, s.name)
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        for s in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                self.loop.remove_signal_handler(s)
+
+
+class FleetRun:
+    """One fleet run (new or resumed) in one process."""
+
+    def __init__(self, cfg: FleetConfig, stack_cfg: StackConfig, deps: Deps, *,
+                 run_path: Path | None = None, resume: bool = False, out=None,
+                 live: str | None = None):
+        self.cfg = cfg
+        self.stack_cfg = stack_cfg
+        self.deps = deps
+        self.resume = resume
+        self.out = out or sys.stdout
+        self.live_mode = live or cfg.live
+        if run_path is None:
+            base = Path(cfg.results_dir)
+            base = base if base.is_absolute() else ROOT / base
+            base.mkdir(parents=True, exist_ok=True)
+            run_path = base / new_run_id("fleet")
+            run_path.mkdir()
+        self.path = run_path
+        self.state = FleetState(cfg.width, [e.name for e in stack_cfg.endpoints],
+                                stack_cfg.time_scale)
+        self.run_dir = ObservedRunDir(run_path, observers=[self.state.on_record])
+        self.run_id = self.run_dir.run_id
+        self.clock: RunClock | None = None
+        self.signals: _Signals | None = None
+        self.fleet: Fleet | None = None
+        self.result_windows: list[dict[str, Any]] = []
+        self.stopped: str | None = None
+        self.aborted: str | None = None
+
+    # -- bookkeeping --------------------------------------------------------------------
+    def _event(self, name: str, **detail: Any) -> None:
+        t = self.clock.now() if self.clock else 0.0
+        self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event=name, detail=detail))
+
+    def _write_state(self) -> None:
+        self.run_dir.write_json(FLEET_STATE, {
+            "run_id": self.run_id,
+            "fleet": dataclasses.asdict(dataclasses.replace(self.cfg, stack=self.stack_cfg)),
+            "clock": {"t0_mono": self.clock.t0, "time_scale": self.clock.time_scale},
+        })
+
+    def _tasks(self) -> list[str]:
+        avail = self.deps.list_tasks()
+        if not self.cfg.tasks:
+            if not avail:
+                raise ConfigError("fleet.tasks: no built-in tasks found under fleets/tasks/")
+            return sorted(avail)
+        unknown = [t for t in self.cfg.tasks if t not in avail]
+        if unknown:
+            raise ConfigError(f"fleet.tasks: unknown task(s) {unknown}; available: "
+                              f"{', '.join(sorted(avail)) or 'none'}")
+        return list(self.cfg.tasks)
+
+    def _check_roles(self) -> None:
+        names = {e.name for e in self.stack_cfg.endpoints}
+        for logical, ep in self.cfg.endpoints.items():
+            if ep not in names:
+                raise ConfigError(f"fleet.endpoints.{logical}: endpoint {ep!r} is not in the "
+                                  f"stack; endpoints: {', '.join(sorted(names))}")
+
+    # -- main ---------------------------------------------------------------------------
+    async def run(self) -> RunOutcome:
+        t_wall = time.monotonic()
+        tasks = self._tasks()
+        self._check_roles()
+        self.signals = _Signals(asyncio.current_task())
+        display: LiveDisplay | None = None
+        try:
+            with self.signals:
+                if self.cfg.protocol == "steady":
+                    await self._steady(tasks)
+                else:
+                    await self._batch(tasks)
+        except FleetAborted as e:
+            self.aborted = str(e)
+        except asyncio.CancelledError:
+            self.stopped = self.stopped or "cancelled (second signal)"
+        finally:
+            if self.clock is not None:
+                with contextlib.suppress(Exception):
+                    self._event("fleet_end", stopped=self.stopped, aborted=self.aborted)
+            self.run_dir.close()
+        summary = self._summary()
+        report_path = None
+        if self.deps.report is not None and self.cfg.report and self.clock is not None:
+            try:
+                report_path = self.deps.report(self.path)
+            except Exception as e:
+                summary += f"\nreport: not written ({type(e).__name__}: {e})"
+        return RunOutcome(self.path, self.result_windows, self.stopped, self.aborted, summary,
+                          report_path, time.monotonic() - t_wall)
+
+    def _make_clock(self, info: Any) -> RunClock:
+        if self.clock is None:
+            self.clock = RunClock(time_scale=float(info.time_scale))
+        return self.clock
+
+    def _detector(self, info: Any) -> RegimeDetector:
+        prof = getattr(info, "profile", None)
+        return RegimeDetector(self.cfg.width, self.cfg.warmup,
+                              getattr(prof, "gpu_pool_tokens", None))
+
+    def _start_records(self, info: Any) -> None:
+        if self.resume:
+            return
+        self.run_dir.write_json("manifest.json", build_manifest(
+            self.run_id, config={"fleet": self.cfg, "stack": self.stack_cfg},
+            seeds={"fleet": self.cfg.seed}, time_scale=self.clock.time_scale,
+            extra={"kind": "fleet", "protocol": self.cfg.protocol,
+                   "stack_started_here": bool(getattr(info, "started_here", False))}))
+        self._write_state()
+
+    async def _with_stack(self, body: Callable[[Any], Any]) -> Any:
+        async with self.deps.running_stack(self.stack_cfg) as info:
+            if self.clock is not None and abs(info.time_scale - self.clock.time_scale) > 1e-9:
+                raise ConfigError(f"stack.time_scale: the stack runs at {info.time_scale}, this "
+                                  f"run's clock at {self.clock.time_scale}")
+            return await body(info)
+
+    async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
+                           seed_offset: int, body: Callable[[Fleet], Any]) -> Any:
+        clock = self._make_clock(info)
+        self._start_records(info)
+        scraper = Scraper(self.run_dir, self.run_id, clock, _targets(info),
+                          interval_s=self.cfg.scrape_interval_s)
+        display = LiveDisplay(self.state, clock, self.live_mode, stream=self.out)
+        try:
+            async with self.deps.make_sessions(self.cfg, info, self.run_dir, clock,
+                                               self.state) as launcher:
+                fleet = Fleet(self.cfg, self.run_dir, self.run_id, clock, launcher, scraper,
+                              tasks, epoch=epoch, first_seed_offset=seed_offset,
+                              state=self.state, detector=self._detector(info))
+                self.fleet = fleet
+                if self.signals is not None:
+                    self.signals.fleet = fleet
+                    if self.signals.received:
+                        fleet.stop(self.signals.received)
+                display.start()
+                try:
+                    return await body(fleet)
+                finally:
+                    self.stopped = self.stopped or fleet.stop_reason
+                    await display.stop()
+        finally:
+            await scraper.aclose()
+
+    # -- protocols ----------------------------------------------------------------------
+    async def _steady(self, tasks: list[str]) -> None:
+        epoch, offset, first, count = 0, 0, 1, self.cfg.windows.count
+        if self.resume:
+            epoch, offset, first, count = self._resume_bookkeeping()
+
+        async def body(info: Any) -> None:
+            async def go(fleet: Fleet) -> None:
+                res = await fleet.run_steady(first_index=first, count=count)
+                self.result_windows += [dataclasses.asdict(w) for w in res.windows]
+            await self._session_env(info, tasks, epoch=epoch, seed_offset=offset, body=go)
+
+        await self._with_stack(body)
+
+    async def _batch(self, tasks: list[str]) -> None:
+        epoch, offset, first, count = 0, 0, 1, self.cfg.runs
+        if self.resume:
+            epoch, offset, first, count = self._resume_bookkeeping()
+        done_runs = first - 1
+        for k in range(count):
+            if self.signals is not None and self.signals.received:
+                break
+            run_number = done_runs + k + 1
+
+            async def body(info: Any, run_number=run_number, k=k) -> None:
+                if not getattr(info, "started_here", False) and count > 1:
+                    self.clock and self._event(
+                        "stack_reused", run=run_number,
+                        note="the stack was already up and is not restarted between runs: "
+                             "runs do not start from a fresh stack state")
+
+                async def go(fleet: Fleet) -> None:
+                    fleet.launched = offset + k * self.cfg.width
+                    w = await fleet.run_batch_once(first + k, run_number)
+                    if w is not None:
+                        self.result_windows.append(dataclasses.asdict(w))
+                await self._session_env(info, tasks, epoch=epoch, seed_offset=offset, body=go)
+
+            await self._with_stack(body)
+
+    # -- resume -------------------------------------------------------------------------
+    def _resume_bookkeeping(self) -> tuple[int, int, int, int]:
+        """Close what the interrupted process left open; returns (epoch, seed offset, next
+        window index, windows still to measure)."""
+        st = json.loads((self.path / FLEET_STATE).read_text())
+        fixed = repair_torn_tails(self.path)
+        rd = self.run_dir
+        recs = {k: rd.read(k) for k in RECORD_TYPES}
+        t_last = last_stamp(recs)
+        count = self.cfg.windows.count if self.cfg.protocol == "steady" else self.cfg.runs
+        plan = resume_plan(recs["windows"], recs["events"], recs["sessions"], count, t_last)
+        # the clock continues the interrupted run's timeline (CLOCK_MONOTONIC is host-wide);
+        # after a reboot it is shifted so that new stamps follow the last recorded one
+        ck = st["clock"]
+        clock = RunClock(time_scale=float(ck["time_scale"]), t0=float(ck["t0_mono"]))
+        if clock.now() <= t_last:
+            clock = RunClock(time_scale=clock.time_scale,
+                             t0=time.monotonic() - (t_last + 1.0) / clock.time_scale)
+        self.clock = clock
+        for w in plan.interrupted:
+            self.run_dir.append(WindowRecord(run_id=self.run_id, **w))
+            self.result_windows.append({"run_id": self.run_id, **w})
+        for s in plan.orphan_sessions:
+            self.run_dir.append(SessionRecord(
+                run_id=self.run_id, session_id=s["session_id"], task=s.get("task", ""),
+                t=t_last, status="cancelled", seed=int(s.get("seed", 0)),
+                reason="interrupted: the fleet process stopped during the session"))
+        self._event("resume", epoch=plan.epoch, interrupted=[w["index"] for w in plan.interrupted],
+                    valid_done=plan.valid_done, remaining=plan.remaining,
+                    next_index=plan.next_index, t_last=t_last, torn_fixed=fixed,
+                    orphan_sessions=[s["session_id"] for s in plan.orphan_sessions])
+        self._write_state()
+        offset = 0 if plan.max_seed is None else plan.max_seed - self.cfg.seed + 1
+        return plan.epoch, offset, plan.next_index, plan.remaining
+
+    # -- the end ------------------------------------------------------------------------
+    def _summary(self) -> str:
+        ws = self.run_dir.read("windows")
+        valid = [w for w in ws if w.get("valid")]
+        lines = [f"run {self.run_id}: {self.path}",
+                 f"windows: {len(valid)} valid, {len(ws) - len(valid)} invalid"
+                 + "".join(f"\n  window {w['index']}: [{w['t0']:.0f}, {w['t1']:.0f}) "
+                           f"{'valid' if w['valid'] else 'INVALID: ' + str(w.get('reason'))}"
+                           for w in ws)]
+        if self.stopped:
+            lines.append(f"stopped early: {self.stopped}")
+        if self.aborted:
+            lines.append(f"aborted: {self.aborted}")
+        ss = self.run_dir.read("sessions")
+        ends: dict[str, int] = {}
+        for s in ss:
+            if s["status"] != "started":
+                ends[s["status"]] = ends.get(s["status"], 0) + 1
+        lines.append(f"sessions: {sum(1 for s in ss if s['status'] == 'started')} started; "
+                     + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())))
+        calls = self.run_dir.read("calls")
+        lines.append(f"calls: {len(calls)} records, "
+                     f"{sum(1 for c in calls if c.get('status') != 'ok')} not ok")
+        if self.deps.summarise is not None and self.clock is not None:
+            try:
+                lines.append(self.deps.summarise(self.path))
+            except Exception as e:
+                lines.append(f"summary figures: unavailable ({type(e).__name__}: {e})")
+        return "\n".join(lines)
+
+
+# --------------------------------------------------------------------------------------------
+
+
+def run_fleet(cfg: FleetConfig, *, base: Path | None = None, deps: Deps | None = None,
+              out=None, live: str | None = None) -> RunOutcome:
+    deps = deps or real_deps()
+    stack_cfg = cfg.stack_config(base)
+    run = FleetRun(cfg, stack_cfg, deps, out=out, live=live)
+    return asyncio.run(run.run())
+
+
+def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
+                 live: str | None = None) -> RunOutcome:
+    """Continue the interrupted run ``run`` (a run id under results/runs or a path)."""
+    p = Path(run)
+    if not (p / FLEET_STATE).exists():
+        cand = ROOT / "results" / "runs" / str(run)
+        if (cand / FLEET_STATE).exists():
+            p = cand
+        else:
+            raise ConfigError(f"--resume: {run} is not a fleet run directory (no {FLEET_STATE})")
+    st = json.loads((p / FLEET_STATE).read_text())
+    cfg = fleet_from_dict(st["fleet"])
+    deps = deps or real_deps()
+    fr = FleetRun(cfg, cfg.stack_config(), deps, run_path=p, resume=True, out=out, live=live)
+    return asyncio.run(fr.run())

@@ -1,0 +1,59 @@
+import pytest
+
+from adev.config import ConfigError, StackConfig
+from adev.fleet.config import (FleetConfig, fleet_from_dict, load_campaign, load_fleet)
+from adev.config import ROOT
+
+
+def test_default_file_loads_and_overrides_apply():
+    cfg, base = load_fleet()
+    assert cfg.width == 12 and cfg.protocol == "steady"
+    cfg2, _ = load_fleet(None, {"width": 3, "windows.count": 2, "windows.length_s": 60.0,
+                                "time_scale": 50.0})
+    assert (cfg2.width, cfg2.windows.count, cfg2.windows.length_s) == (3, 2, 60.0)
+    st = cfg2.stack_config(base)
+    assert isinstance(st, StackConfig) and st.time_scale == 50.0
+
+
+@pytest.mark.parametrize("data,key", [
+    ({"widht": 3}, "fleet.widht"),
+    ({"width": 0}, "fleet.width"),
+    ({"protocol": "sprint"}, "fleet.protocol"),
+    ({"windows": {"count": 0}}, "fleet.windows.count"),
+    ({"windows": {"length_s": -5}}, "fleet.windows.length_s"),
+    ({"windows": {"lenght_s": 5}}, "fleet.windows.lenght_s"),
+    ({"warmup": {"kv_usage": 1.5}}, "fleet.warmup.kv_usage"),
+    ({"warmup": {"min_s": 100, "max_s": 10}}, "fleet.warmup.min_s"),
+    ({"runs": 3}, "fleet.runs"),                       # runs with steady state
+    ({"pause_s": -1}, "fleet.pause_s"),
+    ({"gate": "docker"}, "fleet.gate"),
+    ({"time_scale": 0}, "fleet.time_scale"),
+    ({"stack": {"mode": "embeded"}}, "fleet.stack.mode"),
+    ({"width": "12"}, "fleet.width"),
+])
+def test_bad_values_name_the_key(data, key):
+    with pytest.raises(ConfigError) as e:
+        fleet_from_dict(data)
+    assert key in str(e.value)
+
+
+def test_inline_stack_and_batch():
+    cfg = fleet_from_dict({"protocol": "batch", "runs": 3,
+                           "stack": {"time_scale": 7.0, "configuration": "store-ram"}})
+    st = cfg.stack_config()
+    assert cfg.runs == 3 and st.time_scale == 7.0 and st.configuration == "store-ram"
+
+
+def test_unknown_top_level_table(tmp_path):
+    p = tmp_path / "f.toml"
+    p.write_text("[fleet]\nwidth = 2\n[flet]\nwidth = 3\n")
+    with pytest.raises(ConfigError, match="flet"):
+        load_fleet(p)
+
+
+def test_nightly_campaign_file_is_valid():
+    camp, _ = load_campaign(ROOT / "fleets" / "nightly.toml")
+    names = [p.name for p in camp.points]
+    assert len(names) == len(set(names))
+    widths = sorted({p.fleet.get("width") for p in camp.points if p.fleet.get("width")})
+    assert widths == [1, 2, 6, 12, 18]

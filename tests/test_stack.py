@@ -1,0 +1,415 @@
+"""The stack lifecycle: commands, state, reuse, errors, and that nothing is left running.
+
+Unit tests need no processes. Tests marked ``integration`` start a real ``mooncake_master``; the
+lifecycle tests use a stand-in endpoint (``tests/stack_fake_endpoint.py``, same command line as the
+emulator) so they test the stack alone; ``test_embedded_stack_with_emulator`` runs the real one.
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import importlib.util
+import json
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+from pathlib import Path
+
+import psutil
+import pytest
+
+from adev.config import ROOT, ConfigError, StackConfig, from_dict
+from adev.stack import (MASTER_ENV, MissingBinaryError, MissingLibraryError, PortInUseError,
+                        StackError, config_diff, endpoint_command, external_info, master_flags,
+                        master_lease_ms, read_state, running_stack, small_config, stack_status,
+                        start_stack, stop_stack)
+from adev.stack.plan import render, vllm_plan
+
+FAKE = str(Path(__file__).with_name("stack_fake_endpoint.py"))
+
+
+@pytest.fixture
+def sdir():
+    d = Path(tempfile.mkdtemp(prefix="adev-st-"))
+    yield d
+    st = read_state(d)
+    if st is not None:  # a failing test must not leave processes behind
+        stop_stack(d)
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def children() -> set[int]:
+    return {p.pid for p in psutil.Process().children(recursive=True)
+            if p.status() != psutil.STATUS_ZOMBIE}
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.Error:
+        return False
+
+
+def get(url: str) -> int:
+    with urllib.request.urlopen(url, timeout=5) as r:
+        return r.status
+
+
+# ------------------------------------------------------------------------------------------
+# Unit
+
+
+def test_lease_is_real_milliseconds_of_model_seconds():
+    cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 5.0})
+    assert master_lease_ms(cfg) == 500
+    cfg = small_config("/tmp/x", time_scale=1.0, store={"lease_ttl_s": 300.0})
+    assert master_lease_ms(cfg) == 300_000
+    cfg = small_config("/tmp/x", time_scale=100.0, store={"lease_ttl_s": 0.01})
+    assert master_lease_ms(cfg) == 1  # never 0: Mooncake would read it as no lease
+
+
+@pytest.mark.parametrize("configuration,offload", [
+    ("store-ram", []), ("gpu-only", []), ("recompute", []),
+    ("store-ram+disk", ["--enable_offload=true", "--offload_on_evict=true"]),
+    ("disk-only", ["--enable_offload=true"]),
+])
+def test_master_flags(configuration, offload):
+    cfg = small_config("/tmp/x", configuration=configuration)
+    flags = master_flags(cfg, rpc_port=1234, metrics_port=5678)
+    assert flags[:6] == ["--rpc_port=1234", "--rpc_address=127.0.0.1", "--metrics_port=5678",
+                         "--metrics_host=127.0.0.1", "--default_kv_lease_ttl=500",
+                         "--client_ttl=10"]
+    assert flags[6:] == offload
+
+
+def test_endpoint_command_is_contract_2(tmp_path):
+    cmd = endpoint_command("adev.emulator.server", tmp_path / "stack.json", "coder", 8001,
+                           "127.0.0.1:5000", tmp_path / "disk")
+    assert cmd == [sys.executable, "-m", "adev.emulator.server", "--config",
+                   str(tmp_path / "stack.json"), "--endpoint", "coder", "--port", "8001",
+                   "--master", "127.0.0.1:5000", "--disk-dir", str(tmp_path / "disk")]
+    assert "--disk-dir" not in endpoint_command("m", tmp_path, "c", 1, "h:2", None)
+
+
+def test_config_diff_port_zero_matches_any_port():
+    want = small_config("/tmp/x")
+    run = dataclasses.asdict(want)
+    run["store"]["master_port"] = 40000
+    run["endpoints"][0]["port"] = 40001
+    assert config_diff(run, want) == []
+    run["time_scale"] = 1.0
+    run["store"]["lease_ttl_s"] = 60.0
+    diffs = config_diff(run, want)
+    assert any(d.startswith("stack.time_scale") for d in diffs)
+    assert any(d.startswith("stack.store.lease_ttl_s") for d in diffs)
+
+
+def test_external_info_starts_nothing():
+    cfg = from_dict(StackConfig, {
+        "mode": "external", "time_scale": 10.0,
+        "endpoints": [{"name": "coder", "base_url": "http://gpu1:8000/v1"},
+                      {"name": "reasoner", "base_url": "http://gpu2:8000"}],
+        "store": {"metrics_url": "http://master:9003/metrics"}}, "stack")
+    info = external_info(cfg)
+    assert info.endpoints == {"coder": "http://gpu1:8000/v1", "reasoner": "http://gpu2:8000/v1"}
+    assert info.metrics_urls == {"coder": "http://gpu1:8000/metrics",
+                                 "reasoner": "http://gpu2:8000/metrics"}
+    assert info.master_metrics_url == "http://master:9003/metrics"
+    assert info.time_scale == 1.0 and not info.started_here
+    assert info.model == "Qwen3-Coder-30B-A3B-Instruct-FP8"
+    assert start_stack(cfg).endpoints == info.endpoints  # external: start_stack starts nothing
+
+
+def test_external_mode_needs_base_urls():
+    with pytest.raises(ConfigError, match="base_url"):
+        from_dict(StackConfig, {"mode": "external", "endpoints": [{"name": "coder"}]}, "stack")
+
+
+async def test_running_stack_external_yields_info():
+    cfg = from_dict(StackConfig, {"mode": "external", "endpoints": [
+        {"name": "coder", "base_url": "http://127.0.0.1:9/v1"}]}, "stack")
+    async with running_stack(cfg) as info:
+        assert info.endpoints["coder"] == "http://127.0.0.1:9/v1" and not info.started_here
+
+
+def test_plan_vllm_store_ram_disk():
+    cfg = small_config("/tmp/x", configuration="store-ram+disk", time_scale=10.0,
+                       store={"ram_gb": 32.0, "lease_ttl_s": 5.0}, seed=7)
+    plan = vllm_plan(cfg, master_host="10.0.0.5", protocol="tcp")
+    # GPU nodes run at time scale 1: the lease is the model lease in real ms.
+    assert "--default_kv_lease_ttl=5000" in plan.master_cmd
+    assert "--enable_offload=true" in plan.master_cmd
+    mc = plan.mooncake_config
+    assert mc == {"mode": "embedded", "metadata_server": "P2PHANDSHAKE",
+                  "master_server_address": "10.0.0.5:50051", "global_segment_size": "16GB",
+                  "local_buffer_size": "4GB", "protocol": "tcp", "device_name": "",
+                  "enable_offload": True}
+    assert plan.env["PYTHONHASHSEED"] == "7"
+    assert set(plan.serve_cmds) == {"coder", "reasoner"}
+    for cmd in plan.serve_cmds.values():
+        assert cmd[:2] == ["vllm", "serve"]
+        i = cmd.index("--kv-transfer-config")
+        assert json.loads(cmd[i + 1]) == {"kv_connector": "MooncakeStoreConnector",
+                                          "kv_role": "kv_both"}
+        assert "--enable-prompt-tokens-details" in cmd and "--enable-prefix-caching" in cmd
+        assert cmd[cmd.index("--block-size") + 1] == "16"
+        assert cmd[cmd.index("--max-model-len") + 1] == "65536"
+    text = render(plan)
+    assert text.count("PYTHONHASHSEED=7") == 2 and "MOONCAKE_CONFIG_PATH=" in text
+    # the external config it prints loads back as a valid external stack
+    import tomllib
+    ext = from_dict(StackConfig, tomllib.loads(plan.external_toml)["stack"], "stack")
+    assert ext.mode == "external" and ext.store.metrics_url == "http://10.0.0.5:9003/metrics"
+
+
+def test_plan_vllm_without_store():
+    rec = vllm_plan(small_config("/tmp/x", configuration="recompute"))
+    assert rec.master_cmd is None and rec.mooncake_config is None
+    for cmd in rec.serve_cmds.values():
+        assert "--no-enable-prefix-caching" in cmd and "--kv-transfer-config" not in cmd
+    gpu = vllm_plan(small_config("/tmp/x", configuration="gpu-only"))
+    assert gpu.master_cmd is None
+    for cmd in gpu.serve_cmds.values():
+        assert "--enable-prefix-caching" in cmd and "--kv-transfer-config" not in cmd
+
+
+def test_missing_binary_env_is_a_clear_error(monkeypatch, sdir):
+    monkeypatch.setenv(MASTER_ENV, "/nonexistent/mooncake_master")
+    before = children()
+    with pytest.raises(MissingBinaryError, match=MASTER_ENV):
+        start_stack(small_config(sdir), endpoint_module=FAKE)
+    assert children() == before and read_state(sdir) is None
+
+
+def test_read_state_missing_or_corrupt(sdir):
+    assert read_state(sdir) is None
+    (sdir / "state.json").write_text("{not json")
+    assert read_state(sdir) is None
+
+
+# ------------------------------------------------------------------------------------------
+# Integration: real mooncake_master, stand-in endpoints
+
+
+@pytest.mark.integration
+def test_up_status_down_leaves_nothing_running(sdir):
+    cfg = small_config(sdir, configuration="store-ram+disk")
+    before = children()
+    info = start_stack(cfg, endpoint_module=FAKE)
+    try:
+        assert info.started_here and set(info.endpoints) == {"coder", "reasoner"}
+        assert set(info.pids) == {"coder", "reasoner", "master"}
+        assert all(running(p) for p in info.pids.values())
+        for name, url in info.endpoints.items():
+            assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
+            assert get(url[:-3] + "/health") == 200
+        master_metrics = urllib.request.urlopen(info.master_metrics_url, timeout=5).read().decode()
+        assert "master_key_count" in master_metrics
+        st = read_state(sdir)
+        assert st.lease_ttl_real_ms == 500 and "--enable_offload=true" in st.master_flags
+        # each endpoint got its own disk dir under the state dir, passed on its command line
+        disks = {n: p.disk_dir for n, p in st.endpoints.items()}
+        assert len(set(disks.values())) == 2
+        assert all(Path(d).is_dir() and Path(d).is_relative_to(sdir) for d in disks.values())
+        # stack.json = contract 2's STACK_JSON, with the actual ports
+        sj = from_dict(StackConfig, json.loads((sdir / "stack.json").read_text()), "stack")
+        assert sj.store.master_port == st.master.port
+        status = stack_status(cfg)
+        assert status["running"] and status["master"]["metrics_url"] == info.master_metrics_url
+        assert {n: e["base_url"] for n, e in status["endpoints"].items()} == info.endpoints
+        assert all(Path(p).exists() for p in info.logs.values())
+    finally:
+        res = stop_stack(info)
+    assert res == {"coder": "stopped", "reasoner": "stopped", "master": "stopped"}
+    assert not any(running(p) for p in info.pids.values())
+    assert children() == before
+    assert read_state(sdir) is None and not stack_status(cfg)["running"]
+    assert not any(Path(d).exists() for d in disks.values())
+
+
+@pytest.mark.integration
+def test_double_start_errors_or_reuses(sdir):
+    cfg = small_config(sdir, endpoints=["coder"])
+    info = start_stack(cfg, endpoint_module=FAKE)
+    try:
+        with pytest.raises(StackError, match="already running"):
+            start_stack(cfg, reuse=False, endpoint_module=FAKE)
+        again = start_stack(cfg, endpoint_module=FAKE)  # reuse: same processes
+        assert not again.started_here and again.endpoints == info.endpoints
+        assert again.pids == info.pids
+        with pytest.raises(StackError, match="stack.time_scale"):
+            start_stack(dataclasses.replace(cfg, time_scale=1.0), endpoint_module=FAKE)
+        assert all(running(p) for p in info.pids.values())
+    finally:
+        stop_stack(info)
+
+
+@pytest.mark.integration
+def test_port_in_use_is_a_clear_error_and_nothing_runs(sdir):
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        port = s.getsockname()[1]
+        before = children()
+        cfg = small_config(sdir, endpoints=[{"name": "coder", "port": port}, "reasoner"])
+        with pytest.raises(PortInUseError, match=rf"stack.endpoints\[coder\].port: port {port}"):
+            start_stack(cfg, endpoint_module=FAKE)
+        cfg = small_config(sdir, store={"metrics_port": port})
+        with pytest.raises(PortInUseError, match="stack.store.metrics_port"):
+            start_stack(cfg, endpoint_module=FAKE)
+        assert children() == before and read_state(sdir) is None
+
+
+@pytest.mark.integration
+def test_endpoint_failure_stops_the_master_too(sdir, monkeypatch):
+    monkeypatch.setenv("FAKE_ENDPOINT_FAIL", "reasoner")
+    before = children()
+    with pytest.raises(StackError, match="reasoner exited during start-up"):
+        start_stack(small_config(sdir), endpoint_module=FAKE)
+    assert children() == before and read_state(sdir) is None
+
+
+@pytest.mark.integration
+def test_stale_state_file_is_replaced(sdir):
+    cfg = small_config(sdir, endpoints=["coder"])
+    info = start_stack(cfg, endpoint_module=FAKE)
+    st = read_state(sdir)
+    for p in st.processes:  # the processes die without `down`
+        psutil.Process(p.pid).kill()
+        psutil.Process(p.pid).wait(5)
+    info2 = start_stack(cfg, endpoint_module=FAKE)
+    try:
+        assert info2.started_here and info2.pids != info.pids
+    finally:
+        stop_stack(info2)
+
+
+def _compile_binary_with_missing_lib(d: Path) -> Path:
+    (d / "lib.c").write_text("int adev_fake_fn(void) { return 0; }\n")
+    (d / "main.c").write_text("int adev_fake_fn(void);\nint main(void) { return adev_fake_fn(); }\n")
+    subprocess.run(["gcc", "-shared", "-fPIC", "-o", str(d / "libadevfake.so"), str(d / "lib.c")],
+                   check=True)
+    subprocess.run(["gcc", "-o", str(d / "mooncake_master"), str(d / "main.c"), f"-L{d}",
+                    "-ladevfake"], check=True)
+    (d / "libadevfake.so").unlink()
+    return d / "mooncake_master"
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(shutil.which("gcc") is None, reason="needs gcc to build a broken binary")
+def test_missing_system_library_is_a_clear_error(sdir, tmp_path, monkeypatch):
+    binary = _compile_binary_with_missing_lib(tmp_path)
+    before = children()
+    # found by ldd before anything starts
+    with pytest.raises(MissingLibraryError) as e:
+        start_stack(small_config(sdir), endpoint_module=FAKE, master_binary=binary)
+    assert "libadevfake.so" in str(e.value)
+    assert "libibverbs1 librdmacm1 libnuma1" in str(e.value)
+    # and, without ldd, from the loader's own message when the binary fails to start
+    import adev.stack.procs as procs
+    monkeypatch.setattr(procs, "missing_libraries", lambda b: [])
+    monkeypatch.setenv(MASTER_ENV, str(binary))
+    with pytest.raises(MissingLibraryError, match="libibverbs1 librdmacm1 libnuma1"):
+        start_stack(small_config(sdir), endpoint_module=FAKE)
+    assert children() == before and read_state(sdir) is None
+
+
+@pytest.mark.integration
+async def test_running_stack_starts_and_stops(sdir):
+    cfg = small_config(sdir, endpoints=["coder"])
+    before = children()
+    async with running_stack(cfg, endpoint_module=FAKE) as info:
+        assert info.started_here and get(info.endpoints["coder"][:-3] + "/health") == 200
+        pids = dict(info.pids)
+        # a nested user reuses it and does not stop it
+        async with running_stack(cfg, endpoint_module=FAKE) as inner:
+            assert not inner.started_here and inner.pids == pids
+        assert all(running(p) for p in pids.values())
+    assert not any(running(p) for p in pids.values()) and children() == before
+    # stopped on an exception too
+    with pytest.raises(RuntimeError, match="boom"):
+        async with running_stack(cfg, endpoint_module=FAKE) as info:
+            pids = dict(info.pids)
+            raise RuntimeError("boom")
+    assert not any(running(p) for p in pids.values()) and read_state(sdir) is None
+
+
+@pytest.mark.integration
+async def test_running_stack_cancelled_during_startup_leaves_nothing(sdir, monkeypatch):
+    monkeypatch.setenv("FAKE_ENDPOINT_FAIL", "hang")  # endpoints never become healthy
+    before = children()
+
+    async def use():
+        async with running_stack(small_config(sdir), endpoint_module=FAKE):
+            pytest.fail("should not get here")
+
+    task = asyncio.create_task(use())
+    await asyncio.sleep(1.5)
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    assert children() == before and read_state(sdir) is None
+
+
+@pytest.mark.integration
+def test_cli_up_status_down(sdir):
+    env = {**os.environ, "ADEV_ENDPOINT_MODULE": FAKE}
+    adev = [sys.executable, "-m", "adev.cli", "stack"]
+
+    def run(*args: str) -> subprocess.CompletedProcess:
+        return subprocess.run([*adev, *args, "--state-dir", str(sdir)], env=env, cwd=ROOT,
+                              capture_output=True, text=True, timeout=120)
+
+    up = run("up", "--time-scale", "5", "--configuration", "store-ram", "--lease-ttl", "2",
+             "--policy", "length")
+    assert up.returncode == 0, up.stderr
+    st = run("status", "--json")
+    assert st.returncode == 0, st.stderr
+    status = json.loads(st.stdout)
+    assert status["running"] and status["time_scale"] == 5.0
+    assert status["master"]["lease_ttl_real_ms"] == 400
+    assert status["master"]["metrics_url"].startswith("http://127.0.0.1:")
+    assert set(status["endpoints"]) == {"coder", "reasoner"}
+    for e in status["endpoints"].values():
+        assert e["healthy"] and e["base_url"].endswith("/v1") and e["metrics_url"]
+    pids = [status["master"]["pid"], *(e["pid"] for e in status["endpoints"].values())]
+    again = run("up")
+    assert again.returncode == 1 and "already running" in again.stderr
+    down = run("down")
+    assert down.returncode == 0, down.stderr
+    deadline = time.monotonic() + 10
+    while any(running(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not any(running(p) for p in pids)
+    gone = run("status", "--json")
+    assert gone.returncode == 1 and json.loads(gone.stdout)["running"] is False
+
+
+@pytest.mark.integration
+def test_cli_missing_binary(sdir):
+    env = {**os.environ, MASTER_ENV: "/nonexistent/mooncake_master", "ADEV_ENDPOINT_MODULE": FAKE}
+    r = subprocess.run([sys.executable, "-m", "adev.cli", "stack", "up", "--state-dir", str(sdir)],
+                       env=env, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1 and "mooncake_master not found" in r.stderr
+    assert read_state(sdir) is None
+
+
+# ------------------------------------------------------------------------------------------
+# Integration: the real emulator (once adev.emulator.server exists)
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("adev.emulator.server") is None,
+                    reason="adev.emulator.server not built yet")
+def test_embedded_stack_with_emulator(embedded_stack):
+    info = embedded_stack(endpoints=["coder"])
+    base = info.endpoints["coder"]
+    assert get(base[:-3] + "/health") == 200
+    models = json.loads(urllib.request.urlopen(base + "/models", timeout=5).read())
+    assert [m["id"] for m in models["data"]] == [info.model]
+    assert "vllm:" in urllib.request.urlopen(info.metrics_urls["coder"], timeout=5).read().decode()

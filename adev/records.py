@@ -198,6 +198,19 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
+def _ends_torn(p: Path) -> bool:
+    """True when file ``p`` is non-empty and does not end with a newline."""
+    try:
+        with p.open("rb") as fh:
+            fh.seek(0, os.SEEK_END)
+            if fh.tell() == 0:
+                return False
+            fh.seek(-1, os.SEEK_END)
+            return fh.read(1) != b"\n"
+    except OSError:
+        return False
+
+
 def new_run_id(prefix: str = "run") -> str:
     import datetime
     import secrets
@@ -233,6 +246,8 @@ class RunDir:
             fh = self._files.get(kind)
             if fh is None:
                 fh = self._files[kind] = open(self.path / f"{kind}.jsonl", "a", encoding="utf-8")
+                if _ends_torn(self.path / f"{kind}.jsonl"):
+                    fh.write("\n")  # close a line torn by a crash so this record stays whole
             fh.write(line + "\n")
             fh.flush()
 

@@ -83,6 +83,7 @@ class FleetConfig:
     max_session_failures: int = field(default=20, metadata={"min": 1, "help":
                                       "consecutive session errors before the fleet aborts"})
     results_dir: str = "results/runs"
+    keep_workspaces: bool = False  # keep each session's workspace under <run>/workspaces/
     live: Literal["auto", "rich", "plain", "off"] = "auto"
     report: bool = True
 

@@ -47,9 +47,10 @@ class Deps:
 
     running_stack: Callable[[StackConfig], Any]          # async context manager -> StackInfo
     list_tasks: Callable[[], list[str]]
-    # make_sessions(cfg, info, run_dir, clock, state) -> async context manager yielding a
+    # make_sessions(cfg, info, run_dir, clock, state, gate) -> async context manager yielding a
     # launcher ``await launcher(task, seed, session_id)``
     make_sessions: Callable[..., Any]
+    open_gate: Callable[[str], Any] | None = None       # kind -> async context manager -> Gate
     summarise: Callable[[Path], str] | None = None       # run dir -> printable summary
     report: Callable[[Path], Path | None] | None = None  # run dir -> path of the full report
 
@@ -57,7 +58,8 @@ class Deps:
 def real_deps() -> Deps:
     from . import wiring
     return Deps(running_stack=wiring.running_stack, list_tasks=wiring.list_tasks,
-                make_sessions=wiring.make_sessions, summarise=wiring.summarise,
+                make_sessions=wiring.make_sessions, open_gate=wiring.open_gate,
+                summarise=wiring.summarise,
                 report=wiring.report)
 
 
@@ -81,6 +83,10 @@ class RunOutcome:
         if self.stopped:
             return 130
         return 0
+
+
+def _asdict_or_none(obj: Any) -> Any:
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else None
 
 
 def _targets(info: Any) -> dict[str, str]:
@@ -162,6 +168,7 @@ class FleetRun:
         self.run_dir = ObservedRunDir(run_path, observers=[self.state.on_record])
         self.run_id = self.run_dir.run_id
         self.clock: RunClock | None = None
+        self.gate: Any = None
         self.signals: _Signals | None = None
         self.fleet: Fleet | None = None
         self.result_windows: list[dict[str, Any]] = []
@@ -208,10 +215,12 @@ class FleetRun:
         display: LiveDisplay | None = None
         try:
             with self.signals:
-                if self.cfg.protocol == "steady":
-                    await self._steady(tasks)
-                else:
-                    await self._batch(tasks)
+                async with self._gate() as gate:
+                    self.gate = gate
+                    if self.cfg.protocol == "steady":
+                        await self._steady(tasks)
+                    else:
+                        await self._batch(tasks)
         except FleetAborted as e:
             self.aborted = str(e)
         except asyncio.CancelledError:
@@ -231,6 +240,11 @@ class FleetRun:
         return RunOutcome(self.path, self.result_windows, self.stopped, self.aborted, summary,
                           report_path, time.monotonic() - t_wall)
 
+    def _gate(self):
+        if self.deps.open_gate is None:
+            return contextlib.nullcontext(None)
+        return self.deps.open_gate(self.cfg.gate)
+
     def _make_clock(self, info: Any) -> RunClock:
         if self.clock is None:
             self.clock = RunClock(time_scale=float(info.time_scale))
@@ -247,7 +261,9 @@ class FleetRun:
         self.run_dir.write_json("manifest.json", build_manifest(
             self.run_id, config={"fleet": self.cfg, "stack": self.stack_cfg},
             seeds={"fleet": self.cfg.seed}, time_scale=self.clock.time_scale,
-            extra={"kind": "fleet", "protocol": self.cfg.protocol,
+            extra={"kind": "fleet", "protocol": self.cfg.protocol, "width": self.cfg.width,
+                   "pause_s": self.cfg.pause_s,
+                   "profile": _asdict_or_none(getattr(info, "profile", None)),
                    "stack_started_here": bool(getattr(info, "started_here", False))}))
         self._write_state()
 
@@ -267,7 +283,7 @@ class FleetRun:
         display = LiveDisplay(self.state, clock, self.live_mode, stream=self.out)
         try:
             async with self.deps.make_sessions(self.cfg, info, self.run_dir, clock,
-                                               self.state) as launcher:
+                                               self.state, self.gate) as launcher:
                 fleet = Fleet(self.cfg, self.run_dir, self.run_id, clock, launcher, scraper,
                               tasks, epoch=epoch, first_seed_offset=seed_offset,
                               state=self.state, detector=self._detector(info))
@@ -395,10 +411,13 @@ class FleetRun:
 
 
 def run_fleet(cfg: FleetConfig, *, base: Path | None = None, deps: Deps | None = None,
-              out=None, live: str | None = None) -> RunOutcome:
+              out=None, live: str | None = None, run_path: Path | None = None) -> RunOutcome:
+    """Run one fleet in a new run directory (``run_path``, default results_dir/<new id>)."""
     deps = deps or real_deps()
     stack_cfg = cfg.stack_config(base)
-    run = FleetRun(cfg, stack_cfg, deps, out=out, live=live)
+    if run_path is not None:
+        run_path.mkdir(parents=True, exist_ok=False)
+    run = FleetRun(cfg, stack_cfg, deps, out=out, live=live, run_path=run_path)
     return asyncio.run(run.run())
 
 

@@ -68,7 +68,7 @@ def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 6
             await srv.stop()
 
     @contextlib.asynccontextmanager
-    async def make_sessions(cfg, info, run_dir, clock, state):
+    async def make_sessions(cfg, info, run_dir, clock, state, gate):
         async def launch(task: str, seed: int, sid: str):
             if fail:
                 raise RuntimeError("boom")

@@ -1,0 +1,113 @@
+"""The real stages a fleet runs on (the only place the fleet touches them):
+the stack (:func:`adev.stack.running_stack`, contract 3), the gate executors
+(:mod:`adev.gate.local`, :mod:`adev.gate.vm`), the sessions (:func:`adev.session.loop.run_session`,
+contract 4) with the one LLM client and the reuse ledger (contract 5), and the measurement
+stage's summary and report.
+"""
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+from typing import Any, AsyncIterator
+
+from ..client.llm import Endpoint, LLMClient
+
+
+def running_stack(config):
+    from ..stack import running_stack as rs
+    return rs(config)
+
+
+def list_tasks() -> list[str]:
+    from ..session.tasks import list_tasks as lt
+    return list(lt())
+
+
+@contextlib.asynccontextmanager
+async def open_gate(kind: str) -> AsyncIterator[Any]:
+    """The fleet's gate executor, started once for the whole fleet and closed at the end."""
+    if kind == "vm":
+        from ..gate.vm import VmGate
+        gate = VmGate()
+    else:
+        from ..gate.local import LocalGate
+        gate = LocalGate()
+    await gate.start()
+    try:
+        yield gate
+    finally:
+        await gate.close()
+
+
+class CountingClient(LLMClient):
+    """The one LLM client, reporting calls in flight (and each session's role and round) to the
+    fleet's live state. Nothing else changes."""
+
+    def __init__(self, *args: Any, state: Any = None, **kw: Any):
+        super().__init__(*args, **kw)
+        self.state = state
+
+    async def chat(self, endpoint: str, messages: list[dict[str, Any]], **kw: Any):
+        st = self.state
+        if st is None:
+            return await super().chat(endpoint, messages, **kw)
+        st.call_started(endpoint, kw.get("session_id", ""), kw.get("role", ""),
+                        kw.get("round", 0))
+        try:
+            return await super().chat(endpoint, messages, **kw)
+        finally:
+            st.call_finished(endpoint)
+
+
+@contextlib.asynccontextmanager
+async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: Any,
+                        gate: Any) -> AsyncIterator[Any]:
+    """A launcher ``await launch(task, seed, session_id)`` running real sessions."""
+    from ..analysis.ledger import LedgerWriter
+    from ..session.loop import SessionContext, run_session
+    from ..session.roles import load_roles
+    from ..session.tasks import load_task
+
+    roles = load_roles()
+    if cfg.roles:
+        roles = roles.with_overrides({r: {"endpoint": ep} for r, ep in cfg.roles.items()})
+    ledger = LedgerWriter(run_dir)
+    eps = {name: Endpoint(name=name, base_url=url, model=getattr(info, "model", None),
+                          max_model_len=getattr(getattr(info, "profile", None), "max_model_len",
+                                                None))
+           for name, url in info.endpoints.items()}
+    llm = CountingClient(eps, clock=clock, run_dir=run_dir, ledger=ledger,
+                         pool_size=max(16, 4 * cfg.width), seed=cfg.seed, state=state)
+    ctx = SessionContext(run_dir=run_dir, clock=clock, llm=llm, gate=gate, roles=roles,
+                         endpoint_map=dict(cfg.endpoints),
+                         gate_pause_s=cfg.pause_s if cfg.pause_s > 0 else None,
+                         keep_workspaces=cfg.keep_workspaces)
+    tasks: dict[str, Any] = {}
+
+    async def launch(task: str, seed: int, session_id: str) -> Any:
+        if task not in tasks:
+            tasks[task] = load_task(task)
+        try:
+            return await run_session(ctx, tasks[task], seed, session_id)
+        finally:
+            ledger.forget(session_id)
+
+    try:
+        await llm.discover()
+        yield launch
+    finally:
+        await llm.aclose()
+        ledger.close()
+
+
+def summarise(run_path: Path) -> str:
+    """The measurement stage's run summary (printed at the end of a fleet)."""
+    from ..analysis import summarise_run
+    out = summarise_run(run_path)
+    return out if isinstance(out, str) else str(out)
+
+
+def report(run_path: Path) -> Path | None:
+    """Write the full report of the run (``adev report``) and return its path."""
+    from ..analysis.report import write_report
+    return write_report([run_path])

@@ -413,3 +413,22 @@ def test_embedded_stack_with_emulator(embedded_stack):
     models = json.loads(urllib.request.urlopen(base + "/models", timeout=5).read())
     assert [m["id"] for m in models["data"]] == [info.model]
     assert "vllm:" in urllib.request.urlopen(info.metrics_urls["coder"], timeout=5).read().decode()
+
+
+@pytest.mark.integration
+def test_kill_and_restart_master_on_the_same_ports(sdir):
+    from adev.stack import kill_master, restart_master
+    info = start_stack(small_config(sdir, endpoints=["coder"]), endpoint_module=FAKE)
+    try:
+        old = info.pids["master"]
+        assert kill_master(info) == "killed" and not running(old)
+        assert not stack_status(info.config)["running"]
+        assert all(running(p) for n, p in info.pids.items() if n != "master")
+        new = restart_master(info)
+        assert new.pids["master"] != old and running(new.pids["master"])
+        assert new.master_address == info.master_address
+        assert new.master_metrics_url == info.master_metrics_url
+        assert get(new.master_metrics_url) == 200 and stack_status(info.config)["running"]
+    finally:
+        res = stop_stack(info)
+    assert res["master"] == "stopped" and not running(new.pids["master"])

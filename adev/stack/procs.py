@@ -219,8 +219,10 @@ def exit_code(pid: int) -> int | None:
     return pop.poll() if pop is not None else None
 
 
-def stop_process(pid: int, create_time: float, *, timeout: float = 15.0) -> str:
-    """SIGTERM, wait up to ``timeout`` s, then SIGKILL. Returns 'stopped', 'killed' or 'gone'.
+def stop_process(pid: int, create_time: float, *, timeout: float = 15.0,
+                 hard: bool = False) -> str:
+    """SIGTERM, wait up to ``timeout`` s, then SIGKILL (at once when ``hard``).
+    Returns 'stopped', 'killed' or 'gone'.
 
     Only the process identified by ``(pid, create_time)`` is signalled.
     """
@@ -228,6 +230,14 @@ def stop_process(pid: int, create_time: float, *, timeout: float = 15.0) -> str:
     if p is None:
         _reap(pid)
         return "gone"
+    if hard:
+        try:
+            p.kill()
+            _wait(pid, p, 10.0)
+        except psutil.Error:
+            pass
+        _reap(pid)
+        return "killed"
     try:
         p.send_signal(signal.SIGTERM)
     except psutil.Error:

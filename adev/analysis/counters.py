@@ -1,0 +1,126 @@
+"""Counter deltas over a window from periodic scrapes: resets and missing scrapes made explicit.
+
+Metric names read (vLLM: ``notes/vllm-interface.md``; Mooncake master: ``notes/mooncake.md``) are
+listed once here, each with its fallbacks.
+
+Rules (:func:`counter_delta`):
+
+- **Boundary scrapes.** The value of a counter at a window boundary ``tb`` is taken from the OK
+  scrape of that target, with the counter present, nearest to ``tb`` and no further than ``tol``
+  (default: the target's median scrape interval, at least 1 model second). Its time is reported
+  (``t_from``/``t_to``: the *counter span*). No such scrape -> the delta is None with a reason.
+- **Increments.** The delta is the sum over consecutive OK scrapes in the span of
+  ``v_i - v_{i-1}`` when ``v_i >= v_{i-1}``, else ``v_i`` (a **counter reset**: the process
+  restarted from 0, counted in ``resets``; increments before the restart that no scrape saw are
+  lost, as with Prometheus ``increase``).
+- **Failed scrapes** (``ok=False``) or scrapes lacking the counter inside the span are skipped and
+  counted in ``gaps``; they only lose information when a reset falls inside the gap.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Sequence
+
+import numpy as np
+
+from ..client.scrape import total
+
+# vLLM (per endpoint)
+PREFIX_HITS = ("vllm:prefix_cache_hits_total", "vllm:gpu_prefix_cache_hits_total")
+PREFIX_QUERIES = ("vllm:prefix_cache_queries_total", "vllm:gpu_prefix_cache_queries_total")
+EXT_HITS = ("vllm:external_prefix_cache_hits_total",)
+EXT_QUERIES = ("vllm:external_prefix_cache_queries_total",)
+PROMPT_TOKENS = ("vllm:prompt_tokens_total",)
+PREEMPTIONS = ("vllm:num_preemptions_total",)
+# Mooncake master (global)
+MEM_HIT_BYTES = ("mem_cache_hit_bytes_total", "mem_cache_hit_bytes")
+FILE_HIT_BYTES = ("file_cache_hit_bytes_total", "file_cache_hit_bytes")
+PUT_ALLOC_FAILURES = ("master_put_start_alloc_failures_total",)
+BATCH_PUT_FAILED_ITEMS = ("master_batch_put_start_failed_items_total",)
+BATCH_PUT_ITEMS = ("master_batch_put_start_items_total",)
+EVICTIONS_OK = ("master_successful_evictions_total",)
+EVICTIONS_TRIED = ("master_attempted_evictions_total",)
+EVICTED_KEYS = ("master_evicted_key_count", "master_evicted_key_count_total")
+EVICTED_BYTES = ("master_evicted_size_bytes", "master_evicted_size_bytes_total")
+
+
+def value(samples: dict[str, float], names: Sequence[str]) -> float | None:
+    """The first of ``names`` present in ``samples`` (summed over labels), else None."""
+    for n in names:
+        v = total(samples, n)
+        if v is not None:
+            return v
+    return None
+
+
+@dataclass
+class Delta:
+    value: float | None
+    t_from: float | None = None
+    t_to: float | None = None
+    resets: int = 0
+    gaps: int = 0
+    reason: str | None = None
+
+    @property
+    def ok(self) -> bool:
+        return self.value is not None
+
+
+def median_interval(times: Sequence[float]) -> float | None:
+    t = np.asarray(sorted(times), dtype=float)
+    if len(t) < 2:
+        return None
+    d = np.diff(t)
+    d = d[d > 0]
+    return float(np.median(d)) if len(d) else None
+
+
+def default_tol(scrapes: Sequence) -> float:
+    mi = median_interval([s.t for s in scrapes])
+    return max(1.0, mi or 0.0)
+
+
+def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
+                  tol: float | None = None, target: str = "") -> Delta:
+    """Increase of the counter ``names`` over [t0, t1) from ``scrapes`` (objects with ``t``,
+    ``ok``, ``samples``; sorted by t). See the module docstring for the rules."""
+    what = f"{names[0]} of {target or 'target'}"
+    if not scrapes:
+        return Delta(None, reason=f"{what}: no scrapes of {target or 'the target'}")
+    tol = default_tol(scrapes) if tol is None else tol
+    pts = [(s.t, value(s.samples, names)) if s.ok else (s.t, None) for s in scrapes]
+    good = [(t, v) for t, v in pts if v is not None]
+    if not good:
+        return Delta(None, reason=f"{what}: never exported (or every scrape failed)")
+
+    def nearest(tb: float) -> int | None:
+        best, bd = None, None
+        for i, (t, v) in enumerate(pts):
+            if v is None:
+                continue
+            d = abs(t - tb)
+            if d <= tol + 1e-9 and (bd is None or d < bd):
+                best, bd = i, d
+        return best
+
+    ia, ib = nearest(t0), nearest(t1)
+    if ia is None or ib is None:
+        tb = t0 if ia is None else t1
+        return Delta(None, reason=f"{what}: no OK scrape within {tol:g} s of the window "
+                                  f"boundary t={tb:g}")
+    if ib < ia:
+        return Delta(None, reason=f"{what}: boundary scrapes out of order")
+    acc, resets, gaps = 0.0, 0, 0
+    prev = pts[ia][1]
+    for t, v in pts[ia + 1: ib + 1]:
+        if v is None:
+            gaps += 1
+            continue
+        if v >= prev:
+            acc += v - prev
+        else:
+            acc += v
+            resets += 1
+        prev = v
+    return Delta(acc, pts[ia][0], pts[ib][0], resets, gaps)

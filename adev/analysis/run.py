@@ -1,0 +1,208 @@
+"""A run directory loaded for analysis: :func:`load_run` -> :class:`Run`.
+
+The report, the notebooks and the fleet's end-of-run summary all read runs through this one API.
+Everything the figures need from the manifest (profile -> prefill rate and bytes per token,
+payload scale, lease TTL, width, pause) is resolved here once; a value that cannot be found is
+None and ``Run.missing[name]`` says why (figures that need it are then reported missing, never
+filled in with a default).
+"""
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from ..config import ConfigError, ModelProfile, from_dict, load_model_profile
+from ..records import RunDir
+
+SERVER_SCALARS = ("queue_s", "lookup_s", "load_s", "read_path_s", "prefill_s", "ttft_s",
+                  "store_keys_looked_up", "store_hit_blocks", "put_blocks", "put_refused_blocks",
+                  "store_errors", "preemptions")
+SERVER_TIERS = ("gpu", "store_ram", "store_disk", "computed")
+
+
+@dataclass
+class Scrape:
+    t: float
+    ok: bool
+    samples: dict[str, float]
+    error: str | None = None
+
+
+def _dig(d: Any, *path: str) -> Any:
+    for p in path:
+        if not isinstance(d, dict) or p not in d:
+            return None
+        d = d[p]
+    return d
+
+
+@dataclass
+class Run:
+    path: Path
+    run_id: str
+    manifest: dict[str, Any]
+    calls: pd.DataFrame
+    scrapes: dict[str, list[Scrape]]
+    windows: list[dict[str, Any]]
+    sessions: pd.DataFrame
+    gates: pd.DataFrame
+    events: pd.DataFrame
+    torn: dict[str, int]
+    stack: dict[str, Any] | None
+    fleet: dict[str, Any] | None
+    profile: ModelProfile | None
+    time_scale: float | None
+    payload_scale: float | None
+    lease_ttl_s: float | None
+    width: int | None
+    pause_s: float | None
+    protocol: str | None
+    configuration: str | None
+    label: str
+    missing: dict[str, str] = field(default_factory=dict)
+
+    # -- derived constants -------------------------------------------------------------------
+    @property
+    def prefill_tokens_per_s(self) -> float | None:
+        return self.profile.prefill_tokens_per_s if self.profile else None
+
+    @property
+    def bytes_per_token(self) -> int | None:
+        return self.profile.bytes_per_token if self.profile else None
+
+    @property
+    def block_size(self) -> int:
+        return self.profile.block_size if self.profile else 16
+
+    @property
+    def endpoints(self) -> list[str]:
+        eps = set(self.calls["endpoint"].dropna().unique()) if len(self.calls) else set()
+        eps |= {k for k in self.scrapes if k != "master"}
+        return sorted(eps)
+
+    @cached_property
+    def ledger(self):
+        """The reuse ledger (:class:`adev.analysis.ledger.Ledger`) or None (see missing)."""
+        from .ledger import read_ledger
+        try:
+            return read_ledger(self.path)
+        except FileNotFoundError as e:
+            self.missing["ledger"] = str(e)
+            return None
+
+    def measurement_windows(self) -> list[dict[str, Any]]:
+        """The run's windows; a run without ``windows.jsonl`` is one window over its calls
+        (first send .. last end), marked ``protocol='whole-run'``."""
+        if self.windows:
+            return sorted(self.windows, key=lambda w: (w["t0"], w["index"]))
+        c = self.calls
+        if not len(c):
+            return []
+        t0 = float(c["t_sent"].min())
+        t1 = float(np.nanmax(c["t_end"].to_numpy(dtype=float))) if c["t_end"].notna().any() else t0
+        return [{"run_id": self.run_id, "index": 0, "t0": t0, "t1": t1, "valid": True,
+                 "reason": "no windows.jsonl: the whole run is one window",
+                 "protocol": "whole-run"}]
+
+
+def _flatten_calls(rows: list[dict[str, Any]]) -> pd.DataFrame:
+    from ..records import CallRecord
+    cols = [f.name for f in dataclasses.fields(CallRecord) if f.name != "server"]
+    if not rows:
+        df = pd.DataFrame(columns=cols + [f"srv_{k}" for k in SERVER_SCALARS]
+                          + [f"srv_tok_{k}" for k in SERVER_TIERS] + ["has_server"])
+        return df
+    flat = []
+    for r in rows:
+        srv = r.get("server") or None
+        d = {k: r.get(k) for k in cols}
+        d["has_server"] = srv is not None
+        for k in SERVER_SCALARS:
+            v = srv.get(k) if srv else None
+            d[f"srv_{k}"] = float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else np.nan
+        toks = (srv or {}).get("tokens") or {}
+        for k in SERVER_TIERS:
+            v = toks.get(k) if isinstance(toks, dict) else None
+            d[f"srv_tok_{k}"] = float(v) if isinstance(v, (int, float)) else np.nan
+        flat.append(d)
+    df = pd.DataFrame(flat)
+    for c in ("t_scheduled", "t_sent", "t_first_byte", "t_first_content", "t_end", "prompt_tokens",
+              "completion_tokens", "cached_tokens"):
+        df[c] = pd.to_numeric(df[c], errors="coerce").astype(float)
+    return df
+
+
+def load_run(path: str | Path) -> Run:
+    """Load a run directory (``results/runs/<id>``) for analysis."""
+    p = Path(path)
+    if not p.is_dir():
+        raise FileNotFoundError(f"run directory not found: {p}")
+    rd = RunDir(p)
+    manifest = rd.manifest()
+    missing: dict[str, str] = {}
+    if not manifest:
+        missing["manifest"] = f"{p / 'manifest.json'} missing or empty"
+    cfg = manifest.get("config") or {}
+    stack = cfg.get("stack") if isinstance(cfg.get("stack"), dict) else None
+    if stack is None and isinstance(cfg, dict) and "profile" in cfg and "store" in cfg:
+        stack = cfg
+    fleet = cfg.get("fleet") if isinstance(cfg.get("fleet"), dict) else None
+    if stack is None and fleet and isinstance(fleet.get("stack"), dict):
+        stack = fleet["stack"]
+
+    profile = None
+    prof_src = manifest.get("profile") if isinstance(manifest.get("profile"), dict) else None
+    try:
+        if prof_src:
+            profile = from_dict(ModelProfile, prof_src, "manifest.profile")
+        elif stack and stack.get("profile"):
+            profile = load_model_profile(stack["profile"])
+        else:
+            missing["profile"] = "manifest names no model profile (config.stack.profile)"
+    except ConfigError as e:
+        missing["profile"] = f"model profile unreadable: {e}"
+
+    def num(v: Any) -> float | None:
+        return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+    time_scale = num(manifest.get("time_scale")) or num(_dig(stack, "time_scale"))
+    payload_scale = num(_dig(stack, "payload_scale"))
+    if payload_scale is None:
+        missing["payload_scale"] = "config.stack.payload_scale not in the manifest"
+    lease = num(_dig(stack, "store", "lease_ttl_s"))
+    if lease is None:
+        missing["lease_ttl_s"] = "config.stack.store.lease_ttl_s not in the manifest"
+    width = _dig(fleet, "width") if fleet else manifest.get("width")
+    width = int(width) if isinstance(width, (int, float)) and not isinstance(width, bool) else None
+    if width is None:
+        missing["width"] = "config.fleet.width not in the manifest"
+    pause = num(_dig(fleet, "pause_s")) if fleet else num(manifest.get("pause_s"))
+    protocol = manifest.get("protocol") or _dig(fleet, "protocol")
+    configuration = _dig(stack, "configuration")
+    label = str(_dig(fleet, "name") or manifest.get("run_id") or p.name)
+
+    scrapes: dict[str, list[Scrape]] = {}
+    for r in rd.iter_records("scrapes"):
+        scrapes.setdefault(r.get("target", "?"), []).append(
+            Scrape(float(r.get("t", math.nan)), bool(r.get("ok")), r.get("samples") or {},
+                   r.get("error")))
+    for v in scrapes.values():
+        v.sort(key=lambda s: s.t)
+
+    torn = {k: rd.torn_lines(k) for k in ("calls", "scrapes", "windows", "sessions", "gates",
+                                          "events")}
+    return Run(path=p, run_id=manifest.get("run_id") or p.name, manifest=manifest,
+               calls=_flatten_calls(rd.read("calls")), scrapes=scrapes,
+               windows=rd.read("windows"), sessions=rd.frame("sessions"),
+               gates=rd.frame("gates"), events=rd.frame("events"),
+               torn={k: v for k, v in torn.items() if v}, stack=stack, fleet=fleet,
+               profile=profile, time_scale=time_scale, payload_scale=payload_scale,
+               lease_ttl_s=lease, width=width, pause_s=pause, protocol=protocol,
+               configuration=configuration, label=label, missing=missing)

@@ -1,0 +1,628 @@
+"""Window analytics (DESIGN.md section 5): per endpoint and window W = [t0, t1).
+
+Each figure is defined once below, as a function with its formula in the docstring;
+:func:`analyse_window` assembles them into one :class:`WindowFigures` per (window, endpoint),
+plus an ``ALL`` row that pools the endpoints (tokens and busy times summed, ratios recomputed
+from the sums, percentiles over all calls). :func:`window_table` returns every window of a run
+as a pandas DataFrame. A figure whose inputs are missing is NaN and ``missing[figure]`` says why.
+
+Attribution: call-level figures (TTFT, dispatch delay, keys per call, refusals) use the calls
+*sent* in W. Counter figures use the counter span (the boundary scrapes nearest t0 and t1, see
+:mod:`adev.analysis.counters`); savings divide by the busy time over that same span
+(``busy_span_s``; equal to B when the boundary scrapes sit on the window edges, as the fleet
+takes them). The emulator's per-request figures that are cross-checked against counters
+(tier tokens, read path) use the requests *admitted* in the counter span
+(admission = ``t_sent + server.queue_s``). Master counters are global: they appear in the ALL
+row only, and the store tier split (RAM vs disk) of each endpoint's store tokens uses the
+master's byte shares over the window.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from . import counters as C
+from .run import Run
+
+GiB = 1024 ** 3
+ALL = "ALL"
+
+
+# -----------------------------------------------------------------------------------------------
+# The metrics, each defined once
+
+
+def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> float:
+    """Busy time B = | U_i [s_i, e_i] ∩ [t0, t1) |: the length of the union of the intervals in
+    which at least one request is outstanding (sent .. last byte), clipped to the window.
+    Intervals with a missing end are ignored (count them separately)."""
+    s = np.asarray(starts, dtype=float)
+    e = np.asarray(ends, dtype=float)
+    ok = ~(np.isnan(s) | np.isnan(e))
+    s, e = np.clip(s[ok], t0, t1), np.clip(e[ok], t0, t1)
+    keep = e > s
+    s, e = s[keep], e[keep]
+    if not len(s):
+        return 0.0
+    order = np.argsort(s, kind="stable")
+    s, e = s[order], e[order]
+    run_end = np.maximum.accumulate(e)
+    # a new merged interval starts where s_i > max end of everything before it
+    starts_new = np.ones(len(s), dtype=bool)
+    starts_new[1:] = s[1:] > run_end[:-1]
+    idx = np.flatnonzero(starts_new)
+    seg_end = np.append(idx[1:], len(s)) - 1
+    return float(np.sum(run_end[seg_end] - s[idx]))
+
+
+def in_flight(starts: np.ndarray, ends: np.ndarray, at: np.ndarray) -> np.ndarray:
+    """Requests in flight at each time ``a``: #{i : s_i <= a < e_i} (intervals with a missing
+    end are not counted)."""
+    s = np.asarray(starts, dtype=float)
+    e = np.asarray(ends, dtype=float)
+    ok = ~(np.isnan(s) | np.isnan(e))
+    s, e = np.sort(s[ok]), np.sort(e[ok])
+    a = np.asarray(at, dtype=float)
+    return np.searchsorted(s, a, side="right") - np.searchsorted(e, a, side="right")
+
+
+def gross_saving(store_tokens: float, prefill_tokens_per_s: float, busy_s: float) -> float:
+    """Gross saving = (store-served tokens / prefill rate) / B: the prefill time the store tier
+    spared, as a share of busy time (the GPU prefix cache is not counted: it exists without the
+    store). The disk tier's part is the same with the disk tier's tokens."""
+    return (store_tokens / prefill_tokens_per_s) / busy_s
+
+
+def net_saving(gross: float, read_path_s: np.ndarray, in_flight_n: np.ndarray,
+               busy_s: float) -> float:
+    """Net saving = gross - (sum_r read_path_r / n_r) / B, where read_path_r = lookup + load time
+    of request r and n_r the requests in flight on its endpoint when its read path started
+    (itself included; at least 1): read-path time overlapped with other work is charged
+    pro rata."""
+    n = np.maximum(np.asarray(in_flight_n, dtype=float), 1.0)
+    return gross - float(np.sum(np.asarray(read_path_s, dtype=float) / n)) / busy_s
+
+
+def net_saving_full(gross: float, read_path_s: np.ndarray, busy_s: float) -> float:
+    """Fully charged net saving = gross - (sum_r read_path_r) / B (every read-path microsecond
+    charged as if it stalled the GPU)."""
+    return gross - float(np.sum(np.asarray(read_path_s, dtype=float))) / busy_s
+
+
+def hit_share(hit_tokens: float, prompt_tokens: float) -> float:
+    """Hit share = tier-hit tokens / prompt tokens (GPU: ``prefix_cache_hits``; store:
+    ``external_prefix_cache_hits``; prompt: ``prompt_tokens``; counter deltas)."""
+    return hit_tokens / prompt_tokens
+
+
+def store_hit_rate(hit_blocks: float, lookups: float) -> float:
+    """Store hit rate = store-hit blocks / store lookups (keys looked up). Against a real vLLM
+    (no per-request fields) the token counters stand in: external hits / external queries."""
+    return hit_blocks / lookups
+
+
+def refusal_share(refused: float, offered: float) -> float:
+    """Lease refusals, as a share of offered writes = refused put blocks / offered put blocks
+    (the emulator's own counts, ``put_refused_blocks`` / ``put_blocks``; without them the
+    master's batch-put failed items / batch-put items). Bytes refused = refused blocks x bytes
+    per block (model scale)."""
+    return refused / offered
+
+
+def tier_tokens_from_bytes(master_bytes: float, payload_scale: float,
+                           bytes_per_token: float) -> float:
+    """Tokens served by a store tier from the master's byte counter: the master counts stored
+    (scaled) bytes, so model bytes = bytes x payload_scale; tokens = model bytes / bytes per
+    token."""
+    return master_bytes * payload_scale / bytes_per_token
+
+
+def disk_fraction(mem_bytes: float, file_bytes: float) -> float:
+    """Disk tier's share of store reads = file_cache_hit_bytes / (mem + file cache hit bytes)
+    (master counter deltas). Each endpoint's store tokens are split RAM/disk by it."""
+    return file_bytes / (mem_bytes + file_bytes)
+
+
+def effective_read_rate(bytes_loaded: float, load_s: float) -> float:
+    """Effective tier read rate = model bytes loaded / load time (bytes/s) (emulator ``tokens`` x
+    bytes per token and ``load_s``; see :func:`disk_rate_estimate` for which requests); compare
+    with the recompute-equivalent rate :func:`recompute_rate`."""
+    return bytes_loaded / load_s
+
+
+def recompute_rate(prefill_tokens_per_s: float, bytes_per_token: float) -> float:
+    """Recompute-equivalent rate = prefill rate x bytes per token (bytes/s of KV the GPU produces
+    by recomputing): a tier read slower than this loses to recompute."""
+    return prefill_tokens_per_s * bytes_per_token
+
+
+def pct(x: Any, q: float) -> float:
+    """Percentile ``q`` (numpy linear interpolation) of the non-NaN values; NaN if none."""
+    a = np.asarray(x, dtype=float)
+    a = a[~np.isnan(a)]
+    return float(np.percentile(a, q)) if len(a) else math.nan
+
+
+def ttft_from_send(c: pd.DataFrame) -> np.ndarray:
+    """TTFT from send = t_first_content - t_sent (first chunk with content, reasoning or a
+    tool-call delta), per OK call."""
+    return (c["t_first_content"] - c["t_sent"]).to_numpy(dtype=float)
+
+
+def ttft_from_schedule(c: pd.DataFrame) -> np.ndarray:
+    """TTFT from schedule = t_first_content - t_scheduled (includes the client's dispatch delay)."""
+    return (c["t_first_content"] - c["t_scheduled"]).to_numpy(dtype=float)
+
+
+def dispatch_delay(c: pd.DataFrame) -> np.ndarray:
+    """Dispatch delay = t_sent - t_scheduled (call ready -> request written)."""
+    return (c["t_sent"] - c["t_scheduled"]).to_numpy(dtype=float)
+
+
+def rel_diff(a: float, b: float) -> float:
+    """|a - b| / max(|b|, 1): agreement of a cross-checked figure ``a`` with the reference ``b``."""
+    return abs(a - b) / max(abs(b), 1.0)
+
+
+# -----------------------------------------------------------------------------------------------
+# Assembly
+
+
+NAN = math.nan
+
+
+@dataclass
+class WindowFigures:
+    run_id: str
+    label: str
+    width: int | None
+    window: int
+    t0: float
+    t1: float
+    valid: bool
+    protocol: str
+    endpoint: str
+    calls: int = 0
+    calls_failed: int = 0
+    calls_open: int = 0
+    busy_s: float = NAN
+    busy_share: float = NAN
+    span_from: float = NAN
+    span_to: float = NAN
+    busy_span_s: float = NAN
+    counter_resets: int = 0
+    scrape_gaps: int = 0
+    prompt_tokens: float = NAN
+    gpu_tokens: float = NAN
+    store_tokens: float = NAN
+    store_ram_tokens: float = NAN
+    store_disk_tokens: float = NAN
+    disk_fraction: float = NAN
+    gpu_hit_share: float = NAN
+    store_hit_share: float = NAN
+    gross_saving: float = NAN
+    gross_saving_disk: float = NAN
+    disk_share_of_saving: float = NAN
+    net_saving: float = NAN
+    net_saving_full: float = NAN
+    read_path_s: float = NAN
+    store_hit_rate: float = NAN
+    store_hit_rate_source: str = ""
+    store_keys_per_call: float = NAN
+    put_blocks: float = NAN
+    put_refused_blocks: float = NAN
+    refused_bytes: float = NAN
+    refused_share: float = NAN
+    refused_source: str = ""
+    master_put_alloc_failures: float = NAN
+    master_batch_put_failed_items: float = NAN
+    master_batch_put_items: float = NAN
+    evictions: float = NAN
+    eviction_attempts: float = NAN
+    evicted_keys: float = NAN
+    evicted_bytes: float = NAN
+    store_gib_served: float = NAN
+    store_ram_gib: float = NAN
+    store_disk_gib: float = NAN
+    disk_read_rate: float = NAN
+    recompute_rate: float = NAN
+    disk_vs_recompute: float = NAN
+    preemptions: float = NAN
+    preemptions_server: float = NAN
+    ttft_send_p50: float = NAN
+    ttft_send_p90: float = NAN
+    ttft_send_p99: float = NAN
+    ttft_sched_p50: float = NAN
+    ttft_sched_p90: float = NAN
+    ttft_sched_p99: float = NAN
+    ttfb_send_p50: float = NAN
+    dispatch_p50: float = NAN
+    dispatch_p90: float = NAN
+    dispatch_p99: float = NAN
+    dispatch_mean: float = NAN
+    srv_requests: int = 0
+    srv_gpu_tokens: float = NAN
+    srv_store_ram_tokens: float = NAN
+    srv_store_disk_tokens: float = NAN
+    srv_computed_tokens: float = NAN
+    xcheck_gpu_rel: float = NAN
+    xcheck_store_rel: float = NAN
+    xcheck_disk_rel: float = NAN
+    missing: dict[str, str] = field(default_factory=dict)
+
+
+def _safe(fig: WindowFigures, name: str, fn, *args, need: dict[str, Any] | None = None) -> None:
+    """Set ``fig.name = fn(*args)`` unless an input is missing (records why)."""
+    for k, v in (need or {}).items():
+        if v is None or (isinstance(v, float) and math.isnan(v)):
+            why = fig.missing.get(k) or f"{k} unavailable"
+            fig.missing[name] = why
+            return
+    try:
+        val = fn(*args)
+    except ZeroDivisionError:
+        fig.missing[name] = "division by zero (" + ", ".join(
+            k for k, v in (need or {}).items() if v == 0) + " is 0)"
+        return
+    if isinstance(val, float) and (math.isnan(val) or math.isinf(val)):
+        zero = [k for k, v in (need or {}).items() if v == 0]
+        fig.missing[name] = f"{' and '.join(zero) or 'a divisor'} is 0" if zero else "not finite"
+        return
+    setattr(fig, name, float(val))
+
+
+def _ttft_block(fig: WindowFigures, c: pd.DataFrame) -> None:
+    ok = c[c["status"] == "ok"]
+    ts = ttft_from_send(ok)
+    tc = ttft_from_schedule(ok)
+    if np.isnan(ts).all():
+        fig.missing["ttft"] = "no OK call with a first-content stamp in the window"
+    fig.ttft_send_p50, fig.ttft_send_p90, fig.ttft_send_p99 = (pct(ts, q) for q in (50, 90, 99))
+    fig.ttft_sched_p50, fig.ttft_sched_p90, fig.ttft_sched_p99 = (pct(tc, q) for q in (50, 90, 99))
+    fig.ttfb_send_p50 = pct((ok["t_first_byte"] - ok["t_sent"]).to_numpy(dtype=float), 50)
+    dd = dispatch_delay(c)
+    fig.dispatch_p50, fig.dispatch_p90, fig.dispatch_p99 = (pct(dd, q) for q in (50, 90, 99))
+    fig.dispatch_mean = float(np.nanmean(dd)) if len(dd) and not np.isnan(dd).all() else NAN
+
+
+def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
+    """Per-call figures from the emulator's extension field (calls sent in W)."""
+    srv = c[c["has_server"].astype(bool)] if len(c) else c
+    if not len(srv):
+        why = ("no call in the window carries the emulator's `adev` field (real vLLM exposes no "
+               "per-request store figures)" if len(c) else "no calls in the window")
+        for k in ("store_keys_per_call", "put_refused_blocks", "preemptions_server"):
+            fig.missing[k] = why
+        return
+    keys = srv["srv_store_keys_looked_up"].sum()
+    fig.store_keys_per_call = float(keys / len(srv))
+    fig.put_blocks = float(srv["srv_put_blocks"].sum())
+    fig.put_refused_blocks = float(srv["srv_put_refused_blocks"].sum())
+    fig.preemptions_server = float(srv["srv_preemptions"].sum())
+    hits = srv["srv_store_hit_blocks"].sum()
+    if keys > 0:
+        fig.store_hit_rate = store_hit_rate(float(hits), float(keys))
+        fig.store_hit_rate_source = "emulator per-request store_hit_blocks / store_keys_looked_up"
+    if fig.put_blocks > 0:
+        fig.refused_share = refusal_share(fig.put_refused_blocks, fig.put_blocks)
+        fig.refused_source = "emulator put_refused_blocks / put_blocks"
+    if run.profile is not None:
+        fig.refused_bytes = fig.put_refused_blocks * run.profile.bytes_per_block
+    else:
+        fig.missing["refused_bytes"] = run.missing.get("profile", "no model profile")
+
+
+def _calls_of(run: Run, endpoint: str | None) -> pd.DataFrame:
+    c = run.calls
+    if endpoint is not None and len(c):
+        c = c[c["endpoint"] == endpoint]
+    return c
+
+
+def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigures:
+    t0, t1 = float(w["t0"]), float(w["t1"])
+    fig = WindowFigures(run.run_id, run.label, run.width, int(w.get("index", 0)), t0, t1,
+                        bool(w.get("valid", True)), str(w.get("protocol") or ""), endpoint)
+    if not fig.valid:
+        fig.missing["window"] = f"invalid window: {w.get('reason') or 'no reason given'}"
+    allc = _calls_of(run, endpoint)
+    starts = allc["t_sent"].to_numpy(dtype=float) if len(allc) else np.empty(0)
+    ends = allc["t_end"].to_numpy(dtype=float) if len(allc) else np.empty(0)
+    sent_in = allc[(allc["t_sent"] >= t0) & (allc["t_sent"] < t1)] if len(allc) else allc
+    fig.calls = int(len(sent_in))
+    fig.calls_failed = int((sent_in["status"] != "ok").sum()) if len(sent_in) else 0
+    fig.calls_open = int(sent_in["t_end"].isna().sum()) if len(sent_in) else 0
+    fig.busy_s = busy_time(starts, ends, t0, t1)
+    fig.busy_share = fig.busy_s / (t1 - t0) if t1 > t0 else NAN
+    _ttft_block(fig, sent_in)
+    _client_block(fig, sent_in, run)
+
+    # -- endpoint counters over the counter span
+    sc = run.scrapes.get(endpoint, [])
+    d_gpu = C.counter_delta(sc, C.PREFIX_HITS, t0, t1, target=endpoint)
+    d_ext = C.counter_delta(sc, C.EXT_HITS, t0, t1, target=endpoint)
+    d_ext_q = C.counter_delta(sc, C.EXT_QUERIES, t0, t1, target=endpoint)
+    d_prompt = C.counter_delta(sc, C.PROMPT_TOKENS, t0, t1, target=endpoint)
+    d_pre = C.counter_delta(sc, C.PREEMPTIONS, t0, t1, target=endpoint)
+    for name, d in (("gpu_tokens", d_gpu), ("store_tokens", d_ext), ("prompt_tokens", d_prompt),
+                    ("preemptions", d_pre)):
+        if d.ok:
+            setattr(fig, name, d.value)
+        else:
+            fig.missing[name] = d.reason
+    ref = next((d for d in (d_ext, d_gpu, d_prompt) if d.ok), None)
+    if ref is not None:
+        fig.span_from, fig.span_to = ref.t_from, ref.t_to
+        fig.busy_span_s = busy_time(starts, ends, ref.t_from, ref.t_to)
+    fig.counter_resets = max(d.resets for d in (d_gpu, d_ext, d_prompt, d_pre))
+    fig.scrape_gaps = max(d.gaps for d in (d_gpu, d_ext, d_prompt, d_pre))
+
+    _safe(fig, "gpu_hit_share", hit_share, fig.gpu_tokens, fig.prompt_tokens,
+          need={"gpu_tokens": fig.gpu_tokens, "prompt_tokens": fig.prompt_tokens})
+    _safe(fig, "store_hit_share", hit_share, fig.store_tokens, fig.prompt_tokens,
+          need={"store_tokens": fig.store_tokens, "prompt_tokens": fig.prompt_tokens})
+    if math.isnan(fig.store_hit_rate) and d_ext.ok and d_ext_q.ok and d_ext_q.value:
+        fig.store_hit_rate = store_hit_rate(d_ext.value, d_ext_q.value)
+        fig.store_hit_rate_source = "vLLM counters external hits / external queries (tokens)"
+    elif math.isnan(fig.store_hit_rate):
+        fig.missing["store_hit_rate"] = (d_ext_q.reason or "no store lookups in the window")
+
+    _master_split(fig, run, t0, t1)
+    _savings(fig, run, allc, starts, ends)
+    return fig
+
+
+def _master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
+    """RAM/disk split of the endpoint's store tokens from the master's byte counters."""
+    ms = run.scrapes.get("master", [])
+    d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master")
+    d_file = C.counter_delta(ms, C.FILE_HIT_BYTES, t0, t1, target="master")
+    if not (d_mem.ok and d_file.ok):
+        why = d_mem.reason or d_file.reason
+        for k in ("disk_fraction", "store_ram_tokens", "store_disk_tokens"):
+            fig.missing[k] = why
+        return
+    if d_mem.value + d_file.value > 0:
+        fig.disk_fraction = disk_fraction(d_mem.value, d_file.value)
+    elif not math.isnan(fig.store_tokens) and fig.store_tokens == 0:
+        fig.disk_fraction = 0.0
+    else:
+        fig.missing["disk_fraction"] = "the master counted no store reads in the window"
+    if not math.isnan(fig.disk_fraction) and not math.isnan(fig.store_tokens):
+        fig.store_disk_tokens = fig.store_tokens * fig.disk_fraction
+        fig.store_ram_tokens = fig.store_tokens - fig.store_disk_tokens
+    else:
+        for k in ("store_ram_tokens", "store_disk_tokens"):
+            fig.missing[k] = fig.missing.get("disk_fraction") or fig.missing.get("store_tokens", "")
+
+
+def _savings(fig: WindowFigures, run: Run, allc: pd.DataFrame, starts: np.ndarray,
+             ends: np.ndarray) -> None:
+    rate = run.prefill_tokens_per_s
+    if rate is None:
+        fig.missing["prefill_rate"] = run.missing.get("profile", "no model profile")
+    b = fig.busy_span_s
+    if math.isnan(b):
+        fig.missing["busy_span_s"] = "no counter span (boundary scrapes missing)"
+    need = {"store_tokens": fig.store_tokens, "prefill_rate": rate, "busy_span_s": b}
+    _safe(fig, "gross_saving", gross_saving, fig.store_tokens, rate, b, need=need)
+    _safe(fig, "gross_saving_disk", gross_saving, fig.store_disk_tokens, rate, b,
+          need={**need, "store_disk_tokens": fig.store_disk_tokens})
+    _safe(fig, "disk_share_of_saving", lambda d, s: d / s, fig.store_disk_tokens, fig.store_tokens,
+          need={"store_disk_tokens": fig.store_disk_tokens, "store_tokens": fig.store_tokens})
+
+    # emulator per-request figures over the requests admitted in the counter span
+    if math.isnan(fig.span_from) or not len(allc):
+        return
+    srv = allc[allc["has_server"].astype(bool)]
+    if not len(srv):
+        fig.missing["net_saving"] = ("read-path time not exposed by the endpoint (no `adev` "
+                                     "extension field on its responses)")
+        fig.missing["net_saving_full"] = fig.missing["net_saving"]
+        return
+    adm = (srv["t_sent"] + srv["srv_queue_s"].fillna(0.0)).to_numpy(dtype=float)
+    sel = (adm >= fig.span_from) & (adm < fig.span_to)
+    r = srv[sel]
+    fig.srv_requests = int(len(r))
+    fig.srv_gpu_tokens = float(r["srv_tok_gpu"].sum())
+    fig.srv_store_ram_tokens = float(r["srv_tok_store_ram"].sum())
+    fig.srv_store_disk_tokens = float(r["srv_tok_store_disk"].sum())
+    fig.srv_computed_tokens = float(r["srv_tok_computed"].sum())
+    if not math.isnan(fig.gpu_tokens):
+        fig.xcheck_gpu_rel = rel_diff(fig.srv_gpu_tokens, fig.gpu_tokens)
+    if not math.isnan(fig.store_tokens):
+        fig.xcheck_store_rel = rel_diff(fig.srv_store_ram_tokens + fig.srv_store_disk_tokens,
+                                        fig.store_tokens)
+    if not math.isnan(fig.store_disk_tokens):
+        fig.xcheck_disk_rel = rel_diff(fig.srv_store_disk_tokens, fig.store_disk_tokens)
+    rp = r["srv_read_path_s"].fillna(0.0).to_numpy(dtype=float)
+    fig.read_path_s = float(rp.sum())
+    n = in_flight(starts, ends, adm[sel])
+    _safe(fig, "net_saving", net_saving, fig.gross_saving, rp, n, b,
+          need={"gross_saving": fig.gross_saving, "busy_span_s": b})
+    _safe(fig, "net_saving_full", net_saving_full, fig.gross_saving, rp, b,
+          need={"gross_saving": fig.gross_saving, "busy_span_s": b})
+    # effective disk-tier read rate
+    bpt = run.bytes_per_token
+    if bpt is None or rate is None:
+        fig.missing["disk_read_rate"] = run.missing.get("profile", "no model profile")
+        return
+    fig.recompute_rate = recompute_rate(rate, bpt)
+    est = disk_rate_estimate(r["srv_tok_store_ram"].fillna(0).to_numpy(dtype=float) * bpt,
+                             r["srv_tok_store_disk"].fillna(0).to_numpy(dtype=float) * bpt,
+                             r["srv_load_s"].to_numpy(dtype=float))
+    if isinstance(est, str):
+        fig.missing["disk_read_rate"] = est
+    else:
+        fig.disk_read_rate = est
+        fig.disk_vs_recompute = fig.disk_read_rate / fig.recompute_rate
+
+
+def disk_rate_estimate(ram_bytes: np.ndarray, disk_bytes: np.ndarray,
+                       load_s: np.ndarray) -> float | str:
+    """Effective disk-tier read rate (bytes/s) from per-request loads, or a reason string.
+
+    With requests whose store tokens all came from disk: :func:`effective_read_rate` over them
+    (sum of disk bytes / sum of load time). Otherwise the per-tier rates are separated by a
+    non-negative least-squares fit ``load_s = a + ram_bytes / R_ram + disk_bytes / R_disk`` over
+    the requests that loaded anything (needs >= 3 of them, some from disk); rate = R_disk.
+    """
+    ok = ~np.isnan(load_s)
+    ram, disk, load = ram_bytes[ok], disk_bytes[ok], load_s[ok]
+    only = (disk > 0) & (ram == 0)
+    if only.any() and load[only].sum() > 0:
+        return effective_read_rate(float(disk[only].sum()), float(load[only].sum()))
+    any_load = (disk + ram) > 0
+    if (disk[any_load] > 0).sum() < 1 or any_load.sum() < 3:
+        return "too few requests loading from the disk tier in the window"
+    from scipy.optimize import nnls
+    a = np.column_stack([np.ones(any_load.sum()), ram[any_load] / 1e9, disk[any_load] / 1e9])
+    coef, _ = nnls(a, load[any_load])
+    if coef[2] <= 0:
+        return "disk loads not separable from RAM loads (fit gave no disk time)"
+    return 1e9 / coef[2]
+
+
+def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigures:
+    """The ALL row: endpoint figures pooled, master counters added."""
+    t0, t1 = float(w["t0"]), float(w["t1"])
+    fig = WindowFigures(run.run_id, run.label, run.width, int(w.get("index", 0)), t0, t1,
+                        bool(w.get("valid", True)), str(w.get("protocol") or ""), ALL)
+    for r in rows:
+        for k, v in r.missing.items():
+            fig.missing.setdefault(k, f"{r.endpoint}: {v}")
+    allc = run.calls
+    sent_in = allc[(allc["t_sent"] >= t0) & (allc["t_sent"] < t1)] if len(allc) else allc
+    fig.calls = sum(r.calls for r in rows)
+    fig.calls_failed = sum(r.calls_failed for r in rows)
+    fig.calls_open = sum(r.calls_open for r in rows)
+    _ttft_block(fig, sent_in)
+    _client_block(fig, sent_in, run)
+
+    def ssum(name: str) -> float:
+        vals = [getattr(r, name) for r in rows]
+        return NAN if not vals or any(math.isnan(v) for v in vals) else float(sum(vals))
+
+    for name in ("busy_s", "busy_span_s", "prompt_tokens", "gpu_tokens", "store_tokens",
+                 "store_ram_tokens", "store_disk_tokens", "preemptions", "read_path_s",
+                 "srv_gpu_tokens", "srv_store_ram_tokens", "srv_store_disk_tokens",
+                 "srv_computed_tokens"):
+        setattr(fig, name, ssum(name))
+    fig.srv_requests = sum(r.srv_requests for r in rows)
+    fig.busy_share = fig.busy_s / (len(rows) * (t1 - t0)) if rows and t1 > t0 else NAN
+    fig.counter_resets = max([r.counter_resets for r in rows] or [0])
+    fig.scrape_gaps = max([r.scrape_gaps for r in rows] or [0])
+    spans = [(r.span_from, r.span_to) for r in rows if not math.isnan(r.span_from)]
+    if spans:
+        fig.span_from = min(s[0] for s in spans)
+        fig.span_to = max(s[1] for s in spans)
+    rate = run.prefill_tokens_per_s
+    b = fig.busy_span_s
+    for k in [k for k in fig.missing if k in ("gpu_hit_share", "store_hit_share", "gross_saving",
+                                              "gross_saving_disk", "net_saving", "net_saving_full",
+                                              "disk_share_of_saving", "store_hit_rate")]:
+        del fig.missing[k]
+    _safe(fig, "gpu_hit_share", hit_share, fig.gpu_tokens, fig.prompt_tokens,
+          need={"gpu_tokens": fig.gpu_tokens, "prompt_tokens": fig.prompt_tokens})
+    _safe(fig, "store_hit_share", hit_share, fig.store_tokens, fig.prompt_tokens,
+          need={"store_tokens": fig.store_tokens, "prompt_tokens": fig.prompt_tokens})
+    need = {"store_tokens": fig.store_tokens, "prefill_rate": rate, "busy_span_s": b}
+    _safe(fig, "gross_saving", gross_saving, fig.store_tokens, rate, b, need=need)
+    _safe(fig, "gross_saving_disk", gross_saving, fig.store_disk_tokens, rate, b,
+          need={**need, "store_disk_tokens": fig.store_disk_tokens})
+    _safe(fig, "disk_share_of_saving", lambda d, s: d / s, fig.store_disk_tokens, fig.store_tokens,
+          need={"store_disk_tokens": fig.store_disk_tokens, "store_tokens": fig.store_tokens})
+    # net savings: pool the per-endpoint charges (sum_r rp_r/n_r is additive over endpoints)
+    if all(not math.isnan(r.net_saving) for r in rows) and rows and not math.isnan(fig.gross_saving):
+        charged = sum((r.gross_saving - r.net_saving) * r.busy_span_s for r in rows)
+        fig.net_saving = fig.gross_saving - charged / b
+        fig.net_saving_full = fig.gross_saving - fig.read_path_s / b
+    else:
+        why = next((f"{r.endpoint}: {r.missing.get('net_saving', 'unavailable')}" for r in rows
+                    if math.isnan(r.net_saving)), "no endpoints")
+        fig.missing["net_saving"] = fig.missing["net_saving_full"] = why
+    if math.isnan(fig.store_hit_rate):
+        hits = [r.store_hit_rate * 1.0 for r in rows]
+        fig.missing["store_hit_rate"] = "no store lookups" if not any(
+            not math.isnan(h) for h in hits) else "pooled only from per-request fields"
+    fig.disk_fraction = (fig.store_disk_tokens / fig.store_tokens
+                         if fig.store_tokens and not math.isnan(fig.store_disk_tokens) else NAN)
+    if not math.isnan(fig.srv_gpu_tokens) and not math.isnan(fig.gpu_tokens):
+        fig.xcheck_gpu_rel = rel_diff(fig.srv_gpu_tokens, fig.gpu_tokens)
+    if not math.isnan(fig.srv_store_ram_tokens) and not math.isnan(fig.store_tokens):
+        fig.xcheck_store_rel = rel_diff(fig.srv_store_ram_tokens + fig.srv_store_disk_tokens,
+                                        fig.store_tokens)
+    if not math.isnan(fig.srv_store_disk_tokens) and not math.isnan(fig.store_disk_tokens):
+        fig.xcheck_disk_rel = rel_diff(fig.srv_store_disk_tokens, fig.store_disk_tokens)
+    # disk read rate pooled over endpoints
+    if rows and all(not math.isnan(r.disk_read_rate) for r in rows):
+        fig.disk_read_rate = float(np.mean([r.disk_read_rate for r in rows]))
+    fig.recompute_rate = rows[0].recompute_rate if rows else NAN
+    if not math.isnan(fig.disk_read_rate) and not math.isnan(fig.recompute_rate):
+        fig.disk_vs_recompute = fig.disk_read_rate / fig.recompute_rate
+    _master_block(fig, run, t0, t1)
+    return fig
+
+
+def _master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
+    ms = run.scrapes.get("master", [])
+    scale = run.payload_scale
+
+    def d(names) -> C.Delta:
+        return C.counter_delta(ms, names, t0, t1, target="master")
+
+    for name, names in (("master_put_alloc_failures", C.PUT_ALLOC_FAILURES),
+                        ("master_batch_put_failed_items", C.BATCH_PUT_FAILED_ITEMS),
+                        ("master_batch_put_items", C.BATCH_PUT_ITEMS),
+                        ("evictions", C.EVICTIONS_OK), ("eviction_attempts", C.EVICTIONS_TRIED),
+                        ("evicted_keys", C.EVICTED_KEYS)):
+        r = d(names)
+        if r.ok:
+            setattr(fig, name, r.value)
+        else:
+            fig.missing[name] = r.reason
+    ev = d(C.EVICTED_BYTES)
+    mem, fil = d(C.MEM_HIT_BYTES), d(C.FILE_HIT_BYTES)
+    if scale is None:
+        for k in ("evicted_bytes", "store_gib_served"):
+            fig.missing[k] = run.missing.get("payload_scale", "payload scale unknown")
+    else:
+        if ev.ok:
+            fig.evicted_bytes = ev.value * scale
+        else:
+            fig.missing["evicted_bytes"] = ev.reason
+        if mem.ok and fil.ok:
+            fig.store_ram_gib = mem.value * scale / GiB
+            fig.store_disk_gib = fil.value * scale / GiB
+            fig.store_gib_served = fig.store_ram_gib + fig.store_disk_gib
+        else:
+            fig.missing["store_gib_served"] = mem.reason or fil.reason
+    if math.isnan(fig.refused_share):
+        if not math.isnan(fig.master_batch_put_items) and fig.master_batch_put_items > 0:
+            fig.refused_share = refusal_share(fig.master_batch_put_failed_items,
+                                              fig.master_batch_put_items)
+            fig.refused_source = "master batch_put_start failed items / items"
+            if run.profile is not None:
+                fig.refused_bytes = fig.master_batch_put_failed_items * run.profile.bytes_per_block
+        else:
+            fig.missing["refused_share"] = "no offered writes counted (emulator or master)"
+
+
+def analyse_window(run: Run, w: dict[str, Any]) -> list[WindowFigures]:
+    """Figures of one window: one per endpoint, then the ALL row."""
+    rows = [analyse_endpoint(run, w, ep) for ep in run.endpoints]
+    return rows + [_pool(run, w, rows)]
+
+
+def window_table(run: Run) -> pd.DataFrame:
+    """Every window of the run x (endpoints + ALL) as a DataFrame (one row per figure set)."""
+    rows = []
+    for w in run.measurement_windows():
+        rows.extend(asdict(f) for f in analyse_window(run, w))
+    if not rows:
+        return pd.DataFrame(columns=[f.name for f in WindowFigures.__dataclass_fields__.values()])
+    return pd.DataFrame(rows)

@@ -1,0 +1,236 @@
+"""Window analytics on hand-built records whose answers are known exactly."""
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+import pytest
+
+from adev.analysis import counters as C
+from adev.analysis.run import Scrape, load_run
+from adev.analysis.windows import (ALL, analyse_window, busy_time, in_flight, window_table)
+from adev.config import StackConfig, StoreSpec, load_model_profile
+from adev.records import CallRecord, RunDir, ScrapeRecord, WindowRecord
+
+PROF = load_model_profile("qwen3-coder-30b-a3b")
+RATE = PROF.prefill_tokens_per_s
+BPT = PROF.bytes_per_token
+
+
+# -- pure functions ------------------------------------------------------------------------
+
+def test_busy_time_overlapping_intervals():
+    s = np.array([0.0, 1.0, 5.0, 5.5])
+    e = np.array([2.0, 3.0, 6.0, 5.7])
+    assert busy_time(s, e, 0.0, 10.0) == pytest.approx(4.0)
+    # unsorted input, nested interval, identical intervals
+    assert busy_time(np.array([5.0, 0.0, 0.0]), np.array([6.0, 3.0, 3.0]), 0, 10) == pytest.approx(4.0)
+
+
+def test_busy_time_window_boundary_cuts_requests():
+    s = np.array([0.0, 1.0, 5.0])
+    e = np.array([2.0, 3.0, 6.0])
+    assert busy_time(s, e, 2.5, 5.5) == pytest.approx(0.5 + 0.5)
+    assert busy_time(s, e, 1.5, 2.0) == pytest.approx(0.5)       # inside the union
+    assert busy_time(np.array([0.0]), np.array([100.0]), 10.0, 20.0) == pytest.approx(10.0)
+
+
+def test_busy_time_zero_and_open_intervals():
+    assert busy_time(np.array([]), np.array([]), 0, 10) == 0.0
+    assert busy_time(np.array([20.0]), np.array([30.0]), 0, 10) == 0.0
+    assert busy_time(np.array([1.0, 2.0]), np.array([np.nan, 3.0]), 0, 10) == pytest.approx(1.0)
+
+
+def test_in_flight_counts_half_open_intervals():
+    s = np.array([0.0, 1.0, 2.0])
+    e = np.array([3.0, 2.0, 4.0])
+    assert in_flight(s, e, np.array([0.0, 1.5, 2.0, 3.0, 4.0])).tolist() == [1, 2, 2, 1, 0]
+
+
+def _sc(t, v, ok=True, name="vllm:prefix_cache_hits_total"):
+    return Scrape(t, ok, {f'{name}{{engine="0"}}': v} if ok and v is not None else {})
+
+
+def test_counter_delta_plain_and_reset():
+    sc = [_sc(0, 0), _sc(5, 100), _sc(10, 150), _sc(15, 30), _sc(20, 80)]
+    d = C.counter_delta(sc, C.PREFIX_HITS, 0, 20)
+    assert d.value == 100 + 50 + 30 + 50 and d.resets == 1 and d.gaps == 0
+    d = C.counter_delta(sc, C.PREFIX_HITS, 5, 10)
+    assert d.value == 50 and d.resets == 0 and (d.t_from, d.t_to) == (5, 10)
+
+
+def test_counter_delta_missing_scrape_inside_and_at_boundary():
+    sc = [_sc(0, 0), _sc(5, 10), _sc(10, None, ok=False), _sc(15, 40), _sc(20, 60)]
+    d = C.counter_delta(sc, C.PREFIX_HITS, 0, 20)
+    assert d.value == 60 and d.gaps == 1
+    # the boundary scrape at t=10 failed: the nearest OK one within one interval is used
+    d = C.counter_delta(sc, C.PREFIX_HITS, 0, 10)
+    assert d.value in (10, 40) and d.t_to in (5, 15)
+    # no OK scrape within tolerance of the boundary -> no value, with a reason
+    d = C.counter_delta(sc, C.PREFIX_HITS, 0, 10, tol=2.0)
+    assert d.value is None and "t=10" in d.reason
+    d = C.counter_delta([], C.PREFIX_HITS, 0, 10, target="coder")
+    assert d.value is None and "no scrapes" in d.reason
+    d = C.counter_delta([_sc(0, 1, name="other"), _sc(5, 2, name="other")], C.PREFIX_HITS, 0, 5)
+    assert d.value is None and "never exported" in d.reason
+
+
+# -- whole windows from a hand-built run directory --------------------------------------------
+
+def _vllm(gpu, ext, prompt, pre=0, extq=None):
+    lab = '{engine="0",model_name="m"}'
+    return {f"vllm:prefix_cache_hits_total{lab}": gpu,
+            f"vllm:external_prefix_cache_hits_total{lab}": ext,
+            f"vllm:external_prefix_cache_queries_total{lab}": extq if extq is not None else prompt - gpu,
+            f"vllm:prompt_tokens_total{lab}": prompt,
+            f"vllm:num_preemptions_total{lab}": pre}
+
+
+def _master(mem_b, file_b, items=0, failed=0):
+    return {"mem_cache_hit_bytes_total": mem_b, "file_cache_hit_bytes_total": file_b,
+            "master_batch_put_start_items_total": items,
+            "master_batch_put_start_failed_items_total": failed,
+            "master_put_start_alloc_failures_total": failed,
+            "master_successful_evictions_total": 0, "master_attempted_evictions_total": 0,
+            "master_evicted_key_count": 0, "master_evicted_size_bytes": 0}
+
+
+def _srv(queue, rp, gpu, ram, disk, comp, keys=0, hits=0, put=0, refused=0, load=None):
+    return {"queue_s": queue, "lookup_s": 0.0, "load_s": rp if load is None else load,
+            "read_path_s": rp, "prefill_s": 0.0, "ttft_s": 0.0,
+            "tokens": {"gpu": gpu, "store_ram": ram, "store_disk": disk, "computed": comp},
+            "store_keys_looked_up": keys, "store_hit_blocks": hits, "put_blocks": put,
+            "put_refused_blocks": refused, "store_errors": 0, "preemptions": 0}
+
+
+def make_hand_run(tmp_path, calls, scrapes, windows, payload_scale=64):
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    stack = StackConfig(payload_scale=payload_scale, store=StoreSpec(lease_ttl_s=5.0))
+    rd.write_json("manifest.json", {"run_id": "hand", "time_scale": 10.0,
+                                    "config": {"fleet": {"width": 2, "name": "hand"},
+                                               "stack": dataclasses.asdict(stack)}})
+    for c in calls:
+        rd.append(c)
+    for target, t, ok, samples in scrapes:
+        rd.append(ScrapeRecord(run_id="hand", target=target, url="u", t=t, ok=ok,
+                               samples=samples if ok else {}, error=None if ok else "boom"))
+    for i, (t0, t1) in enumerate(windows):
+        rd.append(WindowRecord(run_id="hand", index=i + 1, t0=t0, t1=t1))
+    rd.close()
+    return load_run(rd.path)
+
+
+def _call(cid, t_sent, t_end, srv=None, ep="coder", t_sched=None, t_fc=None):
+    return CallRecord(run_id="hand", session_id="s", call_id=cid, endpoint=ep,
+                      t_scheduled=t_sent if t_sched is None else t_sched, t_sent=t_sent,
+                      t_first_byte=t_sent, t_first_content=t_fc if t_fc is not None else t_sent + 1,
+                      t_end=t_end, prompt_tokens=1000, server=srv)
+
+
+def test_window_figures_exact(tmp_path):
+    # two overlapping requests on coder: [1, 5] and [3, 9] -> B = 8 in W = [0, 10)
+    # request a: read path 0.4 s starting at t=1 (1 in flight); b: 0.6 s at t=3.5 (2 in flight)
+    calls = [_call("a", 1.0, 5.0, _srv(0.0, 0.4, 160, 480, 320, 40, keys=60, hits=50, put=4, refused=1),
+                   t_sched=0.5, t_fc=2.0),
+             _call("b", 3.0, 9.0, _srv(0.5, 0.6, 0, 160, 0, 840, keys=60, hits=10, put=50, refused=9),
+                   t_sched=3.0, t_fc=4.0)]
+    # disk share from the master: file bytes / all bytes = 320 / 960 tokens' worth
+    scale = 64
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)),
+           ("coder", 10.0, True, _vllm(160, 960, 2000)),
+           ("master", 0.0, True, _master(0, 0)),
+           ("master", 10.0, True, _master(640 * BPT / scale, 320 * BPT / scale, items=54, failed=10))]
+    run = make_hand_run(tmp_path, calls, scr, [(0.0, 10.0)])
+    rows = {f.endpoint: f for f in analyse_window(run, run.measurement_windows()[0])}
+    f = rows["coder"]
+    assert f.calls == 2 and f.busy_s == pytest.approx(8.0) and f.busy_share == pytest.approx(0.8)
+    assert (f.span_from, f.span_to, f.busy_span_s) == (0.0, 10.0, 8.0)
+    assert f.gpu_tokens == 160 and f.store_tokens == 960 and f.prompt_tokens == 2000
+    assert f.gpu_hit_share == pytest.approx(0.08) and f.store_hit_share == pytest.approx(0.48)
+    assert f.disk_fraction == pytest.approx(1 / 3)
+    assert f.store_disk_tokens == pytest.approx(320) and f.store_ram_tokens == pytest.approx(640)
+    g = (960 / RATE) / 8.0
+    assert f.gross_saving == pytest.approx(g)
+    assert f.gross_saving_disk == pytest.approx((320 / RATE) / 8.0)
+    assert f.disk_share_of_saving == pytest.approx(1 / 3)
+    assert f.net_saving == pytest.approx(g - (0.4 / 1 + 0.6 / 2) / 8.0)
+    assert f.net_saving_full == pytest.approx(g - 1.0 / 8.0)
+    assert f.store_hit_rate == pytest.approx(60 / 120)
+    assert f.store_keys_per_call == pytest.approx(60)
+    assert f.refused_share == pytest.approx(10 / 54)
+    assert f.refused_bytes == pytest.approx(10 * BPT * 16)
+    assert f.xcheck_gpu_rel == 0 and f.xcheck_store_rel == 0 and f.xcheck_disk_rel == 0
+    assert f.ttft_send_p50 == pytest.approx(1.0)            # 2-1 and 4-3
+    assert f.ttft_sched_p50 == pytest.approx((1.5 + 1.0) / 2)
+    assert f.dispatch_mean == pytest.approx(0.25)
+    # disk-only request a: 320 tokens' bytes in 0.4 s... a also read RAM, so the NNLS path or
+    # none; only check the recompute rate exactly
+    assert f.recompute_rate == pytest.approx(RATE * BPT)
+    a = rows[ALL]
+    assert a.gross_saving == pytest.approx(g) and a.net_saving == pytest.approx(f.net_saving)
+    assert a.store_gib_served == pytest.approx(960 * BPT / 1024 ** 3)
+    assert a.master_batch_put_failed_items == 10
+
+
+def test_zero_busy_time_reports_missing_saving(tmp_path):
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(0, 0, 0)),
+           ("master", 0.0, True, _master(0, 0)), ("master", 10.0, True, _master(0, 0))]
+    run = make_hand_run(tmp_path, [_call("a", 20.0, 25.0, _srv(0, 0, 0, 0, 0, 1000))], scr,
+                        [(0.0, 10.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.busy_s == 0.0 and f.calls == 0
+    assert math.isnan(f.gross_saving) and "busy_span_s" in f.missing["gross_saving"]
+    assert math.isnan(f.gpu_hit_share) and "prompt_tokens" in f.missing["gpu_hit_share"]
+
+
+def test_counter_reset_inside_window(tmp_path):
+    # the endpoint restarted between t=10 and t=15: 300 store tokens before, 200 after
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 5.0, True, _vllm(0, 100, 500)),
+           ("coder", 10.0, True, _vllm(0, 300, 1000)), ("coder", 15.0, True, _vllm(0, 50, 300)),
+           ("coder", 20.0, True, _vllm(0, 200, 900))]
+    run = make_hand_run(tmp_path, [_call("a", 0.0, 20.0)], scr, [(0.0, 20.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.store_tokens == 500 and f.prompt_tokens == 1900 and f.counter_resets == 1
+    assert f.gross_saving == pytest.approx((500 / RATE) / 20.0)
+
+
+def test_missing_scrape_at_boundary(tmp_path):
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 5.0, True, _vllm(0, 10, 100)),
+           ("coder", 10.0, False, {}), ("coder", 15.0, True, _vllm(0, 40, 400)),
+           ("coder", 20.0, True, _vllm(0, 60, 600)), ("coder", 30.0, False, {})]
+    run = make_hand_run(tmp_path, [_call("a", 0.0, 20.0)], scr, [(0.0, 10.0), (10.0, 30.0)])
+    t = window_table(run)
+    w1 = t[(t.window == 1) & (t.endpoint == "coder")].iloc[0]
+    # the failed boundary scrape at 10 is replaced by the nearest OK one (5 or 15), reported
+    assert w1.span_to in (5.0, 15.0) and w1.span_from == 0.0
+    w2 = t[(t.window == 2) & (t.endpoint == "coder")].iloc[0]
+    # nothing within one scrape interval of t=30: no counter figures, with the reason
+    assert math.isnan(w2.store_tokens) and "t=30" in w2.missing["store_tokens"]
+    assert math.isnan(w2.gross_saving)
+    assert w2.busy_s == pytest.approx(10.0)
+
+
+def test_real_vllm_run_without_extension_fields(tmp_path):
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0, extq=0)),
+           ("coder", 10.0, True, _vllm(100, 400, 1000, extq=800))]
+    run = make_hand_run(tmp_path, [_call("a", 0.0, 10.0, None)], scr, [(0.0, 10.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.gross_saving == pytest.approx((400 / RATE) / 10.0)
+    assert f.store_hit_rate == pytest.approx(0.5) and "external" in f.store_hit_rate_source
+    assert math.isnan(f.net_saving) and "extension field" in f.missing["net_saving"]
+    assert "no scrapes" in f.missing["store_disk_tokens"]        # no master scraped
+
+
+def test_synthetic_run_cross_check_and_shapes(tmp_path):
+    from .synth import make_run
+    small = load_run(make_run(tmp_path, width=2, windows=2, window_s=200, seed=1))
+    big = load_run(make_run(tmp_path, width=12, windows=2, window_s=200, seed=1))
+    ts, tb = window_table(small), window_table(big)
+    for t in (ts, tb):
+        a = t[t.endpoint == ALL]
+        assert (a.xcheck_gpu_rel < 0.01).all() and (a.xcheck_store_rel < 0.01).all()
+        assert (a.xcheck_disk_rel < 0.01).all()
+    assert ts[ts.endpoint == ALL].gpu_hit_share.mean() > tb[tb.endpoint == ALL].gpu_hit_share.mean()
+    assert ts[ts.endpoint == ALL].store_hit_share.mean() < tb[tb.endpoint == ALL].store_hit_share.mean()

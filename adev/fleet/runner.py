@@ -51,6 +51,7 @@ class Deps:
     # launcher ``await launcher(task, seed, session_id)``
     make_sessions: Callable[..., Any]
     open_gate: Callable[[str], Any] | None = None       # kind -> async context manager -> Gate
+    stop_stack: Callable[[Any], Any] | None = None      # StackInfo -> stops it (resume adoption)
     summarise: Callable[[Path], str] | None = None       # run dir -> printable summary
     report: Callable[[Path], Path | None] | None = None  # run dir -> path of the full report
 
@@ -59,6 +60,7 @@ def real_deps() -> Deps:
     from . import wiring
     return Deps(running_stack=wiring.running_stack, list_tasks=wiring.list_tasks,
                 make_sessions=wiring.make_sessions, open_gate=wiring.open_gate,
+                stop_stack=wiring.stop_stack,
                 summarise=wiring.summarise,
                 report=wiring.report)
 
@@ -169,6 +171,8 @@ class FleetRun:
         self.run_id = self.run_dir.run_id
         self.clock: RunClock | None = None
         self.gate: Any = None
+        self.stack_pids: dict[str, int] = {}
+        self._records_started = False
         self.signals: _Signals | None = None
         self.fleet: Fleet | None = None
         self.result_windows: list[dict[str, Any]] = []
@@ -185,6 +189,7 @@ class FleetRun:
             "run_id": self.run_id,
             "fleet": dataclasses.asdict(dataclasses.replace(self.cfg, stack=self.stack_cfg)),
             "clock": {"t0_mono": self.clock.t0, "time_scale": self.clock.time_scale},
+            "stack_pids": self.stack_pids,
         })
 
     def _tasks(self) -> list[str]:
@@ -256,8 +261,11 @@ class FleetRun:
                               getattr(prof, "gpu_pool_tokens", None))
 
     def _start_records(self, info: Any) -> None:
-        if self.resume:
+        if self.resume or self._records_started:
+            if self._records_started:
+                self._write_state()  # batch: the restarted stack's processes
             return
+        self._records_started = True
         self.run_dir.write_json("manifest.json", build_manifest(
             self.run_id, config={"fleet": self.cfg, "stack": self.stack_cfg},
             seeds={"fleet": self.cfg.seed}, time_scale=self.clock.time_scale,
@@ -272,7 +280,20 @@ class FleetRun:
             if self.clock is not None and abs(info.time_scale - self.clock.time_scale) > 1e-9:
                 raise ConfigError(f"stack.time_scale: the stack runs at {info.time_scale}, this "
                                   f"run's clock at {self.clock.time_scale}")
-            return await body(info)
+            pids = dict(getattr(info, "pids", None) or {})
+            # a resumed run adopts the stack its crashed predecessor started (same processes):
+            # it stops it at the end as the predecessor would have
+            adopt = (self.resume and not getattr(info, "started_here", False) and pids
+                     and pids == self.stack_pids and self.deps.stop_stack is not None)
+            if getattr(info, "started_here", False):
+                self.stack_pids = pids
+            if adopt:
+                self._event("stack_adopted", pids=pids)
+            try:
+                return await body(info)
+            finally:
+                if adopt:
+                    await asyncio.to_thread(self.deps.stop_stack, info)
 
     async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
                            seed_offset: int, body: Callable[[Fleet], Any]) -> Any:
@@ -346,6 +367,7 @@ class FleetRun:
         """Close what the interrupted process left open; returns (epoch, seed offset, next
         window index, windows still to measure)."""
         st = json.loads((self.path / FLEET_STATE).read_text())
+        self.stack_pids = dict(st.get("stack_pids") or {})
         fixed = repair_torn_tails(self.path)
         rd = self.run_dir
         recs = {k: rd.read(k) for k in RECORD_TYPES}

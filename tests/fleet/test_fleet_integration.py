@@ -1,0 +1,197 @@
+"""Fleets on the real embedded stack (Mooncake master + emulated endpoints + local gate).
+
+* a width-12 steady-state run with 3 windows (short windows, high time scale);
+* a width-6 batch run with 3 runs (the stack restarted between runs);
+* ``kill -9`` of ``adev fleet`` inside window 2, then ``adev fleet --resume``: window 1 stays
+  valid, window 2 is invalid, later windows are measured, no record duplicated or lost;
+and the measurement stage reads every run.
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from adev.config import ROOT, load_stack
+from adev.records import RunDir
+
+pytestmark = pytest.mark.integration
+
+S = 50.0  # time scale of these tests
+
+
+@pytest.fixture
+def state_dir():
+    d = Path(tempfile.mkdtemp(prefix="adev-fleet-", dir=os.environ.get("ADEV_TEST_TMP", "/tmp")))
+    yield d
+    from adev.stack import stop_stack
+    stop_stack(str(d))  # whatever a (killed) fleet left running in this state dir
+    shutil.rmtree(d, ignore_errors=True)
+
+
+def stack_dict(state_dir: Path) -> dict:
+    st = dataclasses.asdict(load_stack(time_scale=S))
+    st["state_dir"] = str(state_dir)
+    return st
+
+
+def check_records(rd: RunDir) -> None:
+    """No record duplicated; every started session has exactly one end record."""
+    calls = rd.read("calls")
+    dup = [k for k, v in Counter((c["call_id"], c["attempt"]) for c in calls).items() if v > 1]
+    assert not dup, f"duplicated call records: {dup[:5]}"
+    ss = rd.read("sessions")
+    starts = Counter(s["session_id"] for s in ss if s["status"] == "started")
+    ends = Counter(s["session_id"] for s in ss if s["status"] != "started")
+    assert max(starts.values()) == 1 and max(ends.values()) == 1
+    assert set(starts) == set(ends)
+    for kind in ("windows", "events", "sessions", "scrapes"):
+        assert rd.torn_lines(kind) == 0
+
+
+def measured(run_path: Path):
+    """The measurement stage's per-window table of the run."""
+    from adev.analysis.run import load_run
+    from adev.analysis.windows import window_table
+    return window_table(load_run(run_path))
+
+
+def test_steady_width12_three_windows(tmp_path, state_dir):
+    from adev.fleet.config import fleet_from_dict
+    from adev.fleet.runner import run_fleet
+    cfg = fleet_from_dict({
+        "width": 12, "protocol": "steady", "stagger_s": 5.0, "pause_s": 0.0,
+        "windows": {"count": 3, "length_s": 300.0}, "warmup": {"max_s": 1200.0},
+        "stack": stack_dict(state_dir), "results_dir": str(tmp_path), "live": "plain",
+        "report": False})
+    out = run_fleet(cfg)
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(out.run_dir)
+    ws = rd.read("windows")
+    assert [(w["index"], w["valid"]) for w in ws] == [(1, True), (2, True), (3, True)]
+    ev = [e["event"] for e in rd.read("events")]
+    assert "regime" in ev
+    check_records(rd)
+    calls = rd.read("calls")
+    assert len(calls) > 50 and {c["endpoint"] for c in calls} == {"coder", "reasoner"}
+    sc = rd.read("scrapes")
+    assert {s["target"] for s in sc} == {"coder", "reasoner", "master"}
+    assert sum(s["ok"] for s in sc) >= 0.9 * len(sc)
+    tab = measured(out.run_dir)
+    assert set(tab["window"]) >= {1, 2, 3}
+
+
+def test_batch_width6_three_runs(tmp_path, state_dir):
+    from adev.fleet.config import fleet_from_dict
+    from adev.fleet.runner import run_fleet
+    cfg = fleet_from_dict({
+        "width": 6, "protocol": "batch", "runs": 3, "pause_s": 0.0,
+        "stack": stack_dict(state_dir), "results_dir": str(tmp_path), "live": "plain",
+        "report": False})
+    out = run_fleet(cfg)
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(out.run_dir)
+    ws = rd.read("windows")
+    assert [(w["index"], w["protocol"], w["valid"]) for w in ws] == \
+        [(1, "batch", True), (2, "batch", True), (3, "batch", True)]
+    check_records(rd)
+    ss = [s for s in rd.read("sessions") if s["status"] not in ("started",)]
+    assert len(ss) == 18 and all(s["status"] != "cancelled" for s in ss)
+    # the stack was restarted between runs: its counters start from zero in every run
+    first = {}
+    for s in rd.read("scrapes"):
+        if s["target"] == "coder" and s["ok"]:
+            w = next((w for w in ws if w["t0"] - 1 <= s["t"] <= w["t1"] + 1), None)
+            if w and w["index"] not in first:
+                first[w["index"]] = s["samples"]
+    assert len(first) == 3
+    tab = measured(out.run_dir)
+    assert set(tab["window"]) >= {1, 2, 3}
+
+
+def _write_files(tmp_path: Path, state_dir: Path) -> tuple[Path, Path]:
+    src = (ROOT / "stacks" / "embedded.toml").read_text()
+    stack = tmp_path / "stack.toml"
+    stack.write_text(src.replace("[stack]\n", f'[stack]\nstate_dir = "{state_dir}"\n', 1))
+    fleet = tmp_path / "fleet.toml"
+    fleet.write_text(f"""[fleet]
+width = 6
+protocol = "steady"
+stagger_s = 5.0
+time_scale = {S}
+stack = "{stack}"
+results_dir = "{tmp_path / 'runs'}"
+live = "plain"
+report = false
+[fleet.windows]
+count = 3
+length_s = 300.0
+[fleet.warmup]
+max_s = 1200.0
+""")
+    return fleet, stack
+
+
+def _adev(*args: str, **kw) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "adev.cli", *args], cwd=ROOT,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, **kw)
+
+
+def test_kill9_in_window2_then_resume(tmp_path, state_dir):
+    fleet, _ = _write_files(tmp_path, state_dir)
+    p = _adev("fleet", "--config", str(fleet))
+    run_path = None
+    deadline = time.monotonic() + 300
+    try:
+        while time.monotonic() < deadline:
+            time.sleep(0.2)
+            runs = list((tmp_path / "runs").glob("fleet-*"))
+            if runs:
+                run_path = runs[0]
+                evs = RunDir(run_path).read("events")
+                w2 = [e for e in evs if e["event"] == "window_open" and e["detail"]["index"] == 2]
+                if w2:
+                    time.sleep(1.0)  # well inside window 2 (300 model s = 6 s wall)
+                    break
+            assert p.poll() is None, p.stdout.read()
+        else:
+            pytest.fail("window 2 never opened")
+        os.kill(p.pid, signal.SIGKILL)
+        p.wait()
+    finally:
+        if p.poll() is None:
+            p.kill()
+    rd = RunDir(run_path)
+    before = {k: rd.read(k) for k in ("calls", "sessions", "windows", "scrapes", "gates")}
+    assert [(w["index"], w["valid"]) for w in before["windows"]] == [(1, True)]
+    r = _adev("fleet", "--resume", str(run_path))
+    text, _ = r.communicate(timeout=600)
+    assert r.returncode == 0, text
+    rd = RunDir(run_path)
+    ws = rd.read("windows")
+    got = [(w["index"], w["valid"]) for w in ws]
+    assert got == [(1, True), (2, False), (3, True), (4, True)], got
+    assert "interrupted" in ws[1]["reason"]
+    # nothing written before the crash was lost or rewritten
+    for kind, recs in before.items():
+        now = rd.read(kind)
+        assert now[:len(recs)] == recs, kind
+    check_records(rd)
+    sids = {s["session_id"] for s in rd.read("sessions")}
+    assert any(s.startswith("e1-") for s in sids)
+    assert ws[2]["t0"] > ws[1]["t1"]
+    tab = measured(run_path)
+    assert set(tab["window"]) >= {1, 3, 4}
+    # the resumed process adopted and stopped the stack its predecessor had started
+    from adev.stack import read_state
+    assert read_state(str(state_dir)) is None

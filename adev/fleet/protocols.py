@@ -181,15 +181,15 @@ class Fleet:
         try:
             if count > 0 and await self._wait_regime():
                 t_open = self.clock.now()
+                await self.scraper.scrape_all()  # the first window's opening boundary
                 for idx, t0, t1 in plan_windows(t_open, count, cfg.windows.length_s, first_index):
-                    await self.scraper.scrape_all()
                     self.event("window_open", index=idx, t0=t0, protocol="steady")
                     open_window = (idx, t0)
                     if self.state is not None:
                         self.state.window_opened(idx, t0, t1)
                     if not await self._sleep_until(t1):
                         break
-                    await self.scraper.scrape_all()
+                    await self.scraper.scrape_all()  # closes this window, opens the next
                     w = WindowRecord(run_id=self.run_id, index=idx, t0=t0, t1=t1, valid=True,
                                      protocol="steady")
                     self.run_dir.append(w)

@@ -432,3 +432,52 @@ def test_kill_and_restart_master_on_the_same_ports(sdir):
     finally:
         res = stop_stack(info)
     assert res["master"] == "stopped" and not running(new.pids["master"])
+
+
+_USER_SCRIPT = """
+import asyncio, sys
+from adev.stack import running_stack, small_config
+async def main():
+    async with running_stack(small_config(sys.argv[1], endpoints=["coder"]),
+                             endpoint_module=sys.argv[2]) as info:
+        print("UP", info.started_here, info.pids["master"], flush=True)
+        sys.stdin.readline()  # hold the stack until told to go
+asyncio.run(main())
+"""
+
+
+@pytest.mark.integration
+def test_shared_running_stack_is_stopped_by_the_last_user_out(sdir):
+    """Two processes use one stack via running_stack: the starter leaving first must not stop it
+    under the other; the last one out stops it."""
+    def user():
+        p = subprocess.Popen([sys.executable, "-c", _USER_SCRIPT, str(sdir), FAKE], cwd=ROOT,
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        line = p.stdout.readline().split()
+        assert line[0] == "UP", line
+        return p, line[1] == "True", int(line[2])
+
+    a, a_started, master = user()
+    b, b_started, master_b = user()
+    try:
+        assert a_started and not b_started and master == master_b
+        a.communicate("\n", timeout=60)  # the starter leaves first
+        assert running(master) and stack_status(small_config(sdir))["running"]
+        b.communicate("\n", timeout=60)
+        assert not running(master) and read_state(sdir) is None
+    finally:
+        for p in (a, b):
+            if p.poll() is None:
+                p.kill()
+
+
+@pytest.mark.integration
+async def test_running_stack_reusing_a_started_stack_leaves_it_up(sdir):
+    cfg = small_config(sdir, endpoints=["coder"])
+    info = start_stack(cfg, endpoint_module=FAKE)  # like a fixture or `adev stack up`
+    try:
+        async with running_stack(cfg, endpoint_module=FAKE) as used:
+            assert not used.started_here
+        assert all(running(p) for p in info.pids.values())
+    finally:
+        stop_stack(info)

@@ -80,7 +80,7 @@ def cmd_up(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     try:
-        info = start_stack(cfg, reuse=False)
+        info = start_stack(cfg, reuse=False, auto_stop=False)
     except StackError as e:
         print(f"adev: stack up failed: {e}", file=sys.stderr)
         return 1

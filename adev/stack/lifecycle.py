@@ -202,12 +202,16 @@ def _locked(sdir: Path) -> Iterator[None]:
 def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
                 endpoint_module: str | None = None, master_binary: str | Path | None = None,
                 cancel: threading.Event | None = None,
-                ready_timeout_s: float = ENDPOINT_READY_TIMEOUT_S) -> StackInfo:
+                ready_timeout_s: float = ENDPOINT_READY_TIMEOUT_S, auto_stop: bool = False,
+                user: str | None = None) -> StackInfo:
     """Start the embedded stack of ``config`` (default ``stacks/embedded.toml``); return its handle.
 
     A stack already running in the same state dir is reused when ``reuse`` and its config matches
     (``started_here`` False), else a :class:`StackError` says so. A stale state file (processes
     gone) is cleaned up. External mode starts nothing. On any failure, nothing is left running.
+    Such a stack is stopped by :func:`stop_stack` (or ``adev stack down``) only; ``auto_stop``
+    (used by :func:`running_stack`) lets the last registered ``user`` out stop it instead
+    (see :func:`release_user`); ``user`` is registered under the same lock as the reuse decision.
     """
     config = config or load_stack()
     if config.mode == "external":
@@ -223,6 +227,8 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
                     if bad:
                         raise StackError(f"the stack in {sdir} is running but endpoints {bad} are "
                                          "not healthy; run `adev stack down` and start it again")
+                    if user:
+                        _add_user(sdir, user)
                     return st.info(started_here=False)
                 why = ("differs: " + "; ".join(diffs)) if diffs else "reuse not allowed"
                 raise StackError(
@@ -231,8 +237,61 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
                     f"run `adev stack down{_sd_arg(config)}` first")
             _stop_recorded(st)  # stale: stop any survivor, forget it
             remove_state(sdir)
-        return _start(config, sdir, endpoint_module=endpoint_module,
-                      master_binary=master_binary, cancel=cancel, ready_timeout_s=ready_timeout_s)
+        shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
+        info = _start(config, sdir, endpoint_module=endpoint_module, master_binary=master_binary,
+                      cancel=cancel, ready_timeout_s=ready_timeout_s, auto_stop=auto_stop)
+        if user:
+            _add_user(sdir, user)
+        return info
+
+
+USERS_DIR = "users"
+"""``<state_dir>/users/<pid>-<token>``: one file per live ``running_stack`` user of the stack."""
+
+
+def _add_user(sdir: Path, token: str) -> None:
+    d = sdir / USERS_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    import psutil
+    ct = psutil.Process().create_time()
+    (d / f"{os.getpid()}-{token}").write_text(json.dumps({"pid": os.getpid(), "create_time": ct}))
+
+
+def _live_users(sdir: Path) -> list[str]:
+    from .procs import is_alive
+    out = []
+    for f in sorted((sdir / USERS_DIR).glob("*")):
+        try:
+            d = json.loads(f.read_text())
+            if is_alive(int(d["pid"]), float(d["create_time"])):
+                out.append(f.name)
+                continue
+        except (OSError, ValueError, KeyError, TypeError):
+            pass
+        f.unlink(missing_ok=True)  # a user that died without releasing
+    return out
+
+
+def release_user(sdir: str | Path, token: str) -> dict[str, str] | None:
+    """Drop user ``token`` of the stack in ``sdir``; the last user out stops a stack that a
+    ``running_stack`` started (``auto_stop``). Returns what was stopped, or None."""
+    sdir = state_dir_path(sdir)
+    with _locked(sdir):
+        (sdir / USERS_DIR / f"{os.getpid()}-{token}").unlink(missing_ok=True)
+        st = read_state(sdir)
+        if st is None or not st.auto_stop or _live_users(sdir):
+            return None
+        out = _stop_recorded(st)
+        _remove_disk(st)
+        remove_state(sdir)
+        shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
+        return out
+
+
+def _remove_disk(st: StackState) -> None:
+    for p in st.endpoints.values():
+        if p.disk_dir:
+            shutil.rmtree(p.disk_dir, ignore_errors=True)
 
 
 def _sd_arg(config: StackConfig) -> str:
@@ -241,7 +300,7 @@ def _sd_arg(config: StackConfig) -> str:
 
 def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
            master_binary: str | Path | None, cancel: threading.Event | None,
-           ready_timeout_s: float) -> StackInfo:
+           ready_timeout_s: float, auto_stop: bool) -> StackInfo:
     host = config.host
     module = endpoint_module or os.environ.get(ENDPOINT_MODULE_ENV) or ENDPOINT_MODULE
     binary = Path(master_binary) if master_binary else find_master_binary()
@@ -376,6 +435,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                 disk_dir=str(disk_dirs[n]) if disk_dirs[n] else None) for n, p in procs.items()},
             lease_ttl_real_ms=lease_ms,
             master_flags=master.cmd[1:],
+            auto_stop=auto_stop,
         )
         write_state(state)
         return state.info(started_here=True)
@@ -430,16 +490,17 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
         sdir = state_dir_path(target.state_dir)
     else:
         sdir = state_dir_path(target if target is not None else StackConfig().state_dir)
+    if read_state(sdir) is None:
+        return None
     with _locked(sdir):
         st = read_state(sdir)
         if st is None:
             return None
         out = _stop_recorded(st, timeout=timeout)
         if not keep_disk:
-            for p in st.endpoints.values():
-                if p.disk_dir:
-                    shutil.rmtree(p.disk_dir, ignore_errors=True)
+            _remove_disk(st)
         remove_state(sdir)
+        shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
         return out
 
 
@@ -449,34 +510,40 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
 
 @contextlib.asynccontextmanager
 async def running_stack(config: StackConfig | None = None, **kwargs: Any) -> AsyncIterator[StackInfo]:
-    """Use the stack of ``config``: reuse a matching one that is up, else start one here and stop
-    it on exit (also on exceptions, cancellation and Ctrl-C). External mode starts nothing.
+    """Use the stack of ``config``: reuse a matching one that is up, else start one (contract 3).
 
-    Start-up runs in a worker thread so the event loop keeps running; if the caller is cancelled
-    during start-up, the start is aborted and whatever it started is stopped.
+    Every user registers in the state dir; on exit (also on exceptions, cancellation and Ctrl-C)
+    the last user out stops a stack that a ``running_stack`` started, so concurrent fleets can
+    share one stack safely. A stack started by ``adev stack up`` is left running. External mode
+    starts nothing. Start-up runs in a worker thread so the event loop keeps running; if the
+    caller is cancelled during start-up, the start is aborted and whatever it started is stopped.
     """
+    import uuid
     config = config or load_stack()
+    if config.mode == "external":
+        yield external_info(config)
+        return
+    token = uuid.uuid4().hex[:12]
     cancel = threading.Event()
     pool = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="adev-stack")
-    fut = pool.submit(start_stack, config, reuse=True, cancel=cancel, **kwargs)
+    fut = pool.submit(start_stack, config, reuse=True, cancel=cancel, user=token,
+                      auto_stop=True, **kwargs)
     pool.shutdown(wait=False)
     try:
         info = await asyncio.wrap_future(fut)
     except BaseException:
         cancel.set()
         try:
-            started = fut.result()  # the start finishes (or aborts) promptly once cancel is set
+            fut.result()  # the start finishes (or aborts) promptly once cancel is set
         except BaseException:
             pass  # the start failed or aborted and cleaned up after itself
         else:
-            if started.started_here:
-                stop_stack(started)
+            release_user(config.state_dir, token)
         raise
     try:
         yield info
     finally:
-        if info.started_here:
-            stop_stack(info)  # synchronous on purpose: a second cancellation cannot interrupt it
+        release_user(config.state_dir, token)  # synchronous: a second cancel cannot interrupt it
 
 
 # --------------------------------------------------------------------------------------------

@@ -67,6 +67,7 @@ class StackState:
     endpoints: dict[str, ProcState]
     lease_ttl_real_ms: int
     master_flags: list[str] = field(default_factory=list)
+    auto_stop: bool = False  # True: started by running_stack, the last user out stops it
     version: int = STATE_VERSION
 
     @property

@@ -54,6 +54,8 @@ class FleetState:
         self.windows_done: list[int] = []
         self.window_calls: list[dict[str, Any]] = []
         self.window_scrapes: list[dict[str, Any]] = []
+        self._last_scrape: dict[str, dict[str, Any]] = {}
+        self.prefill_tokens_per_s: float | None = None
         self.figures: dict[str, Any] | None = None
         self.figures_note = ""
         self.t_now = 0.0
@@ -71,7 +73,8 @@ class FleetState:
     def window_opened(self, index: int, t0: float, t1: float | None) -> None:
         self.window = (index, t0, t1)
         self.window_calls = []
-        self.window_scrapes = []
+        # the boundary scrape was taken just before the window opened: it is the window's base
+        self.window_scrapes = list(self._last_scrape.values())
 
     def window_closed(self, index: int) -> None:
         self.windows_done.append(index)
@@ -122,10 +125,13 @@ class FleetState:
                 import dataclasses
                 self.window_calls.append(dataclasses.asdict(rec))
         elif kind == "scrapes":
+            import dataclasses
             self.t_now = max(self.t_now, rec.t)
+            d = dataclasses.asdict(rec)
+            if rec.ok:
+                self._last_scrape[rec.target] = d
             if self.window is not None:
-                import dataclasses
-                self.window_scrapes.append(dataclasses.asdict(rec))
+                self.window_scrapes.append(d)
         elif kind == "events" and rec.event == "session_error":
             self.session_errors += 1
 
@@ -143,7 +149,8 @@ class FleetState:
             return
         idx, t0, _ = self.window
         try:
-            self.figures = running_figures(self.window_calls, self.window_scrapes, t0, t_now)
+            self.figures = running_figures(self.window_calls, self.window_scrapes, t0, t_now,
+                                           self.prefill_tokens_per_s)
             self.figures_note = ""
         except Exception as e:
             self.figures, self.figures_note = None, f"running figures failed: {type(e).__name__}: {e}"

@@ -301,6 +301,8 @@ class FleetRun:
         self._start_records(info)
         scraper = Scraper(self.run_dir, self.run_id, clock, _targets(info),
                           interval_s=self.cfg.scrape_interval_s)
+        self.state.prefill_tokens_per_s = getattr(getattr(info, "profile", None),
+                                                  "prefill_tokens_per_s", None)
         display = LiveDisplay(self.state, clock, self.live_mode, stream=self.out)
         try:
             async with self.deps.make_sessions(self.cfg, info, self.run_dir, clock,

@@ -51,7 +51,6 @@ class Deps:
     # launcher ``await launcher(task, seed, session_id)``
     make_sessions: Callable[..., Any]
     open_gate: Callable[[str], Any] | None = None       # kind -> async context manager -> Gate
-    stop_stack: Callable[[Any], Any] | None = None      # StackInfo -> stops it (resume adoption)
     summarise: Callable[[Path], str] | None = None       # run dir -> printable summary
     report: Callable[[Path], Path | None] | None = None  # run dir -> path of the full report
 
@@ -60,7 +59,6 @@ def real_deps() -> Deps:
     from . import wiring
     return Deps(running_stack=wiring.running_stack, list_tasks=wiring.list_tasks,
                 make_sessions=wiring.make_sessions, open_gate=wiring.open_gate,
-                stop_stack=wiring.stop_stack,
                 summarise=wiring.summarise,
                 report=wiring.report)
 
@@ -171,7 +169,6 @@ class FleetRun:
         self.run_id = self.run_dir.run_id
         self.clock: RunClock | None = None
         self.gate: Any = None
-        self.stack_pids: dict[str, int] = {}
         self._records_started = False
         self.signals: _Signals | None = None
         self.fleet: Fleet | None = None
@@ -189,7 +186,6 @@ class FleetRun:
             "run_id": self.run_id,
             "fleet": dataclasses.asdict(dataclasses.replace(self.cfg, stack=self.stack_cfg)),
             "clock": {"t0_mono": self.clock.t0, "time_scale": self.clock.time_scale},
-            "stack_pids": self.stack_pids,
         })
 
     def _tasks(self) -> list[str]:
@@ -280,20 +276,9 @@ class FleetRun:
             if self.clock is not None and abs(info.time_scale - self.clock.time_scale) > 1e-9:
                 raise ConfigError(f"stack.time_scale: the stack runs at {info.time_scale}, this "
                                   f"run's clock at {self.clock.time_scale}")
-            pids = dict(getattr(info, "pids", None) or {})
-            # a resumed run adopts the stack its crashed predecessor started (same processes):
-            # it stops it at the end as the predecessor would have
-            adopt = (self.resume and not getattr(info, "started_here", False) and pids
-                     and pids == self.stack_pids and self.deps.stop_stack is not None)
-            if getattr(info, "started_here", False):
-                self.stack_pids = pids
-            if adopt:
-                self._event("stack_adopted", pids=pids)
-            try:
-                return await body(info)
-            finally:
-                if adopt:
-                    await asyncio.to_thread(self.deps.stop_stack, info)
+            # (a stack that a crashed run started is reused by its --resume, which registers as
+            # its user and, being the last user out, stops it: adev.stack.running_stack)
+            return await body(info)
 
     async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
                            seed_offset: int, body: Callable[[Fleet], Any]) -> Any:
@@ -369,7 +354,6 @@ class FleetRun:
         """Close what the interrupted process left open; returns (epoch, seed offset, next
         window index, windows still to measure)."""
         st = json.loads((self.path / FLEET_STATE).read_text())
-        self.stack_pids = dict(st.get("stack_pids") or {})
         fixed = repair_torn_tails(self.path)
         rd = self.run_dir
         recs = {k: rd.read(k) for k in RECORD_TYPES}

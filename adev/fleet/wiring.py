@@ -18,11 +18,6 @@ def running_stack(config):
     return rs(config)
 
 
-def stop_stack(info):
-    from ..stack import stop_stack as ss
-    return ss(info)
-
-
 def list_tasks() -> list[str]:
     from ..session.tasks import list_tasks as lt
     return list(lt())

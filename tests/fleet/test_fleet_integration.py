@@ -192,6 +192,6 @@ def test_kill9_in_window2_then_resume(tmp_path, state_dir):
     assert ws[2]["t0"] > ws[1]["t1"]
     tab = measured(run_path)
     assert set(tab["window"]) >= {1, 3, 4}
-    # the resumed process adopted and stopped the stack its predecessor had started
+    # the resumed process (the last user of the stack its predecessor started) stopped it
     from adev.stack import read_state
     assert read_state(str(state_dir)) is None

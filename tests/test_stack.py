@@ -269,7 +269,7 @@ def test_port_in_use_is_a_clear_error_and_nothing_runs(sdir):
 def test_endpoint_failure_stops_the_master_too(sdir, monkeypatch):
     monkeypatch.setenv("FAKE_ENDPOINT_FAIL", "reasoner")
     before = children()
-    with pytest.raises(StackError, match="reasoner exited during start-up"):
+    with pytest.raises(StackError, match=r"reasoner exited during start-up \(exit status 3\)"):
         start_stack(small_config(sdir), endpoint_module=FAKE)
     assert children() == before and read_state(sdir) is None
 

@@ -292,6 +292,8 @@ def _remove_disk(st: StackState) -> None:
     for p in st.endpoints.values():
         if p.disk_dir:
             shutil.rmtree(p.disk_dir, ignore_errors=True)
+            with contextlib.suppress(OSError):
+                Path(p.disk_dir).parent.rmdir()  # the disk root, once empty
 
 
 def _sd_arg(config: StackConfig) -> str:
@@ -327,6 +329,8 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
 
     logs = sdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    for old in logs.glob("*.log"):  # keep the previous stack's logs once, start fresh ones
+        os.replace(old, old.with_suffix(".log.prev"))
     disk = config.configuration in DISK_CONFIGURATIONS
     disk_root = Path(config.store.disk_dir).expanduser() if config.store.disk_dir else sdir / "disk"
     if disk and not disk_root.is_absolute():

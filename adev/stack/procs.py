@@ -158,6 +158,8 @@ class Proc:
 
 _POPENS: dict[int, subprocess.Popen] = {}
 """Popen objects of children started by this process (so they are reaped, not left zombies)."""
+_EXITED: dict[int, int] = {}
+"""Exit status of reaped children, by pid."""
 
 
 def spawn(name: str, cmd: list[str], log: Path, *, env: dict[str, str] | None = None,
@@ -199,7 +201,7 @@ def _reap(pid: int) -> None:
     pop = _POPENS.pop(pid, None)
     if pop is not None:
         try:
-            pop.wait(timeout=0)
+            _EXITED[pid] = pop.wait(timeout=0)
         except subprocess.TimeoutExpired:
             _POPENS[pid] = pop
 
@@ -208,7 +210,7 @@ def is_alive(pid: int, create_time: float) -> bool:
     """True while the process started as ``(pid, create_time)`` runs (zombies count as dead)."""
     pop = _POPENS.get(pid)
     if pop is not None and pop.poll() is not None:
-        _POPENS.pop(pid, None)
+        _EXITED[pid] = _POPENS.pop(pid).returncode
         return False
     return _process(pid, create_time) is not None
 
@@ -216,7 +218,9 @@ def is_alive(pid: int, create_time: float) -> bool:
 def exit_code(pid: int) -> int | None:
     """Exit status of a child started by this process, if it has exited."""
     pop = _POPENS.get(pid)
-    return pop.poll() if pop is not None else None
+    if pop is not None:
+        return pop.poll()
+    return _EXITED.get(pid)
 
 
 def stop_process(pid: int, create_time: float, *, timeout: float = 15.0,
@@ -266,6 +270,7 @@ def _wait(pid: int, p: psutil.Process, timeout: float) -> None:
             pop.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
             raise psutil.TimeoutExpired(timeout, pid) from None
+        _EXITED[pid] = pop.returncode
         _POPENS.pop(pid, None)
     else:
         p.wait(timeout=timeout)

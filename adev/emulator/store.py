@@ -1,0 +1,355 @@
+"""The external KV tier through the real Mooncake Store client.
+
+What it does, per request, like vLLM's MooncakeStoreConnector:
+
+- keys: ``<model>@tp_rank:0@<block hash, 16 hex>``, one per full 16-token block;
+- lookup: one ``batch_is_exist`` over the request's keys beyond the local GPU hit (the master grants
+  a lease on every hit); the caller counts the leading run of hits;
+- load: ``batch_get_into`` of the hit blocks into a registered buffer (real bytes, real I/O), in
+  batches of ``batch_keys``; a failed block and every block after it are recomputed;
+- save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
+  ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
+  high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
+  retry), and refused / never-offered blocks are counted.
+
+Which tier served a hit: Mooncake's client does not say. The master's HTTP admin endpoint
+``/batch_query_keys`` lists each key's memory replicas and disk replicas *without* bumping the
+master's hit counters (``get_replica_desc`` does bump them, so it would double-count
+``mem_cache_hit_bytes_total``); the emulator queries it for the hit keys concurrently with the
+load: a key with a memory replica was served from RAM (Mooncake reads memory replicas first),
+one with only a disk replica from disk. It needs the master's HTTP (metrics) address; without it
+every hit is attributed to RAM and counted as unknown.
+
+Payloads are ``bytes_per_block / payload_scale`` real bytes. The client is blocking; every call runs
+in a one-thread executor per connection. Fault handling: any RPC failure (or a master that stops
+accepting TCP connections, probed every second) marks the store down; while down, lookups and puts
+return counted failures at once (the request recomputes); a background task re-creates the client
+when a master accepts connections again. The old client is closed in its own executor after its
+pending calls (``close()`` takes ~2 s and any call after it crashes the process, so nothing is
+submitted to a closed client).
+"""
+from __future__ import annotations
+
+import asyncio
+import ctypes
+import json
+import logging
+import os
+import socket
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from pathlib import Path
+from urllib.parse import quote
+
+log = logging.getLogger("adev.emulator.store")
+
+REFUSED = -200        # no space: everything in RAM is leased / above the high watermark
+RPC_FAIL = -900       # master unreachable
+MIN_SEGMENT = 16 << 20  # Mooncake refuses a segment smaller than 16 MiB
+
+
+@dataclass
+class StoreSettings:
+    master: str                       # "host:port" of the master's RPC
+    model_name: str
+    payload_bytes: int                # real bytes per block = bytes_per_block / payload_scale
+    segment_bytes: int                # RAM this client contributes (>= 16 MiB)
+    disk_dir: str | None = None       # offload directory (disk tier on) or None
+    master_http: str | None = None    # "host:port" of the master's HTTP (metrics) server
+    batch_keys: int = 512
+    io_timeout_s: float = 3.0         # wall seconds before a hung store call is a failure
+    host: str = "127.0.0.1"
+
+
+@dataclass
+class SaveResult:
+    offered: int = 0
+    put: int = 0
+    refused: int = 0
+    skipped: int = 0
+    present: int = 0
+    error: bool = False
+
+
+@dataclass
+class LoadResult:
+    loaded: int = 0                   # leading blocks loaded
+    tiers: list[str] = field(default_factory=list)  # "ram" | "disk" per loaded block
+    unknown_tier: int = 0
+    error: bool = False
+
+
+class _Conn:
+    def __init__(self, gen: int) -> None:
+        self.gen = gen
+        self.exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-{gen}")
+        self.client = None
+        self.closed = False
+        self.src = None
+        self.dst = None
+
+
+def block_key(model: str, h: int) -> str:
+    return f"{model}@tp_rank:0@{h:016x}"
+
+
+class MooncakeTier:
+    def __init__(self, settings: StoreSettings) -> None:
+        self.s = settings
+        self._conn: _Conn | None = None
+        self._gen = 0
+        self._task: asyncio.Task | None = None
+        self._http = None
+        self.on_error = lambda op: None   # metrics hook: op in lookup|load|put|connect
+        self.connects = 0
+
+    # ------------------------------------------------------------------ lifecycle
+    @property
+    def up(self) -> bool:
+        c = self._conn
+        return c is not None and not c.closed
+
+    async def start(self, wait_s: float = 10.0) -> None:
+        """Connect (waiting up to ``wait_s`` for a master) and keep the connection alive."""
+        deadline = time.monotonic() + wait_s
+        while time.monotonic() < deadline and not self.up:
+            await self._try_connect()
+            if not self.up:
+                await asyncio.sleep(0.2)
+        self._task = asyncio.create_task(self._keepalive())
+
+    async def close(self) -> None:
+        if self._task:
+            self._task.cancel()
+        if self._http is not None:
+            await self._http.close()
+        c = self._conn
+        self._conn = None
+        if c is not None and not c.closed:
+            c.closed = True
+            await asyncio.get_running_loop().run_in_executor(c.exec, c.client.close)
+
+    def _master_accepts(self) -> bool:
+        host, port = self.s.master.rsplit(":", 1)
+        try:
+            with socket.create_connection((host, int(port)), timeout=0.5):
+                return True
+        except OSError:
+            return False
+
+    async def _keepalive(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            try:
+                await asyncio.sleep(1.0 if self.up else 0.5)
+                alive = await loop.run_in_executor(None, self._master_accepts)
+                if self.up and not alive:
+                    self._mark_down("connect")
+                elif not self.up and alive:
+                    await self._try_connect()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the keepalive die
+                log.exception("store keepalive")
+
+    async def _try_connect(self) -> None:
+        self._gen += 1
+        conn = _Conn(self._gen)
+        loop = asyncio.get_running_loop()
+        try:
+            rc = await asyncio.wait_for(loop.run_in_executor(conn.exec, self._setup, conn), 30.0)
+        except Exception as e:  # noqa: BLE001
+            rc = f"{type(e).__name__}: {e}"
+        if rc == 0:
+            self._conn = conn
+            self.connects += 1
+            log.info("store connected (generation %d)", conn.gen)
+        else:
+            log.warning("store connect failed: %s", rc)
+            self.on_error("connect")
+            conn.closed = True
+            conn.exec.shutdown(wait=False)
+
+    def _setup(self, conn: _Conn) -> int:
+        from mooncake.store import MooncakeDistributedStore
+        os.environ.setdefault("MC_TCP_BIND_ADDRESS", self.s.host)
+        offload = False
+        path = ""
+        if self.s.disk_dir:
+            d = Path(self.s.disk_dir).resolve() / f"gen-{conn.gen}"
+            d.mkdir(parents=True, exist_ok=True)
+            path = str(d)
+            os.environ["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"] = path
+            os.environ["MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR"] = "file_per_key_storage_backend"
+            os.environ.setdefault("MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS", "1")
+            os.environ.setdefault("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(128 << 20))
+            offload = True
+        client = MooncakeDistributedStore()
+        seg = max(MIN_SEGMENT, int(self.s.segment_bytes))
+        local = max(MIN_SEGMENT, 2 * self.s.batch_keys * self.s.payload_bytes)
+        rc = client.setup(self.s.host, "P2PHANDSHAKE", seg, local, "tcp", "", self.s.master,
+                          None, offload, path)
+        if rc != 0:
+            return rc
+        p = self.s.payload_bytes
+        conn.src = ctypes.create_string_buffer(os.urandom(p), p)
+        conn.dst = ctypes.create_string_buffer(p * self.s.batch_keys)
+        r1 = client.register_buffer(ctypes.addressof(conn.src), p)
+        r2 = client.register_buffer(ctypes.addressof(conn.dst), p * self.s.batch_keys)
+        conn.client = client
+        return r1 or r2
+
+    def _mark_down(self, op: str) -> None:
+        c = self._conn
+        if c is None:
+            return
+        self._conn = None
+        log.warning("store marked down after a failed %s", op)
+        if not c.closed:
+            c.closed = True
+            c.exec.submit(_safe_close, c.client)
+            c.exec.shutdown(wait=False)
+
+    async def _call(self, op: str, fn, *args):
+        """Run ``fn(client, *args)`` on the current connection; None on failure (counted)."""
+        c = self._conn
+        if c is None or c.closed:
+            self.on_error(op)
+            return None
+        loop = asyncio.get_running_loop()
+        try:
+            return await asyncio.wait_for(loop.run_in_executor(c.exec, fn, c, *args), self.s.io_timeout_s)
+        except Exception as e:  # noqa: BLE001 (timeout, RuntimeError from the binding)
+            log.warning("store %s failed: %s", op, e)
+            self.on_error(op)
+            if self._conn is c:
+                self._mark_down(op)
+            return None
+
+    # ------------------------------------------------------------------ operations
+    def keys(self, hashes: list[int]) -> list[str]:
+        m = self.s.model_name
+        return [f"{m}@tp_rank:0@{h:016x}" for h in hashes]
+
+    async def exists(self, keys: list[str]) -> list[int] | None:
+        """``batch_is_exist`` (grants leases on hits): 1/0 per key, or None on failure."""
+        if not keys:
+            return []
+        r = await self._call("lookup", lambda c, k: c.client.batch_is_exist(k), keys)
+        if r is None:
+            return None
+        if any(x < 0 for x in r):
+            self.on_error("lookup")
+            if min(r) == RPC_FAIL:
+                self._mark_down("lookup")
+            return None
+        return list(r)
+
+    async def load(self, keys: list[str]) -> LoadResult:
+        """Read the hit blocks for real; attribute each to RAM or disk (see module doc)."""
+        res = LoadResult()
+        if not keys:
+            return res
+        tier_task = asyncio.create_task(self._tiers(keys)) if self.s.master_http else None
+        p = self.s.payload_bytes
+        ok = 0
+        for i in range(0, len(keys), self.s.batch_keys):
+            batch = keys[i:i + self.s.batch_keys]
+
+            def get(c, b=batch):
+                base = ctypes.addressof(c.dst)
+                return c.client.batch_get_into(b, [base + j * p for j in range(len(b))], [p] * len(b))
+
+            r = await self._call("load", get)
+            if r is None:
+                res.error = True
+                break
+            run = 0
+            for x in r:
+                if x < p:
+                    break
+                run += 1
+            ok += run
+            if run < len(batch):
+                res.error = True
+                self.on_error("load")
+                break
+        res.loaded = ok
+        tiers: list[str | None] = [None] * ok
+        if tier_task is not None:
+            try:
+                tiers = (await tier_task)[:ok]
+            except Exception as e:  # noqa: BLE001
+                log.warning("tier query failed: %s", e)
+        res.unknown_tier = sum(1 for t in tiers if t is None)
+        res.tiers = [t or "ram" for t in tiers]
+        return res
+
+    async def _tiers(self, keys: list[str]) -> list[str | None]:
+        import aiohttp
+        if self._http is None:
+            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        out: list[str | None] = []
+        for i in range(0, len(keys), 200):
+            batch = keys[i:i + 200]
+            url = f"http://{self.s.master_http}/batch_query_keys?keys=" + ",".join(quote(k, safe="@:") for k in batch)
+            async with self._http.get(url) as resp:
+                data = json.loads(await resp.text()).get("data") or {}
+            for k in batch:
+                d = data.get(k) or {}
+                if d.get("values"):
+                    out.append("ram")
+                elif d.get("local_disk_values") or d.get("disk_values"):
+                    out.append("disk")
+                else:
+                    out.append(None)
+        return out
+
+    async def save(self, keys: list[str]) -> SaveResult:
+        """Put the blocks of ``keys`` not yet in the store (the caller leaves out blocks it just
+        loaded from the store)."""
+        res = SaveResult()
+        cand = keys
+        if not cand:
+            return res
+        ex = await self.exists(cand)
+        if ex is None:
+            res.error = True
+            return res
+        missing = [k for k, e in zip(cand, ex) if not e]
+        res.present = len(cand) - len(missing)
+        p = self.s.payload_bytes
+        for i in range(0, len(missing), self.s.batch_keys):
+            batch = missing[i:i + self.s.batch_keys]
+
+            def put(c, b=batch):
+                ptr = ctypes.addressof(c.src)
+                return c.client.batch_put_from(b, [ptr] * len(b), [p] * len(b))
+
+            r = await self._call("put", put)
+            res.offered += len(batch)
+            if r is None:
+                res.error = True
+                res.skipped += len(missing) - i - len(batch)
+                break
+            bad = [x for x in r if x < 0]
+            res.put += len(batch) - len(bad)
+            if bad:
+                failed = sum(1 for x in bad if x == RPC_FAIL)
+                if failed:
+                    res.error = True
+                    self.on_error("put")
+                    self._mark_down("put")
+                res.refused += len(bad) - failed
+                res.skipped += len(missing) - i - len(batch)
+                break  # as vLLM: stop saving this request, no retry
+        return res
+
+
+def _safe_close(client) -> None:
+    try:
+        if client is not None:
+            client.close()
+    except Exception:  # noqa: BLE001
+        pass

@@ -221,6 +221,8 @@ def test_up_status_down_leaves_nothing_running(sdir):
         assert sj.store.master_port == st.master.port
         status = stack_status(cfg)
         assert status["running"] and status["master"]["metrics_url"] == info.master_metrics_url
+        assert status["master"]["cpu_s"] >= 0 and status["master"]["rss_mb"] > 1
+        assert all(e["rss_mb"] > 1 for e in status["endpoints"].values())
         assert {n: e["base_url"] for n, e in status["endpoints"].items()} == info.endpoints
         assert all(Path(p).exists() for p in info.logs.values())
     finally:

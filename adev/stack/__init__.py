@@ -19,7 +19,7 @@ from __future__ import annotations
 from .cli import register
 from .lifecycle import (CLIENT_TTL_S, ENDPOINT_MODULE, ENDPOINT_MODULE_ENV, config_diff,
                         endpoint_command, external_info, kill_master, master_flags,
-                        master_lease_ms, release_user, restart_master, running_stack, small_config,
+                        master_lease_ms, process_usage, release_user, restart_master, running_stack, small_config,
                         stack_status, start_stack, stop_stack)
 from .procs import (DEBIAN_PACKAGES, MASTER_ENV, MissingBinaryError, MissingLibraryError,
                     PortInUseError, StackError, find_master_binary)
@@ -31,5 +31,5 @@ __all__ = [
     "read_state", "stack_status", "small_config", "external_info", "master_flags",
     "master_lease_ms", "endpoint_command", "config_diff", "find_master_binary", "register",
     "state_dir_path", "MASTER_ENV", "ENDPOINT_MODULE", "ENDPOINT_MODULE_ENV", "DEBIAN_PACKAGES",
-    "CLIENT_TTL_S", "kill_master", "restart_master", "release_user",
+    "CLIENT_TTL_S", "kill_master", "restart_master", "release_user", "process_usage",
 ]

@@ -107,9 +107,12 @@ def endpoint_env(config: StackConfig, disk_dir: Path | None) -> dict[str, str]:
     return env
 
 
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
 def _http_ok(url: str, timeout: float = 2.0) -> bool:
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as r:
+        with _OPENER.open(url, timeout=timeout) as r:
             return 200 <= r.status < 300
     except (urllib.error.URLError, OSError, ValueError):
         return False
@@ -223,7 +226,8 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
             if st.all_alive():
                 diffs = config_diff(st.config, config)
                 if reuse and not diffs:
-                    bad = [n for n, p in st.endpoints.items() if not _http_ok(p.health_url)]
+                    bad = [n for n, p in st.endpoints.items()
+                           if not any(_http_ok(p.health_url, timeout=5.0) for _ in range(3))]
                     if bad:
                         raise StackError(f"the stack in {sdir} is running but endpoints {bad} are "
                                          "not healthy; run `adev stack down` and start it again")
@@ -589,8 +593,9 @@ def stack_status(config: StackConfig | None = None) -> dict[str, Any]:
             d["port"] = p.port
         return d
 
-    eps = {n: proc(p) for n, p in st.endpoints.items()}
-    master = proc(st.master, master=True)
+    usage = process_usage(st)
+    eps = {n: {**proc(p), **usage.get(n, {})} for n, p in st.endpoints.items()}
+    master = {**proc(st.master, master=True), **usage.get("master", {})}
     master["lease_ttl_real_ms"] = st.lease_ttl_real_ms
     running = master["healthy"] and all(e["healthy"] for e in eps.values())
     return {"mode": "embedded", "running": running, "state_file": str(sdir / "state.json"),
@@ -657,3 +662,30 @@ def restart_master(target: StackInfo | StackConfig | str | Path | None = None, *
                                             metrics_port=m.metrics_port)
             write_state(st)
         return st.info(started_here=isinstance(target, StackInfo) and target.started_here)
+
+
+def process_usage(target: StackState | StackInfo | StackConfig | str | Path | None = None
+                  ) -> dict[str, dict[str, float]]:
+    """CPU seconds (user + system, since start) and resident memory of each live stack process.
+
+    CPU share over an interval = delta of ``cpu_s`` / wall seconds (cores used); this is what the
+    stack itself costs the machine, apart from the client driving it.
+    """
+    import psutil
+
+    from .procs import _process
+    st = target if isinstance(target, StackState) else read_state(_target_dir(target))
+    if st is None:
+        return {}
+    out: dict[str, dict[str, float]] = {}
+    for p in st.processes:
+        proc = _process(p.pid, p.create_time)
+        if proc is None:
+            continue
+        try:
+            with proc.oneshot():
+                t = proc.cpu_times()
+                out[p.name] = {"cpu_s": t.user + t.system, "rss_mb": proc.memory_info().rss / 2**20}
+        except psutil.Error:
+            continue
+    return out

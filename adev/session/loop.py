@@ -20,14 +20,15 @@ and if it made no valid tool call at all the session ends with reason ``no_progr
 
 **Context rule.** Before each call the loop estimates the prompt's tokens (characters divided by
 the characters-per-token ratio measured on this session's previous call; 3.0 before the first)
-plus the role's ``max_tokens``. When that exceeds the endpoint's ``max_model_len`` (from
-``/v1/models``) minus ``context_margin_tokens``, the loop *elides* history, oldest first: a tool
-result or a ``write_file`` content longer than 200 characters is replaced by a one-line marker
-(``[elided to fit the context: N characters ...]``). Elision is permanent (the trimmed history is
-what later calls resend, so they share its prefix). If everything elidable is elided and the
-prompt still does not fit, ``max_tokens`` is lowered down to 1,024; if it still does not fit (or
-the endpoint answers that the prompt is over its context twice), the session ends with status
-``ended`` and reason ``context_limit``.
+plus the role's ``max_tokens``, against the endpoint's ``max_model_len`` (from ``/v1/models``)
+minus ``context_margin_tokens``. (1) If it does not fit, ``max_tokens`` is lowered to the room
+left, down to a floor of min(role max_tokens, 4,096). (2) Below the floor the loop *elides*
+history, oldest first, until the role's full ``max_tokens`` fits again: a tool result or a
+``write_file`` content longer than 200 characters is replaced by a one-line marker (``[elided to
+fit the context: N characters ...]``). Elision is permanent (the trimmed history is what later
+calls resend, so they share its prefix). (3) If everything elidable is elided and the floor still
+does not fit -- or the endpoint answers twice that the prompt is over its context -- the session
+ends with status ``ended`` and reason ``context_limit``.
 
 Records: a ``SessionRecord`` at start and at end, a ``CallRecord`` per call attempt (by the
 client), a ``ToolEvent`` per tool call and a ``GateRecord`` per gate run, all appended as they
@@ -52,7 +53,7 @@ from .roles import Role, Roles, load_roles
 from .tools import Workspace, schemas
 
 ELIDE_MIN_CHARS = 200
-MIN_MAX_TOKENS = 1024
+MIN_MAX_TOKENS = 4096
 NUDGE = ("You replied without calling a tool. Act only through the tools ({tools}); call "
          "`finish` with your report when your part is done.")
 
@@ -238,30 +239,28 @@ class _Session:
     def fit_context(self, messages: list[dict[str, Any]], tools_chars: int, max_tokens: int,
                     endpoint: str) -> int:
         """Apply the context rule (module docstring); returns the max_tokens to use.
-        May elide ``self.history`` in place (and ``messages``, which shares its dicts)."""
+        May elide ``self.history`` in place (``messages`` shares its dicts)."""
         mml = self.ctx.llm.max_model_len(endpoint)
         if not mml:
             return max_tokens
+        floor = min(max_tokens, MIN_MAX_TOKENS)
         limit = mml - self.ctx.context_margin_tokens
         est = self.estimate(messages, tools_chars)
-        if est + max_tokens <= limit:
-            return max_tokens
-        n_hist = len(self.history)
-        for i in range(n_hist):
-            saved = _elide(self.history[i])
+        if limit - est >= floor:
+            return min(max_tokens, limit - est)
+        # elide the oldest history until the role's full max_tokens fits again
+        for msg in self.history:
+            saved = _elide(msg)
             if saved:
                 est -= int(saved / self.cpt)
-                if est + max_tokens <= limit:
+                if limit - est >= max_tokens:
                     break
-        messages[:] = [self.system, *self.history, *messages[1 + n_hist:]]
         est = self.estimate(messages, tools_chars)
-        if est + max_tokens <= limit:
-            return max_tokens
-        room = limit - est
-        if room >= MIN_MAX_TOKENS:
-            return room
-        raise _SessionEnd("ended", f"context_limit: prompt of ~{est} tokens leaves {room} of "
-                          f"{mml} for the reply after eliding all earlier tool output")
+        if limit - est >= floor:
+            return min(max_tokens, limit - est)
+        raise _SessionEnd("ended", f"context_limit: prompt of ~{est} tokens leaves "
+                          f"{limit - est} of {mml} for the reply after eliding all earlier "
+                          "tool output")
 
     # ---- the gate --------------------------------------------------------------------
     async def gate(self, rnd: int, suite: str) -> GateResult:

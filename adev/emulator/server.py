@@ -119,7 +119,7 @@ def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid
     if max_tokens is not None and max_tokens >= 0 and len(ids) > max_tokens:
         del ids[max_tokens:], kinds[max_tokens:], pieces[max_tokens:]
         finish = "length"
-    if finish == "tool_calls":  # calls cut off by max_tokens are not calls
+    if tool_calls:  # calls cut off by max_tokens are not calls
         seen = {segments[k][1] for k in kinds if segments[k][0] == "tool_tail"}
         tool_calls = [tc for j, tc in enumerate(tool_calls) if j in seen]
     return OutputPlan(ids, kinds, pieces, segments, tool_calls, finish)

@@ -98,6 +98,7 @@ class OraclePolicy:
                  tasks: dict[str, Any] | None = None):
         self.config = config if isinstance(config, OracleConfig) else OracleConfig.from_dict(config)
         self._tasks: dict[str, Any] = dict(tasks or {})
+        self._tok = None
 
     # ---- seeded decisions ---------------------------------------------------------------
     def _u(self, seed: int | None, *parts: Any) -> float:
@@ -168,8 +169,21 @@ class OraclePolicy:
         content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
         out = self._output_tokens(role, request.seed, (rnd, role, module, step),
                                   request.max_tokens)
+        # never ask for fewer tokens than the reply itself holds (the engine would cut it)
+        out = max(out, self._natural(content, reasoning, calls) + 2)
         return PolicyReply(content=content, reasoning=reasoning, tool_calls=calls,
                            output_tokens=out)
+
+    def _natural(self, content: str | None, reasoning: str | None, calls: list[ToolCall]) -> int:
+        """The reply's own length in the emulator's tokens (as the engine counts it)."""
+        tok = self._tok
+        if tok is None:
+            from ..tokenizer import Tokenizer
+            tok = self._tok = Tokenizer(cache_messages=16)
+        n = len(tok.encode(reasoning or "")) + len(tok.encode(content or "")) + 1
+        for c in calls:
+            n += len(tok.encode(tok.render_tool_call(c.name, c.arguments))) + 4
+        return n
 
     # ---- roles (each returns content, reasoning, tool calls) ----------------------------
     def _play_architect(self, st: "_State"):
@@ -497,3 +511,18 @@ def _norm_ppf(p: float) -> float:
     r = q * q
     return (((((a[0]*r+a[1])*r+a[2])*r+a[3])*r+a[4])*r+a[5])*q / \
         (((((b[0]*r+b[1])*r+b[2])*r+b[3])*r+b[4])*r+1)
+
+
+class Policy(OraclePolicy):
+    """The emulator's constructor convention (``load_policy``): ``Policy(stack_config, seed)``.
+
+    The oracle's settings come from the environment variable ``ADEV_ORACLE`` (a JSON object with
+    keys of :class:`OracleConfig`), defaults otherwise; the endpoint seed is not used (the
+    session's request seed decides everything, so both endpoints agree).
+    """
+
+    def __init__(self, stack_config: Any = None, seed: int = 0):
+        import os
+        raw = os.environ.get("ADEV_ORACLE")
+        cfg = json.loads(raw) if raw else None
+        super().__init__(OracleConfig.from_dict(cfg))

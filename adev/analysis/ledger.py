@@ -38,6 +38,7 @@ last touch of that block, by anyone) and flags aged reuse (distance > lease TTL)
 """
 from __future__ import annotations
 
+import array as _array
 import hashlib
 import json
 import os
@@ -124,13 +125,14 @@ def none_hash_sha256_cbor(hash_seed: str) -> bytes:
     return hashlib.sha256(cbor2.dumps(hash_seed, canonical=True)).digest()
 
 
-def _cbor_tokens(tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
-    """CBOR encodings of unsigned ints, concatenated; returns (bytes, byte offset per token + end).
+_TABLE_MAX = 1 << 18  # token ids below this are encoded by table lookup
+_enc_table: np.ndarray | None = None
+_len_table: np.ndarray | None = None
 
-    Minimal-length CBOR major type 0: v < 24 -> 1 byte; < 2**8 -> 0x18 + 1; < 2**16 -> 0x19 + 2;
-    < 2**32 -> 0x1a + 4 (big endian).
-    """
-    v = tokens.astype(np.uint32, copy=False)
+
+def _cbor_encode_direct(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(n, 5) uint8 CBOR encodings (left-aligned) and their lengths, computed."""
+    v = v.astype(np.uint32, copy=False)
     n = len(v)
     b = v.astype(">u4").view(np.uint8).reshape(n, 4)
     five = v >= 65536
@@ -144,6 +146,29 @@ def _cbor_tokens(tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
     out[:, 2] = np.where(five, b1, b3)
     out[:, 3] = b2
     out[:, 4] = b3
+    return out, lens
+
+
+def _tables() -> tuple[np.ndarray, np.ndarray]:
+    global _enc_table, _len_table
+    if _enc_table is None:
+        _enc_table, _len_table = _cbor_encode_direct(np.arange(_TABLE_MAX, dtype=np.uint32))
+    return _enc_table, _len_table
+
+
+def _cbor_tokens(tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
+    """CBOR encodings of unsigned ints, concatenated; returns (bytes, byte offset per token + end).
+
+    Minimal-length CBOR major type 0: v < 24 -> 1 byte; < 2**8 -> 0x18 + 1; < 2**16 -> 0x19 + 2;
+    < 2**32 -> 0x1a + 4 (big endian). Ids below 2**18 come from a lookup table.
+    """
+    v = tokens.astype(np.uint32, copy=False)
+    n = len(v)
+    if n and int(v.max()) < _TABLE_MAX:
+        enc, lt = _tables()
+        out, lens = enc[v], lt[v]
+    else:
+        out, lens = _cbor_encode_direct(v)
     mask = np.arange(5, dtype=np.uint8)[None, :] < lens[:, None]
     offs = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=offs[1:])
@@ -304,7 +329,7 @@ class LedgerWriter:
     def add(self, t: float, session_id: str, call_id: str,
             token_ids: Sequence[int] | np.ndarray) -> int:
         """Record one prompt's touches at model time ``t``; returns the number of full blocks."""
-        tok = np.asarray(token_ids, dtype=np.uint32)
+        tok = _as_tokens(token_ids)
         if tok.ndim != 1:
             raise ValueError(f"token_ids: expected a flat sequence of ints, got shape {tok.shape}")
         with self._lock:
@@ -354,6 +379,17 @@ class LedgerWriter:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def _as_tokens(token_ids: Sequence[int] | np.ndarray) -> np.ndarray:
+    """Token ids as a uint32 array (a list goes through ``array.array``, ~2x faster)."""
+    if isinstance(token_ids, list):
+        try:
+            return np.frombuffer(_array.array("I", token_ids), dtype=np.uint32) \
+                if _array.array("I").itemsize == 4 else np.asarray(token_ids, dtype=np.uint32)
+        except (TypeError, OverflowError):
+            pass
+    return np.asarray(token_ids, dtype=np.uint32)
 
 
 def _truncate_torn(path: Path, itemsize: int) -> None:

@@ -101,7 +101,8 @@ def test_reference_passes_all_tests(name, tmp_path):
     suites, wall, out = _run_pytest(t, tmp_path / "ws")
     for suite, expected in (("tests", t.tests), ("acceptance", t.acceptance)):
         outcomes = [r.outcome for r in suites[suite]]
-        assert len(outcomes) == _count_tests(expected), (suite, out[-3000:])
+        # parametrised tests yield several results per function
+        assert len(outcomes) >= _count_tests(expected), (suite, out[-3000:])
         assert set(outcomes) == {"passed"}, (suite, out[-3000:])
     # generous bound: the target is < 5 s natively, the machine is shared
     assert wall < 60, wall

@@ -483,3 +483,27 @@ async def test_running_stack_reusing_a_started_stack_leaves_it_up(sdir):
         assert all(running(p) for p in info.pids.values())
     finally:
         stop_stack(info)
+
+
+@pytest.mark.integration
+def test_startup_killed_half_way_is_cleaned_by_down(sdir):
+    """SIGKILL of `adev stack up` while endpoints start: `down` still finds the processes."""
+    env = {**os.environ, "ADEV_ENDPOINT_MODULE": FAKE, "FAKE_ENDPOINT_FAIL": "hang"}
+    up = subprocess.Popen([sys.executable, "-m", "adev.cli", "stack", "up", "--state-dir",
+                           str(sdir)], env=env, cwd=ROOT, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.DEVNULL)
+    pending = sdir / "pending.json"
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if pending.exists() and len(json.loads(pending.read_text() or "[]")) == 3:
+            break
+        time.sleep(0.1)
+    entries = json.loads(pending.read_text())
+    assert {e["name"] for e in entries} == {"master", "coder", "reasoner"}
+    up.kill()
+    up.wait()
+    assert all(running(e["pid"]) for e in entries)  # orphans, not in any state file
+    assert read_state(sdir) is None
+    res = stop_stack(sdir)
+    assert set(res) == {"master", "coder", "reasoner"}
+    assert not any(running(e["pid"]) for e in entries) and not pending.exists()

@@ -241,6 +241,7 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
                     f"run `adev stack down{_sd_arg(config)}` first")
             _stop_recorded(st)  # stale: stop any survivor, forget it
             remove_state(sdir)
+        _stop_pending(sdir)  # an earlier start-up killed half-way
         shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
         info = _start(config, sdir, endpoint_module=endpoint_module, master_binary=master_binary,
                       cancel=cancel, ready_timeout_s=ready_timeout_s, auto_stop=auto_stop)
@@ -339,7 +340,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
     disk_root = Path(config.store.disk_dir).expanduser() if config.store.disk_dir else sdir / "disk"
     if disk and not disk_root.is_absolute():
         disk_root = ROOT / disk_root
-    started: list[Proc] = []
+    started = _Pending(sdir)
     try:
         # --- the master -------------------------------------------------------------------
         lease_ms = master_lease_ms(config)
@@ -446,12 +447,65 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
             auto_stop=auto_stop,
         )
         write_state(state)
+        started.clear()
         return state.info(started_here=True)
     except BaseException:
         # Nothing left running: stop what we started, endpoints first, master last.
         for p in reversed(started):
             stop_process(p.pid, p.create_time, timeout=10.0)
+        started.clear()
         raise
+
+
+PENDING_FILE = "pending.json"
+
+
+class _Pending(list):
+    """Processes started but not yet in the state file, mirrored to ``pending.json`` so that a
+    start-up killed half-way (SIGKILL of adev) leaves nothing ``down`` cannot find."""
+
+    def __init__(self, sdir: Path):
+        super().__init__()
+        self.path = sdir / PENDING_FILE
+
+    def _sync(self) -> None:
+        if not self:
+            self.path.unlink(missing_ok=True)
+            return
+        tmp = self.path.with_suffix(".tmp")
+        tmp.write_text(json.dumps([{"name": p.name, "pid": p.pid, "create_time": p.create_time}
+                                   for p in self]))
+        os.replace(tmp, self.path)
+
+    def append(self, p: Proc) -> None:
+        super().append(p)
+        self._sync()
+
+    def remove(self, p: Proc) -> None:
+        super().remove(p)
+        self._sync()
+
+    def clear(self) -> None:
+        super().clear()
+        self._sync()
+
+
+def _stop_pending(sdir: Path) -> dict[str, str]:
+    """Stop what an interrupted start-up left in ``pending.json`` (endpoints first)."""
+    p = sdir / PENDING_FILE
+    try:
+        entries = json.loads(p.read_text())
+    except (OSError, ValueError):
+        p.unlink(missing_ok=True)
+        return {}
+    out = {}
+    for e in reversed(entries):
+        try:
+            out[e["name"]] = stop_process(int(e["pid"]), float(e["create_time"]), timeout=10.0)
+        except (KeyError, TypeError, ValueError):
+            continue
+    p.unlink(missing_ok=True)
+    return out
 
 
 def _cancelled(cancel: threading.Event | None) -> bool:
@@ -498,12 +552,13 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
         sdir = state_dir_path(target.state_dir)
     else:
         sdir = state_dir_path(target if target is not None else StackConfig().state_dir)
-    if read_state(sdir) is None:
+    if read_state(sdir) is None and not (sdir / PENDING_FILE).exists():
         return None
     with _locked(sdir):
+        pending = _stop_pending(sdir)
         st = read_state(sdir)
         if st is None:
-            return None
+            return pending or None
         out = _stop_recorded(st, timeout=timeout)
         if not keep_disk:
             _remove_disk(st)

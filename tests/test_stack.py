@@ -113,7 +113,7 @@ def test_external_info_starts_nothing():
     cfg = from_dict(StackConfig, {
         "mode": "external", "time_scale": 10.0,
         "endpoints": [{"name": "coder", "base_url": "http://gpu1:8000/v1"},
-                      {"name": "reasoner", "base_url": "http://gpu2:8000"}],
+                      {"name": "reasoner", "base_url": "http://gpu2:8000", "model": "qc"}],
         "store": {"metrics_url": "http://master:9003/metrics"}}, "stack")
     info = external_info(cfg)
     assert info.endpoints == {"coder": "http://gpu1:8000/v1", "reasoner": "http://gpu2:8000/v1"}
@@ -122,6 +122,7 @@ def test_external_info_starts_nothing():
     assert info.master_metrics_url == "http://master:9003/metrics"
     assert info.time_scale == 1.0 and not info.started_here
     assert info.model == "Qwen3-Coder-30B-A3B-Instruct-FP8"
+    assert info.model_for("coder") == info.model and info.model_for("reasoner") == "qc"
     assert start_stack(cfg).endpoints == info.endpoints  # external: start_stack starts nothing
 
 

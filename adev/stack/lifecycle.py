@@ -142,7 +142,8 @@ def external_info(config: StackConfig) -> StackInfo:
         mets[e.name] = urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
     return StackInfo(endpoints=eps, metrics_urls=mets, master_metrics_url=config.store.metrics_url,
                      time_scale=1.0, profile=load_model_profile(config.profile), config=config,
-                     started_here=False)
+                     started_here=False,
+                     models={e.name: e.model for e in config.endpoints if e.model})
 
 
 def small_config(state_dir: str | Path, **overrides: Any) -> StackConfig:

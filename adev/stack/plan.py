@@ -91,10 +91,10 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
     ext_lines = ["[stack]", 'mode = "external"', "time_scale = 1.0", f'profile = "{config.profile}"',
                  f'configuration = "{config.configuration}"', ""]
     for i, e in enumerate(config.endpoints):
-        repo = model or e.model or (f"Qwen/{profile.name}" if profile.name.startswith("Qwen")
-                                    else profile.name)
+        repo = model or (f"Qwen/{profile.name}" if profile.name.startswith("Qwen")
+                         else profile.name)
         p = e.port or port
-        cmd = ["vllm", "serve", repo, "--served-model-name", profile.name,
+        cmd = ["vllm", "serve", repo, "--served-model-name", e.model or profile.name,
                "--host", "0.0.0.0", "--port", str(p),
                "--tensor-parallel-size", str(profile.tp),
                "--block-size", str(profile.block_size),

@@ -102,6 +102,7 @@ class StackState:
             pids={p.name: p.pid for p in self.processes},
             logs={p.name: p.log for p in self.processes},
             lease_ttl_real_ms=self.lease_ttl_real_ms,
+            models={e.name: e.model or "" for e in cfg.endpoints if e.model},
         )
 
     def to_dict(self) -> dict[str, Any]:
@@ -137,11 +138,17 @@ class StackInfo:
     pids: dict[str, int] = field(default_factory=dict)
     logs: dict[str, str] = field(default_factory=dict)
     lease_ttl_real_ms: int | None = None
+    models: dict[str, str] = field(default_factory=dict)
 
     @property
     def model(self) -> str:
         """The model name the endpoints serve (the profile's ``name``)."""
         return self.profile.name
+
+    def model_for(self, endpoint: str) -> str:
+        """The model name to send to ``endpoint`` (its ``model`` in the config, else the
+        profile's name: what the emulator serves and ``plan vllm`` passes as served name)."""
+        return self.models.get(endpoint) or self.profile.name
 
     @property
     def mode(self) -> str:

@@ -508,3 +508,11 @@ def test_startup_killed_half_way_is_cleaned_by_down(sdir):
     res = stop_stack(sdir)
     assert set(res) == {"master", "coder", "reasoner"}
     assert not any(running(e["pid"]) for e in entries) and not pending.exists()
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(importlib.util.find_spec("adev.emulator.server") is None,
+                    reason="adev.emulator.server not built yet")
+def test_session_stack_fixture(session_stack):
+    assert set(session_stack.endpoints) == {"coder", "reasoner"}
+    assert stack_status(session_stack.config)["running"]

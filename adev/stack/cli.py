@@ -11,6 +11,9 @@ from typing import Any, get_args
 
 from ..config import Configuration, ConfigError, StackConfig, from_dict, load_stack
 
+LEASE_WARN_MS = 50
+"""Below this real lease, store reads of a loaded 2-core machine may outlive their lease."""
+
 
 def _add_config_args(p: argparse.ArgumentParser, *, overrides: bool = False) -> None:
     p.add_argument("--config", metavar="FILE",
@@ -84,6 +87,10 @@ def cmd_up(args: argparse.Namespace) -> int:
     except StackError as e:
         print(f"adev: stack up failed: {e}", file=sys.stderr)
         return 1
+    if info.lease_ttl_real_ms is not None and info.lease_ttl_real_ms < LEASE_WARN_MS:
+        print(f"adev: warning: the store lease is {info.lease_ttl_real_ms} ms real "
+              f"(stack.store.lease_ttl_s / time_scale); store reads slower than that fail "
+              "(Mooncake -707) and are recomputed", file=sys.stderr)
     st = stack_status(cfg)
     if args.json:
         print(json.dumps(st, indent=2))

@@ -3,7 +3,8 @@ lifecycle tests only: it loads the stack JSON exactly as the emulator must, chec
 port answers, then serves ``/health``, ``/metrics`` and ``/v1/models`` on 127.0.0.1.
 
 ``FAKE_ENDPOINT_FAIL``: ``exit`` (exit 3 before serving), ``hang`` (never become healthy),
-``<name>`` (only that endpoint exits).
+``nolib`` (exit with Python's message for a missing shared library), ``<name>`` (only that
+endpoint exits).
 """
 from __future__ import annotations
 
@@ -33,6 +34,10 @@ def main() -> int:
     if fail == "exit" or fail == a.endpoint:
         print(f"fake endpoint {a.endpoint}: failing on purpose", flush=True)
         return 3
+    if fail == "nolib":  # what Python prints when the store client's libraries are missing
+        print("ImportError: libibverbs.so.1: cannot open shared object file: No such file or "
+              "directory", flush=True)
+        return 1
     host, _, port = a.master.rpartition(":")
     socket.create_connection((host, int(port)), timeout=5).close()
     if a.disk_dir and not os.path.isdir(a.disk_dir):

@@ -278,6 +278,16 @@ def test_endpoint_failure_stops_the_master_too(sdir, monkeypatch):
 
 
 @pytest.mark.integration
+def test_endpoint_missing_library_names_the_packages(sdir, monkeypatch):
+    monkeypatch.setenv("FAKE_ENDPOINT_FAIL", "nolib")
+    before = children()
+    with pytest.raises(MissingLibraryError) as e:
+        start_stack(small_config(sdir, endpoints=["coder"]), endpoint_module=FAKE)
+    assert "libibverbs.so.1" in str(e.value) and "libibverbs1 librdmacm1 libnuma1" in str(e.value)
+    assert children() == before and read_state(sdir) is None
+
+
+@pytest.mark.integration
 def test_stale_state_file_is_replaced(sdir):
     cfg = small_config(sdir, endpoints=["coder"])
     info = start_stack(cfg, endpoint_module=FAKE)

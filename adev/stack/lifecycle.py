@@ -425,6 +425,10 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                     if _addr_in_use(p.log):
                         raise PortInUseError(f"endpoint {e.name}: port {ports[e.name]} is already "
                                              f"in use; log {p.log}") from None
+                    libs = library_error_in_log(p.log)
+                    if libs is not None:
+                        raise MissingLibraryError(missing_library_message(
+                            f"endpoint {e.name} (Mooncake store client)", libs)) from None
                     raise StackError(str(exc)) from None
         actual = _with_ports(config, rpc_port, metrics_port, ports)
         stack_json.write_text(json.dumps(dataclasses.asdict(actual), indent=2))

@@ -27,7 +27,9 @@ MASTER_ENV = "ADEV_MOONCAKE_MASTER"
 DEBIAN_PACKAGES = ("libibverbs1", "librdmacm1", "libnuma1")
 """System packages Mooncake's binaries and store client need, even over TCP."""
 
-_LIB_ERROR = re.compile(r"error while loading shared libraries: ([^:\s]+)")
+_LIB_ERROR = re.compile(r"error while loading shared libraries: ([^:\s]+)"
+                        r"|([\w.+-]+\.so[\w.]*): cannot open shared object file")
+"""The dynamic loader's message (a binary) or Python's ImportError (an extension module)."""
 
 
 class StackError(RuntimeError):
@@ -290,7 +292,7 @@ def library_error_in_log(path: str | Path) -> list[str] | None:
         text = Path(path).read_text(errors="replace")
     except OSError:
         return None
-    libs = _LIB_ERROR.findall(text)
+    libs = sorted({a or b for a, b in _LIB_ERROR.findall(text)})
     return libs or None
 
 

@@ -33,6 +33,7 @@ def _run_pytest(task: Task, dest: Path, mistakes: list[Mistake] | None = None):
     task.materialise(dest, with_tests=True, with_acceptance=True, mistakes=mistakes)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("ADEV_", "PYTEST_"))}
     env["PYTHONDONTWRITEBYTECODE"] = "1"
+    env["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # bare pytest, as in the gate guest
     if task.needs_block_device:
         dev = dest.parent / f"{dest.name}-device.img"
         with open(dev, "wb") as fh:
@@ -41,7 +42,7 @@ def _run_pytest(task: Task, dest: Path, mistakes: list[Mistake] | None = None):
     junit = dest.parent / f"{dest.name}-junit.xml"
     t0 = time.monotonic()
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:asyncio",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider",
          f"--junitxml={junit}", *task.test_paths, *task.acceptance_paths],
         cwd=dest, env=env, capture_output=True, text=True, timeout=task.test_timeout_s)
     wall = time.monotonic() - t0

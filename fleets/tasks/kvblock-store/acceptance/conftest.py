@@ -15,7 +15,7 @@ if str(ROOT) not in sys.path:
 
 from kvblock.device import BlockDevice  # noqa: E402
 
-REGION = 8 * 1024 * 1024
+REGION = 2 * 1024 * 1024
 
 
 @pytest.fixture

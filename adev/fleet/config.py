@@ -79,6 +79,8 @@ class FleetConfig:
     gate: Literal["local", "vm"] = "local"
     roles: dict[str, str] = field(default_factory=dict)  # role -> logical endpoint
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
+    drain_s: float = field(default=300.0, metadata={"min": 0, "help":
+                           "steady: wait this long for the last window's calls to finish"})
     scrape_interval_s: float = field(default=5.0, metadata={"positive": True})
     max_session_failures: int = field(default=20, metadata={"min": 1, "help":
                                       "consecutive session errors before the fleet aborts"})

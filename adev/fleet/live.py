@@ -45,6 +45,8 @@ class FleetState:
         self.calls_done = Counter()                     # endpoint -> count
         self.call_errors = 0
         self.in_flight = Counter()                      # endpoint -> calls in flight
+        self._open_calls: dict[int, float] = {}         # token -> model time scheduled
+        self._call_seq = 0
         self.refused_blocks = 0
         self.put_blocks = 0
         self.store_errors = 0
@@ -80,14 +82,24 @@ class FleetState:
         self.windows_done.append(index)
 
     def call_started(self, endpoint: str, session_id: str = "", role: str = "",
-                     round: int = 0) -> None:
+                     round: int = 0, t: float | None = None) -> int:
+        """A call was scheduled; returns a token for :meth:`call_finished`."""
         self.in_flight[endpoint] += 1
+        self._call_seq += 1
+        self._open_calls[self._call_seq] = self.t_now if t is None else t
         info = self.sessions.get(session_id)
         if info is not None:
             info["role"], info["round"] = role or info["role"], round or info["round"]
+        return self._call_seq
 
-    def call_finished(self, endpoint: str) -> None:
+    def call_finished(self, endpoint: str, token: int | None = None) -> None:
         self.in_flight[endpoint] = max(0, self.in_flight[endpoint] - 1)
+        if token is not None:
+            self._open_calls.pop(token, None)
+
+    def calls_open_since_before(self, t: float) -> int:
+        """Calls still in flight that were scheduled before model time ``t``."""
+        return sum(1 for ts in self._open_calls.values() if ts < t)
 
     def served(self) -> dict[str, bool]:
         return dict(self._served)

@@ -197,6 +197,8 @@ class Fleet:
                     open_window = None
                     if self.state is not None:
                         self.state.window_closed(idx)
+                if open_window is None and self.result.windows:
+                    await self._drain(self.result.windows[-1].t1)
         finally:
             if open_window is not None:  # stopped inside a window: it cannot be measured
                 idx, t0 = open_window
@@ -218,6 +220,21 @@ class Fleet:
         if self._abort:
             raise FleetAborted(self._abort)
         return self.result
+
+    async def _drain(self, t_end: float) -> None:
+        """After the last window: let the calls that were in flight at its end finish (so the
+        window's calls complete normally), at most ``drain_s``; sessions then get cancelled."""
+        if self.state is None or not hasattr(self.state, "calls_open_since_before"):
+            return
+        deadline = self.clock.now() + self.cfg.drain_s
+        self.state.phase = "draining the last window's calls"
+        while self.state.calls_open_since_before(t_end) and self.clock.now() < deadline:
+            if self.stop_event.is_set():
+                return
+            await asyncio.sleep(0.05)
+        left = self.state.calls_open_since_before(t_end)
+        if left:
+            self.event("drain_timeout", calls_left=left, drain_s=self.cfg.drain_s)
 
     # -- batch --------------------------------------------------------------------------
     async def run_batch_once(self, index: int, run_number: int) -> WindowRecord | None:

@@ -51,12 +51,12 @@ class CountingClient(LLMClient):
         st = self.state
         if st is None:
             return await super().chat(endpoint, messages, **kw)
-        st.call_started(endpoint, kw.get("session_id", ""), kw.get("role", ""),
-                        kw.get("round", 0))
+        tok = st.call_started(endpoint, kw.get("session_id", ""), kw.get("role", ""),
+                              kw.get("round", 0), self.clock.now())
         try:
             return await super().chat(endpoint, messages, **kw)
         finally:
-            st.call_finished(endpoint)
+            st.call_finished(endpoint, tok)
 
 
 @contextlib.asynccontextmanager

@@ -75,14 +75,27 @@ def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 6
             rng = random.Random(seed)
             run_dir.append(SessionRecord(run_id=run_dir.run_id, session_id=sid, task=task,
                                          t=clock.now(), status="started", seed=seed))
+            try:
+                return await _calls(sid, task, seed, rng)
+            except asyncio.CancelledError:
+                run_dir.append(SessionRecord(run_id=run_dir.run_id, session_id=sid, task=task,
+                                             t=clock.now(), status="cancelled", seed=seed))
+                raise
+
+        async def _calls(sid, task, seed, rng):
             for k in range(2):
                 ep = "coder" if k == 0 else "reasoner"
                 t_s = clock.now()
-                state.call_started(ep, sid, "architect", 1)
+                tok = state.call_started(ep, sid, "architect", 1, t_s)
                 try:
                     await clock.sleep(rng.uniform(*session_model_s) / 2)
+                except asyncio.CancelledError:
+                    run_dir.append(CallRecord(run_id=run_dir.run_id, session_id=sid,
+                                              call_id=f"{sid}-c{k}", endpoint=ep, status="cancelled",
+                                              t_scheduled=t_s, t_sent=t_s, t_end=clock.now()))
+                    raise
                 finally:
-                    state.call_finished(ep)
+                    state.call_finished(ep, tok)
                 run_dir.append(CallRecord(run_id=run_dir.run_id, session_id=sid,
                                           call_id=f"{sid}-c{k}", endpoint=ep, role="architect",
                                           round=1, t_scheduled=t_s, t_sent=t_s,

@@ -54,6 +54,10 @@ def test_steady_cuts_windows_after_regime(tmp_path):
             near = [s for s in sc if s["target"] == "coder" and abs(s["t"] - b) < 0.05 * S]  # 50 ms wall
             assert near, f"no scrape near boundary {b}"
     no_dupes(rd)
+    # the last window's calls were allowed to finish: none sent inside it was cancelled
+    calls = rd.read("calls")
+    assert any(c["status"] == "cancelled" for c in calls)
+    assert all(c["status"] == "ok" for c in calls if c["t_sent"] < ws[-1]["t1"])
     man = json.loads((out.run_dir / "manifest.json").read_text())
     assert man["config"]["fleet"]["width"] == 4
     seeds = [s["seed"] for s in rd.read("sessions") if s["status"] == "started"]

@@ -84,16 +84,19 @@ def _flatten(d: Any, prefix: str = "") -> dict[str, float]:
 
 
 def point_figures(run_path: Path) -> tuple[dict[str, float], str | None]:
-    """Numeric figures of one run for the comparison: the measurement stage's run figures
-    (:func:`adev.analysis.run_figures`), flattened to dotted names. (figures, why missing)."""
+    """Figures of one run for the comparison: the measurement stage's run summary
+    (:func:`adev.analysis.aggregate.summarise`): the mean over valid windows of each key figure
+    and the reuse shares. A figure that is missing (NaN) is left out. (figures, why missing)."""
     try:
-        from ..analysis import run_figures
-    except ImportError as e:
-        return {}, f"measurement stage has no run_figures ({e})"
-    try:
-        return _flatten(run_figures(run_path)), None
+        from ..analysis.aggregate import KEY_FIGURES, summarise
+        from ..analysis.run import load_run
+        s = summarise(load_run(run_path))
     except Exception as e:
         return {}, f"{type(e).__name__}: {e}"
+    figs = {f: s.mean(f) for f in KEY_FIGURES}
+    for k in ("share_same_session", "share_cross_session", "aged_share"):
+        figs[f"reuse_{k}"] = (s.reuse or {}).get(k)
+    return _flatten(figs), (None if s.stats else "no figures")
 
 
 def compare(new: dict[str, dict[str, float]], old: dict[str, dict[str, float]],

@@ -72,7 +72,9 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
     if cfg.roles:
         roles = roles.with_overrides({r: {"endpoint": ep} for r, ep in cfg.roles.items()})
     ledger = LedgerWriter(run_dir)
-    eps = {name: Endpoint(name=name, base_url=url, model=getattr(info, "model", None),
+    model_for = getattr(info, "model_for", None)
+    eps = {name: Endpoint(name=name, base_url=url,
+                          model=model_for(name) if model_for else getattr(info, "model", None),
                           max_model_len=getattr(getattr(info, "profile", None), "max_model_len",
                                                 None))
            for name, url in info.endpoints.items()}
@@ -102,7 +104,7 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
 
 def summarise(run_path: Path) -> str:
     """The measurement stage's run summary (printed at the end of a fleet)."""
-    from ..analysis import summarise_run
+    from ..analysis.report import summarise_run
     out = summarise_run(run_path)
     return out if isinstance(out, str) else str(out)
 

@@ -526,3 +526,19 @@ def test_startup_killed_half_way_is_cleaned_by_down(sdir):
 def test_session_stack_fixture(session_stack):
     assert set(session_stack.endpoints) == {"coder", "reasoner"}
     assert stack_status(session_stack.config)["running"]
+
+
+def test_stop_process_never_signals_a_recycled_pid():
+    from adev.stack.procs import is_alive, stop_process
+    p = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        ct = psutil.Process(p.pid).create_time()
+        # same pid, other start time: another process now owns the pid -> untouched
+        assert not is_alive(p.pid, ct + 100)
+        assert stop_process(p.pid, ct + 100) == "gone"
+        assert p.poll() is None
+        assert stop_process(p.pid, ct, timeout=10) == "stopped" and p.wait(5) is not None
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()

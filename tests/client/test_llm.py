@@ -1,0 +1,238 @@
+"""The LLM client against a scripted local aiohttp server (stamps, parsing, retries, cancel)."""
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+
+import pytest
+from aiohttp import web
+
+from adev.client.llm import ContextLengthError, Endpoint, LLMClient, LLMError, RetryPolicy
+from adev.clock import RunClock
+from adev.records import RunDir
+
+SECRET = "sk-test-SECRET-123456"
+
+
+def _sse(obj) -> bytes:
+    return b"data: " + json.dumps(obj).encode() + b"\n\n"
+
+
+class FakeServer:
+    """Answers /v1/chat/completions from a queue of behaviours."""
+
+    def __init__(self):
+        self.behaviours: list[str] = []
+        self.bodies: list[dict] = []
+        self.auth: list[str] = []
+        self.runner = None
+        self.url = ""
+        self.release = asyncio.Event()
+
+    async def start(self):
+        app = web.Application()
+        app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_get("/v1/models", self.models)
+        self.runner = web.AppRunner(app)
+        await self.runner.setup()
+        site = web.TCPSite(self.runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]
+        self.url = f"http://127.0.0.1:{port}/v1"
+
+    async def stop(self):
+        self.release.set()
+        await self.runner.cleanup()
+
+    async def models(self, request):
+        return web.json_response({"object": "list", "data": [
+            {"id": "m1", "object": "model", "max_model_len": 4096}]})
+
+    async def chat(self, request):
+        body = await request.json()
+        self.bodies.append(body)
+        self.auth.append(request.headers.get("Authorization", ""))
+        b = self.behaviours.pop(0) if self.behaviours else "ok"
+        if b == "503":
+            return web.json_response({"error": {"message": "overloaded", "code": 503}},
+                                     status=503)
+        if b == "400ctx":
+            return web.json_response({"error": {"message": "This model's maximum context "
+                                                "length is 4096 tokens.", "code": 400}},
+                                     status=400)
+        if b == "400":
+            return web.json_response({"error": {"message": "bad temperature", "code": 400}},
+                                     status=400)
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        base = {"id": "c1", "object": "chat.completion.chunk", "model": "m1"}
+        await resp.write(_sse({**base, "prompt_token_ids": list(range(40)),
+                               "choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
+        await asyncio.sleep(0.05)  # role-only chunk first, content later
+        if b == "drop":
+            request.transport.close()
+            return resp
+        if b == "slow":
+            try:
+                await asyncio.wait_for(self.release.wait(), 30)
+            except asyncio.TimeoutError:
+                pass
+        t_first = time.monotonic()
+        await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {
+            "reasoning_content": "think"}}]}))
+        await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"content": "Hel"}}]}))
+        await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"content": "lo"}}]}))
+        await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "id": "t1", "type": "function",
+             "function": {"name": "read_file", "arguments": ""}}]}}]}))
+        await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": '{"path": '}}]}}]}))
+        await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"tool_calls": [
+            {"index": 0, "function": {"arguments": '"a.py"}'}}]}, "finish_reason":
+            "tool_calls"}]}))
+        await resp.write(_sse({**base, "choices": [], "usage": {
+            "prompt_tokens": 40, "completion_tokens": 7, "total_tokens": 47,
+            "prompt_tokens_details": {"cached_tokens": 32}},
+            "adev": {"request_id": "r1", "t_first_token_mono": t_first, "read_path_s": 0.01}}))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+
+class Ledger:
+    def __init__(self):
+        self.adds = []
+
+    def add(self, t, session_id, call_id, token_ids):
+        self.adds.append((t, session_id, call_id, list(token_ids)))
+
+
+@pytest.fixture
+async def server():
+    s = FakeServer()
+    await s.start()
+    yield s
+    await s.stop()
+
+
+def _client(tmp_path, url, **kw):
+    rd = RunDir.create("r", base=tmp_path)
+    led = Ledger()
+    c = LLMClient([Endpoint("coder", url, model="m1", api_key=SECRET)], clock=RunClock(),
+                  run_dir=rd, ledger=led,
+                  retry=kw.pop("retry", RetryPolicy(max_attempts=3, backoff_s=0.01)), **kw)
+    return c, rd, led
+
+
+async def test_stream_parse_stamps_usage_ledger(server, tmp_path):
+    c, rd, led = _client(tmp_path, server.url)
+    async with c:
+        res = await c.chat("coder", [{"role": "user", "content": "hi"}], max_tokens=10,
+                           seed=5, session_id="s", call_id="s/1", role="architect", round=1)
+    assert res.content == "Hello" and res.reasoning == "think"
+    assert len(res.tool_calls) == 1
+    tc = res.tool_calls[0]
+    assert (tc.id, tc.name, json.loads(tc.arguments)) == ("t1", "read_file", {"path": "a.py"})
+    assert (res.prompt_tokens, res.completion_tokens, res.cached_tokens) == (40, 7, 32)
+    body = server.bodies[0]
+    assert body["stream"] is True and body["stream_options"] == {"include_usage": True}
+    assert body["return_token_ids"] is True and body["seed"] == 5 and body["model"] == "m1"
+    (rec,) = rd.read("calls")
+    assert rec["status"] == "ok" and rec["attempt"] == 0 and rec["n_tool_calls"] == 1
+    assert rec["t_scheduled"] <= rec["t_sent"] <= rec["t_first_byte"] <= rec["t_first_content"] \
+        <= rec["t_end"]
+    # the role-only chunk is not content: first content comes >= 50 ms after first byte
+    assert rec["t_first_content"] - rec["t_first_byte"] >= 0.04
+    assert rec["server"]["request_id"] == "r1" and rec["n_prompt_blocks"] == 2
+    assert rec["finish_reason"] == "tool_calls"
+    # ledger got the ids; the record does not hold them
+    assert led.adds == [(rec["t_sent"], "s", "s/1", list(range(40)))]
+    raw = (rd.path / "calls.jsonl").read_text()
+    assert "prompt_token_ids" not in raw and SECRET not in raw
+    assert server.auth[0] == f"Bearer {SECRET}"
+    assert SECRET not in repr(c.endpoints)
+
+
+async def test_retry_503_then_ok_records_each_attempt(server, tmp_path):
+    server.behaviours = ["503", "503", "ok"]
+    c, rd, _ = _client(tmp_path, server.url)
+    async with c:
+        res = await c.chat("coder", [{"role": "user", "content": "x"}], call_id="c")
+    assert res.content == "Hello"
+    recs = rd.read("calls")
+    assert [(r["attempt"], r["status"]) for r in recs] == [(0, "error"), (1, "error"), (2, "ok")]
+    assert "503" in recs[0]["error"]
+
+
+async def test_retry_gives_up(server, tmp_path):
+    server.behaviours = ["503"] * 5
+    c, rd, _ = _client(tmp_path, server.url)
+    async with c:
+        with pytest.raises(LLMError, match="giving up after 3 attempts"):
+            await c.chat("coder", [{"role": "user", "content": "x"}])
+    assert [r["status"] for r in rd.read("calls")] == ["error"] * 3
+
+
+async def test_drop_mid_stream_is_retried(server, tmp_path):
+    server.behaviours = ["drop", "ok"]
+    c, rd, _ = _client(tmp_path, server.url)
+    async with c:
+        res = await c.chat("coder", [{"role": "user", "content": "x"}])
+    assert res.content == "Hello"
+    recs = rd.read("calls")
+    assert [r["status"] for r in recs] == ["error", "ok"]
+
+
+async def test_4xx_not_retried_and_context_error(server, tmp_path):
+    server.behaviours = ["400ctx", "400"]
+    c, rd, _ = _client(tmp_path, server.url)
+    async with c:
+        with pytest.raises(ContextLengthError):
+            await c.chat("coder", [{"role": "user", "content": "x"}])
+        with pytest.raises(LLMError) as ei:
+            await c.chat("coder", [{"role": "user", "content": "x"}])
+        assert not isinstance(ei.value, ContextLengthError) and ei.value.status == 400
+    assert [r["status"] for r in rd.read("calls")] == ["error", "error"]
+
+
+async def test_connection_refused_retried(tmp_path):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()  # nothing listens there now
+    c, rd, _ = _client(tmp_path, f"http://127.0.0.1:{port}/v1")
+    async with c:
+        with pytest.raises(LLMError):
+            await c.chat("coder", [{"role": "user", "content": "x"}])
+    recs = rd.read("calls")
+    assert len(recs) == 3 and all(r["status"] == "error" for r in recs)
+
+
+async def test_cancel_records_cancelled(server, tmp_path):
+    server.behaviours = ["slow"]
+    c, rd, _ = _client(tmp_path, server.url)
+    async with c:
+        t = asyncio.create_task(c.chat("coder", [{"role": "user", "content": "x"}]))
+        await asyncio.sleep(0.3)
+        t.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await t
+    (rec,) = rd.read("calls")
+    assert rec["status"] == "cancelled" and rec["t_first_byte"] is not None
+    assert rec["t_first_content"] is None
+
+
+async def test_discover_and_pool_reuse(server, tmp_path):
+    c, _, _ = _client(tmp_path, server.url)
+    c.endpoints["coder"].model = None
+    c.endpoints["reasoner"] = Endpoint("reasoner", server.url)
+    async with c:
+        await c.discover()
+        assert c.endpoints["coder"].model == "m1" and c.max_model_len("coder") == 4096
+        await c.chat("coder", [{"role": "user", "content": "x"}])
+        await c.chat("reasoner", [{"role": "user", "content": "x"}])
+        assert len(c._clients) == 1  # one client per base URL
+        with pytest.raises(LLMError, match="unknown endpoint"):
+            await c.chat("nope", [])

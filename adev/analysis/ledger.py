@@ -427,6 +427,14 @@ class Ledger:
     calls: list[dict[str, Any]]
     sessions: dict[int, str]  # session index -> session id
     torn_bytes: int = 0
+    _classified: dict[Any, "Classified"] = field(default_factory=dict, repr=False)
+
+    def classified(self, lease_ttl_s: float | None = None) -> "Classified":
+        """:func:`classify` of the touches, cached per lease TTL."""
+        c = self._classified.get(lease_ttl_s)
+        if c is None:
+            c = self._classified[lease_ttl_s] = classify(self.touches, lease_ttl_s)
+        return c
 
     def digests(self) -> dict[int, bytes]:
         """key -> full 32-byte digest (sha256_cbor ledgers; empty otherwise)."""
@@ -453,10 +461,12 @@ def read_ledger(run_dir: Any) -> Ledger:
     raw = (d / "touches.bin").read_bytes() if (d / "touches.bin").exists() else b""
     torn = len(raw) % TOUCH_DTYPE.itemsize
     rec = np.frombuffer(raw[: len(raw) - torn], dtype=TOUCH_DTYPE)
-    order = np.argsort(rec["t"], kind="stable")
+    t = rec["t"]
+    if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
+        rec = rec[np.argsort(t, kind="stable")]
     calls = list(_read_jsonl(d / "calls.jsonl"))
     sessions = {int(c["session"]): c["session_id"] for c in calls}
-    return Ledger(d, meta, rec[order], calls, sessions, torn)
+    return Ledger(d, meta, rec, calls, sessions, torn)
 
 
 @dataclass
@@ -480,11 +490,12 @@ def classify(touches: np.ndarray, lease_ttl_s: float | None = None) -> Classifie
     cls = np.zeros(n, dtype=np.int8)
     dist = np.full(n, np.nan)
     if n:
-        seq = np.arange(n)
-        order = np.lexsort((seq, touches["t"], touches["key"]))
-        k = touches["key"][order]
-        t = touches["t"][order]
-        s = touches["session"][order]
+        # stable sort by key keeps time order (then write order) within each key
+        key = np.ascontiguousarray(touches["key"])
+        order = np.argsort(key, kind="stable")
+        k = key[order]
+        t = np.ascontiguousarray(touches["t"])[order]
+        s = np.ascontiguousarray(touches["session"])[order]
         rep = np.zeros(n, dtype=bool)
         rep[1:] = k[1:] == k[:-1]
         same = np.zeros(n, dtype=bool)
@@ -531,14 +542,16 @@ def reuse_profile(ledger: Ledger, lease_ttl_s: float | None = None,
     """Reuse profile of all touches, or of those with ``t0 <= t < t1`` (classification always
     uses the whole history, so a block first touched before ``t0`` is a reuse inside it)."""
     tc = ledger.touches
-    c = classify(tc, lease_ttl_s)
+    c = ledger.classified(lease_ttl_s)
+    whole = t0 is None and t1 is None
     sel = np.ones(len(tc), dtype=bool)
     if t0 is not None:
         sel &= tc["t"] >= t0
     if t1 is not None:
         sel &= tc["t"] < t1
     n = int(sel.sum())
-    cls, dist, aged = c.cls[sel], c.distance[sel], c.aged[sel]
+    cls, dist, aged = (c.cls, c.distance, c.aged) if whole else (c.cls[sel], c.distance[sel],
+                                                                 c.aged[sel])
     reuse = dist[cls != NEW]
 
     def share(mask: np.ndarray) -> float | None:
@@ -549,11 +562,16 @@ def reuse_profile(ledger: Ledger, lease_ttl_s: float | None = None,
         dd = dist[cls == code]
         by_class[CLASS_NAMES[code]] = {"p50_s": _pct(dd, 50), "p99_s": _pct(dd, 99),
                                        "max_s": float(dd.max()) if len(dd) else None}
-    calls = {int(x) for x in np.unique(tc["call"][sel])} if n else set()
+    if whole:
+        n_calls = len({int(x["call"]) for x in ledger.calls if x.get("n_blocks")})
+        n_sess = len(ledger.sessions)
+        n_unique = int((cls == NEW).sum())
+    else:
+        n_calls = int(len(np.unique(tc["call"][sel]))) if n else 0
+        n_sess = int(len(np.unique(tc["session"][sel]))) if n else 0
+        n_unique = int(len(np.unique(tc["key"][sel]))) if n else 0
     return ReuseProfile(
-        touches=n, calls=len(calls),
-        sessions=int(len(np.unique(tc["session"][sel]))) if n else 0,
-        unique_blocks=int(len(np.unique(tc["key"][sel]))) if n else 0,
+        touches=n, calls=n_calls, sessions=n_sess, unique_blocks=n_unique,
         share_new=share(cls == NEW), share_same_session=share(cls == SAME_SESSION),
         share_cross_session=share(cls == CROSS_SESSION),
         aged_share=share(aged) if lease_ttl_s is not None else None, lease_ttl_s=lease_ttl_s,

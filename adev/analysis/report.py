@@ -246,7 +246,7 @@ def fig_ttft_cdfs(loaded: Sequence[Loaded], labels: Sequence[str] | None = None)
 
 def fig_reuse(loaded: Sequence[Loaded]) -> Figure:
     f = Figure("reuse_distance", "Reuse-distance profile (reuse ledger)")
-    from .ledger import CROSS_SESSION, SAME_SESSION, classify
+    from .ledger import CROSS_SESSION, SAME_SESSION
     have = [(l, l.run.ledger) for l in loaded]
     have = [(l, led) for l, led in have if led is not None and len(led.touches)]
     if not have:
@@ -256,7 +256,7 @@ def fig_reuse(loaded: Sequence[Loaded]) -> Figure:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     for l, led in have[:6]:
-        c = classify(led.touches, l.run.lease_ttl_s)
+        c = led.classified(l.run.lease_ttl_s)
         for code, ls, nm in ((SAME_SESSION, "-", "same session"), (CROSS_SESSION, "--", "cross")):
             d = c.distance[c.cls == code]
             d = d[d > 0] if len(d) else d

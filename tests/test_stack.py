@@ -542,3 +542,33 @@ def test_stop_process_never_signals_a_recycled_pid():
         if p.poll() is None:
             p.kill()
             p.wait()
+
+
+@pytest.mark.integration
+@pytest.mark.parametrize("stolen", [0, 1, 2], ids=["master-rpc", "master-metrics", "endpoint"])
+def test_lost_race_for_an_ephemeral_port_is_retried(sdir, monkeypatch, stolen):
+    """Another process grabs a port between our pick and the child's bind: the stack notices
+    (our child does not listen there), picks again and comes up on other ports."""
+    import adev.stack.lifecycle as lc
+    real = lc.free_port
+    calls = {"n": 0}
+    with socket.socket() as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        s.bind(("127.0.0.1", 0))
+        s.listen()
+        taken = s.getsockname()[1]
+
+        def fake_free_port(host, avoid=None):
+            i = calls["n"]
+            calls["n"] += 1
+            return taken if i == stolen else real(host, avoid)
+
+        monkeypatch.setattr(lc, "free_port", fake_free_port)
+        info = start_stack(small_config(sdir, endpoints=["coder"]), endpoint_module=FAKE)
+        try:
+            st = read_state(sdir)
+            used = {st.master.port, st.master.metrics_port, st.endpoints["coder"].port}
+            assert taken not in used
+            assert get(info.endpoints["coder"][:-3] + "/health") == 200
+        finally:
+            stop_stack(info)

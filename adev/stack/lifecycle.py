@@ -31,8 +31,8 @@ from ..config import ROOT, ConfigError, EndpointSpec, StackConfig, StoreSpec, fr
     load_model_profile, load_stack
 from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, StackError,
                     check_master_binary, find_master_binary, free_port, library_error_in_log,
-                    missing_library_message, port_in_use, spawn, stop_process, tcp_open,
-                    wait_until)
+                    listening, missing_library_message, port_in_use, spawn, stop_process,
+                    tcp_open, wait_until)
 from .state import (ProcState, StackInfo, StackState, read_state, remove_state, state_dir_path,
                     write_state)
 
@@ -356,9 +356,11 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
             started.append(proc)
             metrics_url = f"http://{host}:{metrics_port}/metrics"
             try:
-                wait_until(lambda: _cancelled(cancel) or (tcp_open(host, rpc_port)
-                                                         and _http_ok(metrics_url)),
-                           proc, timeout=MASTER_READY_TIMEOUT_S, what="mooncake_master")
+                # ready = *our* master listens on both ports (a lost port race must not pass
+                # for ready because someone else answers there) and serves metrics
+                wait_until(lambda: _cancelled(cancel) or (
+                    _ours(proc, rpc_port) and _ours(proc, metrics_port) and _http_ok(metrics_url)),
+                    proc, timeout=MASTER_READY_TIMEOUT_S, what="mooncake_master")
                 _check_cancel(cancel)
                 master = proc
                 break
@@ -368,9 +370,12 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                 if libs is not None:
                     raise MissingLibraryError(missing_library_message(binary, libs)) from None
                 auto = not (config.store.master_port and config.store.metrics_port)
-                if auto and _addr_in_use(proc.log) and attempt < PORT_RETRIES:
+                # the master says nothing when its RPC port is taken: it just exits
+                clash = (_addr_in_use(proc.log) or port_in_use(host, rpc_port)
+                         or port_in_use(host, metrics_port))
+                if auto and clash and attempt < PORT_RETRIES:
                     continue  # lost a race for an ephemeral port: pick again
-                if _addr_in_use(proc.log):
+                if clash:
                     raise PortInUseError(f"mooncake_master could not bind its ports "
                                          f"(rpc {rpc_port}, metrics {metrics_port}): "
                                          f"address already in use; log {proc.log}") from None
@@ -410,19 +415,21 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                 p = procs[e.name]
                 health = f"http://{host}:{ports[e.name]}/health"
                 try:
-                    wait_until(lambda: _cancelled(cancel) or _http_ok(health), p,
+                    wait_until(lambda: _cancelled(cancel) or (_ours(p, ports[e.name])
+                                                             and _http_ok(health)), p,
                                timeout=max(1.0, deadline - time.monotonic()),
                                what=f"endpoint {e.name}")
                     _check_cancel(cancel)
                     break
                 except ProcessExited as exc:
                     started.remove(p)
-                    if e.port == 0 and _addr_in_use(p.log) and retries < PORT_RETRIES:
+                    clash = _addr_in_use(p.log) or port_in_use(host, ports[e.name])
+                    if e.port == 0 and clash and retries < PORT_RETRIES:
                         retries += 1
                         ports[e.name] = pick(0)
                         procs[e.name] = launch(e.name)
                         continue
-                    if _addr_in_use(p.log):
+                    if clash:
                         raise PortInUseError(f"endpoint {e.name}: port {ports[e.name]} is already "
                                              f"in use; log {p.log}") from None
                     libs = library_error_in_log(p.log)
@@ -511,6 +518,11 @@ def _stop_pending(sdir: Path) -> dict[str, str]:
             continue
     p.unlink(missing_ok=True)
     return out
+
+
+def _ours(proc: Proc, port: int) -> bool:
+    """``proc`` listens on ``port`` (unknowable without permission: assume yes)."""
+    return listening(proc.pid, port) is not False
 
 
 def _cancelled(cancel: threading.Event | None) -> bool:

@@ -134,6 +134,22 @@ def port_in_use(host: str, port: int) -> bool:
     return False
 
 
+def listening(pid: int, port: int) -> bool | None:
+    """True when process ``pid`` (or a child of it) listens on TCP ``port``; None if unknown."""
+    try:
+        procs = [psutil.Process(pid)]
+        procs += procs[0].children(recursive=True)
+        for p in procs:
+            for c in p.net_connections(kind="tcp"):
+                if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                    return True
+        return False
+    except psutil.AccessDenied:
+        return None
+    except psutil.Error:
+        return False
+
+
 def tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):

@@ -1,0 +1,267 @@
+"""The round loop with a deterministic in-process model (no HTTP): rounds, resend rule, tool
+errors, context rule, degradation, gate pause, cancellation, concurrency."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from adev.clock import RunClock
+from adev.client.llm import LLMError
+from adev.emulator.policies.base import PolicyReply, ToolCall
+from adev.emulator.policies.oracle import OraclePolicy
+from adev.gate.base import GateResult
+from adev.gate.local import LocalGate
+from adev.records import RunDir
+from adev.session.loop import SessionContext, run_session
+from adev.session.roles import load_roles
+
+from .fakes import PolicyLLM, ScriptedPolicy, call
+from .tinytask import tiny_task
+
+
+def seed_for(oracle: OraclePolicy, rounds: int) -> int:
+    return next(s for s in range(1000) if oracle.rounds_needed(s) == rounds)
+
+
+class FakeGate:
+    name = "fake"
+
+    def __init__(self, verdicts=("pass",), delay=0.0, on_run=None):
+        self.verdicts = list(verdicts)
+        self.delay = delay
+        self.requests = []
+        self.on_run = on_run
+        self.events = []
+
+    async def start(self):
+        pass
+
+    async def setup(self, sid):
+        self.events.append(("setup", sid))
+
+    async def cleanup(self, sid):
+        self.events.append(("cleanup", sid))
+
+    async def close(self):
+        pass
+
+    async def run(self, req):
+        self.requests.append(req)
+        if self.on_run:
+            self.on_run(req)
+        if self.delay:
+            await asyncio.sleep(self.delay)
+        v = self.verdicts.pop(0) if len(self.verdicts) > 1 else self.verdicts[0]
+        return GateResult(verdict=v, passed=1, failed=int(v != "pass"), real_duration_s=0.01)
+
+
+def make_ctx(tmp_path, policy, gate=None, *, mml=65536, clock=None, roles=None, **kw):
+    rd = RunDir.create("run", base=tmp_path)
+    clock = clock or RunClock()
+    llm = PolicyLLM(policy, run_dir=rd, clock=clock, max_model_len=mml)
+    ctx = SessionContext(run_dir=rd, clock=clock, llm=llm, gate=gate or LocalGate(),
+                         roles=roles or load_roles(), **kw)
+    return ctx, llm, rd
+
+
+@pytest.mark.parametrize("rounds", [1, 2, 3])
+async def test_oracle_rounds_with_real_gate(tmp_path, rounds):
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    seed = seed_for(oracle, rounds)
+    ctx, llm, rd = make_ctx(tmp_path, oracle)
+    out = await run_session(ctx, task, seed, "s1")
+    assert (out.status, out.rounds, out.acceptance) == ("passed", rounds, "pass"), out.reason
+    gates = rd.read("gates")
+    agent = [g for g in gates if g["suite"] == "agent"]
+    assert [g["verdict"] for g in agent] == ["fail"] * (rounds - 1) + ["pass"]
+    assert [g["suite"] for g in gates][-1] == "acceptance" and gates[-1]["passed"] == 1
+    assert all(g["executor"] == "local" for g in gates)
+    sess = rd.read("sessions")
+    assert [s["status"] for s in sess] == ["started", "passed"]
+    assert sess[-1]["rounds"] == rounds and sess[-1]["calls"] == out.calls == len(llm.requests)
+    # every request carries the session seed; roles go to their logical endpoints
+    assert {r["seed"] for r in llm.requests} == {seed}
+    ep = {r["role"]: r["endpoint"] for r in llm.requests}
+    assert ep["architect"] == "reasoner" and ep["implementer"] == "coder"
+    assert all(t["ok"] for t in rd.read("tools"))
+    assert (tmp_path / "run" / "workspaces" / "s1" / "calc" / "ops.py").exists()
+
+
+async def test_resend_rule_round_n_begins_with_round_n_minus_1(tmp_path):
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, llm, _ = make_ctx(tmp_path, oracle)
+    out = await run_session(ctx, task, seed_for(oracle, 3), "s1")
+    assert out.rounds == 3
+    for n in (2, 3):
+        last_prev = [r for r in llm.requests if r["round"] == n - 1][-1]
+        first = next(r for r in llm.requests if r["round"] == n)
+        k = len(last_prev["messages"])
+        assert first["messages"][:k] == last_prev["messages"]
+        # then the rest of that turn, the gate report with the failing test, the role prompt
+        report = [m for m in first["messages"][k:] if m["role"] == "user"
+                  and m["content"].startswith(f"## Gate report, round {n - 1}: FAIL")]
+        assert len(report) == 1 and "tests/test_" in report[0]["content"]
+        assert first["messages"][-1]["content"].startswith("## Role: architect")
+        assert f"This is round {n} of 3" in first["messages"][-1]["content"]
+    # cached tokens grow by round (first call of each round vs the previous round's first)
+    firsts = [next(c for c in out.call_tokens if c[0] == n) for n in (1, 2, 3)]
+    assert firsts[0][3] < firsts[1][3] < firsts[2][3]
+    # the shared leading text: system prompt + spec, the same in every call
+    assert all(r["messages"][0]["content"].endswith(task.spec.strip() + "\n")
+               for r in llm.requests)
+
+
+async def test_parallel_implementers_start_from_same_history(tmp_path):
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, llm, _ = make_ctx(tmp_path, oracle)
+    await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    impl_first = [r for r in llm.requests if r["role"] == "implementer"
+                  and r["messages"][-1]["role"] == "user"
+                  and r["messages"][-1]["content"].startswith("## Role: implementer")]
+    assert len(impl_first) == 2
+    a, b = (r["messages"] for r in impl_first)
+    assert a[:-1] == b[:-1] and a[-1] != b[-1]
+
+
+async def test_tool_errors_are_answered_and_recorded(tmp_path):
+    bad = PolicyReply(content="trying", tool_calls=[
+        ToolCall("write_file", json.dumps({"path": "../escape.py", "content": "x"})),
+        ToolCall("delete_everything", "{}"),
+        ToolCall("read_file", '{"path": '),
+        ToolCall("write_file", json.dumps({"path": "/etc/x", "content": "x"}))])
+    good = PolicyReply(tool_calls=[call("write_file", path="PLAN.md", content="plan"),
+                                   call("finish", summary="ok")])
+    policy = ScriptedPolicy([bad, good])
+    ctx, llm, rd = make_ctx(tmp_path, policy, FakeGate())
+    out = await run_session(ctx, tiny_task(), 0, "s1")
+    tools = rd.read("tools")
+    assert [t["ok"] for t in tools[:4]] == [False] * 4
+    assert "leaves the workspace" in tools[0]["error"]
+    assert "unknown tool" in tools[1]["error"] and "not valid JSON" in tools[2]["error"]
+    assert tools[2]["args_summary"].startswith("<malformed JSON")
+    second = llm.requests[1]["messages"]
+    answers = [m for m in second if m["role"] == "tool"]
+    assert len(answers) == 4 and all(m["content"].startswith("error: ") for m in answers)
+    assert not (tmp_path / "escape.py").exists()
+    # later roles only talk: the session ends with a recorded reason, nothing crashes
+    assert out.status == "ended" and out.reason.startswith("no_progress: contract")
+    assert rd.read("sessions")[-1]["reason"] == out.reason
+
+
+async def test_length_like_policy_degrades_cleanly(tmp_path):
+    policy = ScriptedPolicy(default=PolicyReply(content="so then we check the next step"))
+    gate = FakeGate()
+    ctx, llm, rd = make_ctx(tmp_path, policy, gate)
+    out = await run_session(ctx, tiny_task(), 0, "s1")
+    assert out.status == "ended" and out.reason.startswith("no_progress: architect")
+    assert len(llm.requests) == 2  # no_tool_limit replies, then give up
+    nudge = llm.requests[1]["messages"][-1]
+    assert nudge["role"] == "user" and "without calling a tool" in nudge["content"]
+    assert gate.requests == [] and ("cleanup", "s1") in gate.events
+    sess = rd.read("sessions")
+    assert [s["status"] for s in sess] == ["started", "ended"]
+
+
+async def test_context_rule_elides_then_ends(tmp_path):
+    roles = load_roles().with_overrides({r: {"max_tokens": 256, "step_limit": 30,
+                                             "no_tool_limit": 5}
+                                         for r in ("architect", "contract")})
+    blob = "word " * 600  # 3,000 characters
+    arch = [PolicyReply(tool_calls=[call("write_file", path="big.txt", content=blob)])] + \
+        [PolicyReply(tool_calls=[call("read_file", path="big.txt")])] * 3 + \
+        [PolicyReply(tool_calls=[call("finish", summary="done")])]
+    contract = [PolicyReply(tool_calls=[call("read_file", path="big.txt")])] * 40
+    policy = ScriptedPolicy(arch + contract)
+    ctx, llm, rd = make_ctx(tmp_path, policy, FakeGate(), mml=6000, roles=roles)
+    out = await run_session(ctx, tiny_task(), 0, "s1")
+    assert out.status == "ended" and out.reason.startswith("context_limit"), out.reason
+    elided = [r for r in llm.requests if any("[elided to fit the context" in (m.get("content") or
+              "") or "[elided to fit" in json.dumps(m.get("tool_calls") or [])
+              for m in r["messages"])]
+    assert elided, "history was never elided"
+    assert max(r["prompt_tokens"] for r in llm.requests) <= 6000
+    assert all(c["status"] == "ok" for c in rd.read("calls"))
+    assert rd.read("sessions")[-1]["reason"].startswith("context_limit")
+    # max_tokens shrank to the room left before anything was elided
+    assert min(r["max_tokens"] for r in llm.requests) >= 256
+
+
+class FailingLLM(PolicyLLM):
+    async def chat(self, *a, **kw):
+        raise LLMError("coder: giving up after 4 attempts: HTTP 503")
+
+
+async def test_llm_failure_ends_session_with_reason(tmp_path):
+    rd = RunDir.create("run", base=tmp_path)
+    clock = RunClock()
+    ctx = SessionContext(run_dir=rd, clock=clock, llm=FailingLLM(None), gate=FakeGate())
+    out = await run_session(ctx, tiny_task(), 0, "s1")
+    assert out.status == "error" and "llm_error" in out.reason and "503" in out.reason
+    assert rd.read("sessions")[-1]["status"] == "error"
+
+
+async def test_gate_pause_waits_model_time_keeps_verdict(tmp_path):
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    clock = RunClock(time_scale=1000.0)
+    gate = FakeGate(verdicts=("fail", "pass"))
+    ctx, _, rd = make_ctx(tmp_path, oracle, gate, clock=clock, gate_pause_s=300.0,
+                          run_acceptance=False)
+    out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    # the real verdict decides: fail in round 1 although the oracle got it right
+    assert out.rounds == 2 and out.status == "passed"
+    g = rd.read("gates")
+    assert len(g) == 2 and g[0]["verdict"] == "fail"
+    assert all(x["modelled_duration_s"] == 300.0 and x["t_end"] - x["t_start"] >= 299.9
+               for x in g)
+    assert all(r.modelled_duration_s == 300.0 for r in gate.requests)
+
+
+async def test_records_on_disk_before_session_ends(tmp_path):
+    seen = {}
+
+    def on_run(req):
+        seen["calls"] = len(rd.read("calls"))
+        seen["tools"] = len(rd.read("tools"))
+        seen["sessions"] = [s["status"] for s in rd.read("sessions")]
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, llm, rd = make_ctx(tmp_path, oracle, FakeGate(on_run=on_run))
+    await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    assert seen["calls"] == len(llm.requests) and seen["tools"] > 0
+    assert seen["sessions"] == ["started"]
+
+
+async def test_cancel_mid_session_records_cancelled(tmp_path):
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    gate = FakeGate(delay=30)
+    ctx, _, rd = make_ctx(tmp_path, oracle, gate)
+    t = asyncio.create_task(run_session(ctx, task, 1, "s1"))
+    for _ in range(200):
+        await asyncio.sleep(0.05)
+        if gate.requests:
+            break
+    t.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await t
+    assert [s["status"] for s in rd.read("sessions")] == ["started", "cancelled"]
+    assert ("cleanup", "s1") in gate.events
+
+
+async def test_concurrent_sessions_share_nothing(tmp_path):
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, llm, rd = make_ctx(tmp_path, oracle)
+    seeds = [seed_for(oracle, 1), seed_for(oracle, 2), seed_for(oracle, 3)]
+    outs = await asyncio.gather(*(run_session(ctx, task, s, f"s{s}") for s in seeds))
+    assert [o.rounds for o in outs] == [1, 2, 3]
+    assert all(o.status == "passed" for o in outs)
+    assert len({o.workspace for o in outs}) == 3
+    ends = [s for s in rd.read("sessions") if s["status"] != "started"]
+    assert sorted(s["session_id"] for s in ends) == sorted(f"s{s}" for s in seeds)

@@ -572,3 +572,32 @@ def test_lost_race_for_an_ephemeral_port_is_retried(sdir, monkeypatch, stolen):
             assert get(info.endpoints["coder"][:-3] + "/health") == 200
         finally:
             stop_stack(info)
+
+
+@pytest.mark.integration
+async def test_external_mode_uses_given_urls_and_starts_nothing(sdir, tmp_path):
+    """Point an external config at a running stack's URLs: status probes them, running_stack
+    yields them and starts nothing; a dead URL shows as unhealthy."""
+    info = start_stack(small_config(sdir, endpoints=["coder"]), endpoint_module=FAKE)
+    try:
+        f = tmp_path / "ext.toml"
+        f.write_text(f'[stack]\nmode = "external"\n[[stack.endpoints]]\nname = "coder"\n'
+                     f'base_url = "{info.endpoints["coder"]}"\n[[stack.endpoints]]\n'
+                     f'name = "reasoner"\nbase_url = "http://127.0.0.1:9/v1"\n'
+                     f'[stack.store]\nmetrics_url = "{info.master_metrics_url}"\n')
+        from adev.config import load_stack
+        ext = load_stack(f)
+        before = children()
+        async with running_stack(ext) as got:
+            assert got.endpoints["coder"] == info.endpoints["coder"] and not got.started_here
+            assert got.master_metrics_url == info.master_metrics_url
+        assert children() == before
+        st = stack_status(ext)
+        assert st["mode"] == "external" and st["master"]["healthy"]
+        assert st["endpoints"]["coder"]["healthy"] and not st["endpoints"]["reasoner"]["healthy"]
+        assert not st["running"]
+        r = subprocess.run([sys.executable, "-m", "adev.cli", "stack", "status", "--json",
+                            "--config", str(f)], capture_output=True, text=True, timeout=60)
+        assert r.returncode == 1 and json.loads(r.stdout)["endpoints"]["coder"]["healthy"]
+    finally:
+        stop_stack(info)

@@ -102,6 +102,7 @@ class RunSummary:
     interval: dict[str, dict[str, float]]       # figure -> t-interval (batch: across runs)
     reuse: dict[str, Any] | None
     missing: dict[str, str]
+    disk_tier: str | None = None
 
     def mean(self, fig: str, quiet: bool = False) -> float:
         return (self.quiet if quiet else self.stats).get(fig, {}).get("mean", math.nan)
@@ -151,7 +152,7 @@ def summarise(run: Run, table: pd.DataFrame | None = None, with_reuse: bool = Tr
     return RunSummary(run.run_id, run.label, str(run.path), run.width, run.protocol,
                       run.configuration, run.lease_ttl_s, run.pause_s, int(len(a)),
                       int((~a["valid"]).sum()) if len(a) else 0, int(burst.sum()),
-                      stats, quiet, interval, reuse, missing)
+                      stats, quiet, interval, reuse, missing, run.disk_tier)
 
 
 def across_runs(summaries: Sequence[RunSummary], figures: Iterable[str] = KEY_FIGURES) -> dict:
@@ -161,14 +162,17 @@ def across_runs(summaries: Sequence[RunSummary], figures: Iterable[str] = KEY_FI
 
 
 def op_key(s: RunSummary) -> tuple:
-    """The operating point of a run apart from its width: (configuration, lease TTL, pause)."""
-    return (s.configuration, s.lease_ttl_s, s.pause_s)
+    """The operating point of a run apart from its width: (configuration, disk tier (only when the
+    configuration has one), lease TTL, pause)."""
+    disk = s.disk_tier if s.configuration and "disk" in s.configuration else None
+    return (s.configuration, disk, s.lease_ttl_s, s.pause_s)
 
 
 def op_label(key: tuple) -> str:
-    conf, lease, pause = key
+    conf, disk, lease, pause = key
     f = (lambda v: "?" if v is None else f"{v:g}")
-    return f"{conf or '?'}, lease {f(lease)} s, pause {f(pause)} s"
+    return (f"{conf or '?'}" + (f" ({disk})" if disk else "")
+            + f", lease {f(lease)} s, pause {f(pause)} s")
 
 
 def sweep_table(summaries: Sequence[RunSummary]) -> pd.DataFrame:
@@ -216,7 +220,8 @@ def operating_points(summaries: Sequence[RunSummary], width: int | None = 12) ->
     rows = []
     for s in sel:
         rows.append({"operating_point": op_label(op_key(s)), "label": s.label, "run_id": s.run_id, "width": s.width,
-                     "configuration": s.configuration, "lease_ttl_s": s.lease_ttl_s,
+                     "configuration": s.configuration, "disk_tier": s.disk_tier,
+                     "lease_ttl_s": s.lease_ttl_s,
                      "pause_s": s.pause_s, "protocol": s.protocol,
                      "gross_saving": s.mean("gross_saving"),
                      "gross_saving_quiet": s.mean("gross_saving", True),
@@ -230,5 +235,6 @@ def operating_points(summaries: Sequence[RunSummary], width: int | None = 12) ->
                      "burst_windows": s.burst_windows, "windows": s.windows})
     df = pd.DataFrame(rows)
     if len(df):
-        df = df.sort_values(["configuration", "lease_ttl_s", "pause_s"], na_position="last")
+        df = df.sort_values(["configuration", "disk_tier", "lease_ttl_s", "pause_s"],
+                            na_position="last")
     return df.reset_index(drop=True)

@@ -199,8 +199,7 @@ def fig_operating_points(summ: Sequence[RunSummary], width: int = OP_WIDTH) -> F
     plt = _plt()
     fig, ax = plt.subplots(figsize=(max(6, 1.4 * len(op)), 4))
     x = np.arange(len(op))
-    lab = [f"{r.configuration or '?'}\nlease {r.lease_ttl_s:g}s\npause {r.pause_s or 0:g}s"
-           if r.lease_ttl_s is not None else str(r.label) for r in op.itertuples()]
+    lab = [r.operating_point.replace(", ", "\n") for r in op.itertuples()]
     for i, (col, name) in enumerate((("gross_saving", "gross"), ("net_saving", "net"),
                                      ("gross_saving_disk", "disk part"),
                                      ("refused_share", "refused share of writes"))):
@@ -314,7 +313,7 @@ SWEEP_COLS = ["operating_point", "width", "runs", "interval_basis", "gross_savin
               "gross_saving_hi", "gross_saving_quiet", "net_saving", "gross_saving_disk",
               "disk_share_of_saving", "gpu_hit_share", "store_hit_share", "store_hit_rate",
               "refused_share", "reuse_share_same_session", "reuse_share_cross_session"]
-OP_COLS = ["operating_point", "label", "configuration", "lease_ttl_s", "pause_s", "gross_saving",
+OP_COLS = ["operating_point", "label", "gross_saving",
            "gross_saving_quiet", "net_saving", "gross_saving_disk", "disk_share_of_saving",
            "gpu_hit_share", "store_hit_share", "store_hit_rate", "refused_share",
            "burst_windows", "windows"]
@@ -467,21 +466,28 @@ def build_compare(a: Sequence[Loaded], b: Sequence[Loaded], la: str, lb: str) ->
     cols = ["gross_saving", "net_saving", "gross_saving_disk", "gpu_hit_share", "store_hit_share",
             "store_hit_rate", "refused_share", "ttft_send_p50"]
     rows = []
-    for w in sorted(set(ta.get("width", pd.Series(dtype=float)).dropna())
-                    | set(tb.get("width", pd.Series(dtype=float)).dropna())):
-        ra = ta[ta["width"] == w]
-        rb = tb[tb["width"] == w]
+    keys = []
+    for t in (ta, tb):
+        for r in t.itertuples() if len(t) else []:
+            if r.width is not None and not (isinstance(r.width, float) and math.isnan(r.width)):
+                if (r.operating_point, r.width) not in keys:
+                    keys.append((r.operating_point, r.width))
+    for op, w in sorted(keys, key=lambda k: (k[0], k[1])):
+        ra = ta[(ta["operating_point"] == op) & (ta["width"] == w)] if len(ta) else ta
+        rb = tb[(tb["operating_point"] == op) & (tb["width"] == w)] if len(tb) else tb
         for c in cols:
             va = float(ra[c].iloc[0]) if len(ra) else math.nan
             vb = float(rb[c].iloc[0]) if len(rb) else math.nan
-            rows.append({"width": int(w), "figure": c, la: va, lb: vb, "delta (B-A)": vb - va})
+            rows.append({"point": op, "width": int(w), "figure": c, la: va, lb: vb,
+                         "delta (B-A)": vb - va})
     cmp = pd.DataFrame(rows)
     txt = "## Side by side (means per width)\n\n"
     if len(cmp):
-        lines = ["| width | figure | " + la + " | " + lb + " | delta (B-A) |", "|---|---|---|---|---|"]
+        lines = ["| operating point | width | figure | " + la + " | " + lb + " | delta (B-A) |",
+                 "|---|---|---|---|---|---|"]
         for r in rows:
             p = r["figure"] in PCT_COLS
-            lines.append(f"| {r['width']} | {r['figure']} | {_fmt(r[la], p)} | {_fmt(r[lb], p)} | "
+            lines.append(f"| {r['point']} | {r['width']} | {r['figure']} | {_fmt(r[la], p)} | {_fmt(r[lb], p)} | "
                          f"{_fmt(r['delta (B-A)'], p)} |")
         txt += "\n".join(lines) + "\n"
     else:

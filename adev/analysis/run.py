@@ -66,6 +66,7 @@ class Run:
     protocol: str | None
     configuration: str | None
     label: str
+    disk_tier: str | None = None
     missing: dict[str, str] = field(default_factory=dict)
 
     # -- derived constants -------------------------------------------------------------------
@@ -186,6 +187,7 @@ def load_run(path: str | Path) -> Run:
     pause = num(_dig(fleet, "pause_s")) if fleet else num(manifest.get("pause_s"))
     protocol = manifest.get("protocol") or _dig(fleet, "protocol")
     configuration = _dig(stack, "configuration")
+    disk_tier = _dig(stack, "store", "disk_tier")
     label = str(_dig(fleet, "name") or manifest.get("run_id") or p.name)
 
     scrapes: dict[str, list[Scrape]] = {}
@@ -205,4 +207,4 @@ def load_run(path: str | Path) -> Run:
                torn={k: v for k, v in torn.items() if v}, stack=stack, fleet=fleet,
                profile=profile, time_scale=time_scale, payload_scale=payload_scale,
                lease_ttl_s=lease, width=width, pause_s=pause, protocol=protocol,
-               configuration=configuration, label=label, missing=missing)
+               configuration=configuration, label=label, disk_tier=disk_tier, missing=missing)

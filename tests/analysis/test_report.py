@@ -52,7 +52,7 @@ def test_cli_report_and_compare(night, tmp_path, capsys):
     assert (tmp_path / "r.html").exists()
     assert adev_main(["report", "--compare", str(a), str(b), "--out", str(tmp_path / "c")]) == 0
     md = (tmp_path / "c.md").read_text()
-    assert "| width | figure |" in md and "gross_saving" in md
+    assert "| operating point | width | figure |" in md and "gross_saving" in md
     assert adev_main(["report", str(tmp_path / "nope")]) == 2
     assert "not found" in capsys.readouterr().err
 

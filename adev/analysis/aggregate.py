@@ -43,6 +43,12 @@ def burst_windows(table: pd.DataFrame, factor: float = BURST_FACTOR,
     return pd.Series((pre.fillna(0) > thr).to_numpy(), index=a["window"].to_numpy())
 
 
+def _nanmean(vals: Iterable[float]) -> float:
+    x = np.asarray([v for v in vals if v is not None], dtype=float)
+    x = x[~np.isnan(x)]
+    return float(x.mean()) if len(x) else math.nan
+
+
 def t_interval(values: Sequence[float], conf: float = 0.95) -> dict[str, float]:
     """Mean and two-sided ``conf`` Student-t interval: mean ± t_{(1+conf)/2, n-1} · s / sqrt(n)
     (s = sample standard deviation). NaN bounds for fewer than 2 values."""
@@ -197,14 +203,13 @@ def sweep_table(summaries: Sequence[RunSummary]) -> pd.DataFrame:
             basis = f"{iv['n']} windows"
         row = {"operating_point": op_label(op), "width": w, "runs": len(ss),
                "interval_basis": basis,
-               "gross_saving": float(np.nanmean([s.mean("gross_saving") for s in ss])),
+               "gross_saving": _nanmean(s.mean("gross_saving") for s in ss),
                "gross_saving_lo": iv["lo"], "gross_saving_hi": iv["hi"],
-               "gross_saving_quiet": float(np.nanmean([s.mean("gross_saving", True) for s in ss]))}
+               "gross_saving_quiet": _nanmean(s.mean("gross_saving", True) for s in ss)}
         for f in ("net_saving", "net_saving_full", "gross_saving_disk", "disk_share_of_saving",
                   "gpu_hit_share", "store_hit_share", "store_hit_rate", "refused_share",
                   "ttft_send_p50", "ttft_send_p99"):
-            vals = [s.mean(f) for s in ss]
-            row[f] = float(np.nanmean(vals)) if any(not math.isnan(v) for v in vals) else math.nan
+            row[f] = _nanmean(s.mean(f) for s in ss)
         for k in ("share_same_session", "share_cross_session", "aged_share"):
             vals = [(s.reuse or {}).get(k) for s in ss]
             vals = [v for v in vals if v is not None]

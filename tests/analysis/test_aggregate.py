@@ -60,3 +60,17 @@ def test_sweep_and_operating_points(tmp_path):
     long, short = op.iloc[1], op.iloc[0]
     assert long["refused_share"] > short["refused_share"]
     assert long["gross_saving"] < short["gross_saving"]
+
+
+def test_batch_runs_interval_across_runs(tmp_path):
+    """Batch protocol: each run is one window on a fresh stack (counters restart from 0)."""
+    run = load_run(make_run(tmp_path, width=3, windows=3, window_s=150, seed=4,
+                            protocol="batch", ledger=False))
+    t = window_table(run)
+    a = t[t.endpoint == ALL]
+    assert len(a) == 3 and a.gross_saving.notna().all()
+    assert (a.xcheck_store_rel < 0.01).all() and (a.xcheck_gpu_rel < 0.01).all()
+    s = summarise(run, t, with_reuse=False)
+    iv = s.interval["gross_saving"]
+    assert iv["n"] == 3 and iv["lo"] < iv["mean"] < iv["hi"]
+    assert iv["mean"] == pytest.approx(a.gross_saving.mean())

@@ -74,6 +74,7 @@ class FleetState:
 
     def window_opened(self, index: int, t0: float, t1: float | None) -> None:
         self.window = (index, t0, t1)
+        self.phase = f"measuring window {index}"
         self.window_calls = []
         # the boundary scrape was taken just before the window opened: it is the window's base
         self.window_scrapes = list(self._last_scrape.values())

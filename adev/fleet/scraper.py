@@ -1,6 +1,7 @@
 """The fleet's scrape loop: every endpoint's and the master's ``/metrics``, periodically and at
 window boundaries, appended to the run as :class:`~adev.records.ScrapeRecord` (raw samples with
-model-time stamps). Parsing is :mod:`adev.client.scrape` (the one scraper). A failed scrape is a
+model-time stamps: when the answer arrived; for a failure, when the request was sent).
+Parsing is :mod:`adev.client.scrape` (the one scraper). A failed scrape is a
 record with ``ok=False`` and the error, never an exception.
 """
 from __future__ import annotations
@@ -30,7 +31,6 @@ class Scraper:
         self.failures = 0
         self.count = 0
         self._client: httpx.AsyncClient | None = None
-        self._lock = asyncio.Lock()
 
     def set_targets(self, targets: dict[str, str]) -> None:
         """New URLs (the stack was restarted between batch runs)."""
@@ -47,8 +47,10 @@ class Scraper:
         t = self.clock.now()
         try:
             samples = await scrape(client, url, timeout=self.timeout)
-            rec = ScrapeRecord(run_id=self.run_id, target=name, url=url, t=t, ok=True,
-                               samples=samples)
+            # stamped when the answer arrived: a busy server renders /metrics when its loop gets
+            # to the request, i.e. closer to the end of the request than to its start
+            rec = ScrapeRecord(run_id=self.run_id, target=name, url=url, t=self.clock.now(),
+                               ok=True, samples=samples)
             self.latest[name] = samples
         except Exception as e:  # network, HTTP status, parse errors: recorded, never fatal
             self.failures += 1
@@ -57,18 +59,20 @@ class Scraper:
         return rec
 
     async def scrape_all(self) -> list[ScrapeRecord]:
-        """Scrape every target concurrently and append the records (in target order)."""
-        async with self._lock:
-            recs = await asyncio.gather(*(self._one(n, u) for n, u in self.targets.items()))
-            for r in recs:
-                self.run_dir.append(r)
-                self.count += 1
-                if self.on_scrape:
-                    try:
-                        self.on_scrape(r)
-                    except Exception:
-                        pass
-            return list(recs)
+        """Scrape every target concurrently and append the records (in target order).
+
+        Not serialised with the periodic loop: a boundary scrape never waits for a slow periodic
+        one (a busy endpoint can take a while to answer /metrics)."""
+        recs = await asyncio.gather(*(self._one(n, u) for n, u in self.targets.items()))
+        for r in recs:
+            self.run_dir.append(r)
+            self.count += 1
+            if self.on_scrape:
+                try:
+                    self.on_scrape(r)
+                except Exception:
+                    pass
+        return list(recs)
 
     async def loop(self) -> None:
         """Scrape every ``interval_s`` model seconds on a fixed grid until cancelled."""

@@ -106,10 +106,13 @@ def store_hit_rate(hit_blocks: float, lookups: float) -> float:
 
 
 def refusal_share(refused: float, offered: float) -> float:
-    """Lease refusals, as a share of offered writes = refused put blocks / offered put blocks
-    (the emulator's own counts, ``put_refused_blocks`` / ``put_blocks``; without them the
-    master's batch-put failed items / batch-put items). Bytes refused = refused blocks x bytes
-    per block (model scale)."""
+    """Lease refusals, as a share of offered writes = refused blocks / offered blocks, where
+    offered = accepted + refused (blocks already in the store are not offered; blocks a request
+    stopped saving after a refusal are not offered either, as in vLLM's connector). Sources, in
+    order: the store client's own counters (emulator ``adev_emulator_store_put_blocks_total`` and
+    ``..._put_refused_blocks_total`` deltas), its per-request fields (``put_blocks`` = accepted,
+    ``put_refused_blocks``), else the master's batch-put failed items / batch-put items. Bytes
+    refused = refused blocks x bytes per block (model scale)."""
     return refused / offered
 
 
@@ -307,9 +310,10 @@ def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
     if keys > 0:
         fig.store_hit_rate = store_hit_rate(float(hits), float(keys))
         fig.store_hit_rate_source = "emulator per-request store_hit_blocks / store_keys_looked_up"
-    if fig.put_blocks > 0:
-        fig.refused_share = refusal_share(fig.put_refused_blocks, fig.put_blocks)
-        fig.refused_source = "emulator put_refused_blocks / put_blocks"
+    if fig.put_blocks + fig.put_refused_blocks > 0:
+        fig.refused_share = refusal_share(fig.put_refused_blocks,
+                                          fig.put_blocks + fig.put_refused_blocks)
+        fig.refused_source = "emulator per-request put_refused_blocks / (put_blocks + refused)"
     if run.profile is not None:
         fig.refused_bytes = fig.put_refused_blocks * run.profile.bytes_per_block
     else:
@@ -371,6 +375,15 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     elif math.isnan(fig.store_hit_rate):
         fig.missing["store_hit_rate"] = (d_ext_q.reason or "no store lookups in the window")
 
+    d_acc = C.counter_delta(sc, C.EMU_PUT_ACCEPTED, t0, t1, target=endpoint)
+    d_ref = C.counter_delta(sc, C.EMU_PUT_REFUSED, t0, t1, target=endpoint)
+    if d_acc.ok and d_ref.ok:
+        fig.put_blocks, fig.put_refused_blocks = d_acc.value, d_ref.value
+        if d_acc.value + d_ref.value > 0:
+            fig.refused_share = refusal_share(d_ref.value, d_acc.value + d_ref.value)
+            fig.refused_source = "store client counters adev_emulator_store_put_{refused_,}blocks"
+        if run.profile is not None:
+            fig.refused_bytes = d_ref.value * run.profile.bytes_per_block
     _master_split(fig, run, t0, t1)
     _savings(fig, run, allc, starts, ends)
     return fig
@@ -513,6 +526,13 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
                  "srv_computed_tokens"):
         setattr(fig, name, ssum(name))
     fig.srv_requests = sum(r.srv_requests for r in rows)
+    if rows and all(r.refused_source.startswith("store client counters") for r in rows):
+        fig.put_blocks = float(sum(r.put_blocks for r in rows))
+        fig.put_refused_blocks = float(sum(r.put_refused_blocks for r in rows))
+        off = fig.put_blocks + fig.put_refused_blocks
+        fig.refused_share = refusal_share(fig.put_refused_blocks, off) if off else NAN
+        fig.refused_source = rows[0].refused_source
+        fig.refused_bytes = float(sum(r.refused_bytes for r in rows))
     fig.busy_share = fig.busy_s / (len(rows) * (t1 - t0)) if rows and t1 > t0 else NAN
     fig.counter_resets = max([r.counter_resets for r in rows] or [0])
     fig.scrape_gaps = max([r.scrape_gaps for r in rows] or [0])

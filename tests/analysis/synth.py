@@ -106,8 +106,9 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
                 decode = float(rng.uniform(2, 8))
                 t_fc = t_sent + ttft + 0.01
                 t_end = t_fc + decode
-                put = (computed // bs)
-                refused = int(rng.binomial(put, refuse_p)) if put else 0
+                offered = computed // bs
+                refused = int(rng.binomial(offered, refuse_p)) if offered else 0
+                put = offered - refused  # accepted
                 pre = int(rng.random() < 0.01 * width / 6)
                 server = {"request_id": f"req-{n_call}", "t_arrival_mono": 0.0,
                           "t_first_token_mono": 0.0, "t_end_mono": 0.0, "queue_s": queue,
@@ -130,16 +131,18 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
                     "vllm:prefix_cache_queries_total": p, "vllm:prefix_cache_hits_total": gpu,
                     "vllm:external_prefix_cache_queries_total": p - gpu,
                     "vllm:external_prefix_cache_hits_total": store,
-                    "vllm:prompt_tokens_total": p, "vllm:num_preemptions_total": pre},
+                    "vllm:prompt_tokens_total": p, "vllm:num_preemptions_total": pre,
+                    "adev_emulator_store_put_blocks_total": put,
+                    "adev_emulator_store_put_refused_blocks_total": refused},
                     {"mem_cache_hit_bytes_total": ram * bpt / payload_scale,
                      "file_cache_hit_bytes_total": disk * bpt / payload_scale,
-                     "master_batch_put_start_items_total": put,
+                     "master_batch_put_start_items_total": offered,
                      "master_batch_put_start_failed_items_total": refused,
                      "master_put_start_alloc_failures_total": refused,
                      "master_successful_evictions_total": int(put > 0),
                      "master_attempted_evictions_total": int(put > 0) + (refused > 0),
-                     "master_evicted_key_count": put - refused,
-                     "master_evicted_size_bytes": (put - refused) * bs * bpt / payload_scale}))
+                     "master_evicted_key_count": put,
+                     "master_evicted_size_bytes": put * bs * bpt / payload_scale}))
                 if ledger_w is not None:
                     ledger_w.add(t_sent, sid, cid, prompt)
                 n_call += 1

@@ -159,7 +159,8 @@ def test_window_figures_exact(tmp_path):
     assert f.net_saving_full == pytest.approx(g - 1.0 / 8.0)
     assert f.store_hit_rate == pytest.approx(60 / 120)
     assert f.store_keys_per_call == pytest.approx(60)
-    assert f.refused_share == pytest.approx(10 / 54)
+    assert f.refused_share == pytest.approx(10 / 64)   # refused / (accepted + refused)
+    assert "per-request" in f.refused_source
     assert f.refused_bytes == pytest.approx(10 * BPT * 16)
     assert f.xcheck_gpu_rel == 0 and f.xcheck_store_rel == 0 and f.xcheck_disk_rel == 0
     assert f.ttft_send_p50 == pytest.approx(1.0)            # 2-1 and 4-3
@@ -234,3 +235,18 @@ def test_synthetic_run_cross_check_and_shapes(tmp_path):
         assert (a.xcheck_disk_rel < 0.01).all()
     assert ts[ts.endpoint == ALL].gpu_hit_share.mean() > tb[tb.endpoint == ALL].gpu_hit_share.mean()
     assert ts[ts.endpoint == ALL].store_hit_share.mean() < tb[tb.endpoint == ALL].store_hit_share.mean()
+
+
+def test_refusals_prefer_store_client_counters(tmp_path):
+    lab = '{engine="0",model_name="m"}'
+    def emu(acc, ref):
+        return {**_vllm(0, 0, 0), f"adev_emulator_store_put_blocks_total{lab}": acc,
+                f"adev_emulator_store_put_refused_blocks_total{lab}": ref}
+    scr = [("coder", 0.0, True, emu(100, 5)), ("coder", 10.0, True, emu(130, 15))]
+    run = make_hand_run(tmp_path, [_call("a", 1.0, 2.0, _srv(0, 0, 0, 0, 0, 1000, put=1, refused=1))],
+                        scr, [(0.0, 10.0)])
+    rows = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}
+    f = rows["coder"]
+    assert f.refused_share == pytest.approx(10 / 40) and f.refused_source.startswith("store client")
+    assert f.refused_bytes == pytest.approx(10 * PROF.bytes_per_block)
+    assert rows[ALL].refused_share == pytest.approx(0.25)

@@ -1,0 +1,64 @@
+"""Idle-engine TTFT grows with uncached tokens at the profile's prefill rate (S=1 and S=10).
+
+The endpoint's reported TTFT (its model clock) must match the model within 1%; the TTFT a client
+observes (send -> first content chunk, x S) within a generous tolerance (shared, loaded machine);
+``bench/bench_emulator.py`` prints the exact figures.
+"""
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+
+from adev.config import load_model_profile
+from tests.emulator.helpers import Emulator, Master, make_stack, prompt_messages, tmpdir, write_profile
+
+pytestmark = pytest.mark.integration
+
+
+def stream_ttft(e, msgs, S):
+    body = {"model": "m", "messages": msgs, "max_tokens": 2, "stream": True,
+            "stream_options": {"include_usage": True}}
+    t0 = time.monotonic()
+    first = None
+    last = None
+    with httpx.stream("POST", e.base_url + "/chat/completions", json=body, timeout=120) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            d = json.loads(line[6:])
+            for ch in d.get("choices", []):
+                if first is None and ch["delta"].get("content"):
+                    first = time.monotonic()
+            if "adev" in d:
+                last = d
+    return (first - t0) * S, last
+
+
+@pytest.mark.parametrize("S,sizes", [(1.0, [1500, 6000]), (10.0, [4000, 24000])])
+def test_idle_ttft_follows_prefill_rate(S, sizes):
+    w = tmpdir()
+    prof = load_model_profile("qwen3-coder-30b-a3b")
+    m = Master(lease_ms=int(5000 / S), offload=False, workdir=w).start()
+    e = None
+    try:
+        e = Emulator(make_stack(write_profile(w), "store-ram", S, ram_gb=4.0), "coder", m, w).start()
+        stream_ttft(e, prompt_messages(20, "z"), S)  # warm-up
+        for i, n in enumerate(sizes):
+            obs, last = stream_ttft(e, prompt_messages(n, "abcd"[i]), S)
+            a = last["adev"]
+            p = last["usage"]["prompt_tokens"]
+            assert a["tokens"]["computed"] == p          # fresh prompt: nothing cached
+            modelled = (a["read_path_s"] + p / prof.prefill_tokens_per_s + prof.decode_step_base_s
+                        + prof.decode_step_per_seq_s + prof.decode_step_per_ktoken_s * p / 1000)
+            assert a["read_path_s"] == pytest.approx(0.0005)  # RAM tier lookup latency, no hits
+            print(f"S={S} prompt {p}: modelled {modelled:.4f}s reported {a['ttft_s']:.4f}s observed {obs:.4f}s")
+            assert a["ttft_s"] == pytest.approx(modelled, rel=0.01)
+            assert obs == pytest.approx(modelled, rel=0.30)
+            time.sleep(0.2)
+    finally:
+        if e:
+            e.stop()
+        m.kill()

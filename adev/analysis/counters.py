@@ -13,13 +13,18 @@ Rules (:func:`counter_delta`):
   ``v_i - v_{i-1}`` when ``v_i >= v_{i-1}``, else ``v_i`` (a **counter reset**: the process
   restarted from 0, counted in ``resets``; increments before the restart that no scrape saw are
   lost, as with Prometheus ``increase``).
+- **Idle boundaries.** Counters only move while requests are outstanding. When no OK scrape is
+  within ``tol`` of a boundary but the nearest OK scrape on either side is separated from it by a
+  stretch in which the target had no request outstanding (``idle(ta, tb)`` true), that scrape
+  stands for the boundary (e.g. a batch run whose first scrape came after its window opened but
+  before its first request).
 - **Failed scrapes** (``ok=False``) or scrapes lacking the counter inside the span are skipped and
   counted in ``gaps``; they only lose information when a reset falls inside the gap.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Callable, Sequence
 
 import numpy as np
 
@@ -85,7 +90,8 @@ def default_tol(scrapes: Sequence) -> float:
 
 
 def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
-                  tol: float | None = None, target: str = "") -> Delta:
+                  tol: float | None = None, target: str = "",
+                  idle: Callable[[float, float], bool] | None = None) -> Delta:
     """Increase of the counter ``names`` over [t0, t1) from ``scrapes`` (objects with ``t``,
     ``ok``, ``samples``; sorted by t). See the module docstring for the rules."""
     what = f"{names[0]} of {target or 'target'}"
@@ -105,6 +111,14 @@ def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
             d = abs(t - tb)
             if d <= tol + 1e-9 and (bd is None or d < bd):
                 best, bd = i, d
+        if best is None and idle is not None:
+            after = next((i for i, (t, v) in enumerate(pts) if v is not None and t >= tb), None)
+            before = next((i for i in range(len(pts) - 1, -1, -1)
+                           if pts[i][1] is not None and pts[i][0] <= tb), None)
+            cands = [i for i in (before, after) if i is not None
+                     and idle(min(pts[i][0], tb), max(pts[i][0], tb))]
+            if cands:
+                best = min(cands, key=lambda i: abs(pts[i][0] - tb))
         return best
 
     ia, ib = nearest(t0), nearest(t1)

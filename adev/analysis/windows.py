@@ -347,11 +347,12 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
 
     # -- endpoint counters over the counter span
     sc = run.scrapes.get(endpoint, [])
-    d_gpu = C.counter_delta(sc, C.PREFIX_HITS, t0, t1, target=endpoint)
-    d_ext = C.counter_delta(sc, C.EXT_HITS, t0, t1, target=endpoint)
-    d_ext_q = C.counter_delta(sc, C.EXT_QUERIES, t0, t1, target=endpoint)
-    d_prompt = C.counter_delta(sc, C.PROMPT_TOKENS, t0, t1, target=endpoint)
-    d_pre = C.counter_delta(sc, C.PREEMPTIONS, t0, t1, target=endpoint)
+    idle = idle_checker(starts, ends)
+    d_gpu = C.counter_delta(sc, C.PREFIX_HITS, t0, t1, target=endpoint, idle=idle)
+    d_ext = C.counter_delta(sc, C.EXT_HITS, t0, t1, target=endpoint, idle=idle)
+    d_ext_q = C.counter_delta(sc, C.EXT_QUERIES, t0, t1, target=endpoint, idle=idle)
+    d_prompt = C.counter_delta(sc, C.PROMPT_TOKENS, t0, t1, target=endpoint, idle=idle)
+    d_pre = C.counter_delta(sc, C.PREEMPTIONS, t0, t1, target=endpoint, idle=idle)
     for name, d in (("gpu_tokens", d_gpu), ("store_tokens", d_ext), ("prompt_tokens", d_prompt),
                     ("preemptions", d_pre)):
         if d.ok:
@@ -375,8 +376,8 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     elif math.isnan(fig.store_hit_rate):
         fig.missing["store_hit_rate"] = (d_ext_q.reason or "no store lookups in the window")
 
-    d_acc = C.counter_delta(sc, C.EMU_PUT_ACCEPTED, t0, t1, target=endpoint)
-    d_ref = C.counter_delta(sc, C.EMU_PUT_REFUSED, t0, t1, target=endpoint)
+    d_acc = C.counter_delta(sc, C.EMU_PUT_ACCEPTED, t0, t1, target=endpoint, idle=idle)
+    d_ref = C.counter_delta(sc, C.EMU_PUT_REFUSED, t0, t1, target=endpoint, idle=idle)
     if d_acc.ok and d_ref.ok:
         fig.put_blocks, fig.put_refused_blocks = d_acc.value, d_ref.value
         if d_acc.value + d_ref.value > 0:
@@ -389,11 +390,33 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     return fig
 
 
+def _master_idle(run: Run):
+    c = run.calls
+    if not len(c):
+        return idle_checker(np.empty(0), np.empty(0))
+    return idle_checker(c["t_sent"].to_numpy(dtype=float), c["t_end"].to_numpy(dtype=float))
+
+
+def idle_checker(starts: np.ndarray, ends: np.ndarray):
+    """``idle(a, b)``: True when no request interval [s, e] touches [a, b] (a request with no
+    end counts as outstanding from its send onwards)."""
+    s = np.asarray(starts, dtype=float)
+    e = np.asarray(ends, dtype=float)
+    e = np.where(np.isnan(e), np.inf, e)
+    ok = ~np.isnan(s)
+    s, e = s[ok], e[ok]
+
+    def idle(a: float, b: float) -> bool:
+        return not bool(np.any((s <= b) & (e >= a)))
+    return idle
+
+
 def _master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     """RAM/disk split of the endpoint's store tokens from the master's byte counters."""
     ms = run.scrapes.get("master", [])
-    d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master")
-    d_file = C.counter_delta(ms, C.FILE_HIT_BYTES, t0, t1, target="master")
+    idle = _master_idle(run)
+    d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master", idle=idle)
+    d_file = C.counter_delta(ms, C.FILE_HIT_BYTES, t0, t1, target="master", idle=idle)
     if not (d_mem.ok and d_file.ok):
         why = d_mem.reason or d_file.reason
         for k in ("disk_fraction", "store_ram_tokens", "store_disk_tokens"):
@@ -591,9 +614,10 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
 def _master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     ms = run.scrapes.get("master", [])
     scale = run.payload_scale
+    idle = _master_idle(run)
 
     def d(names) -> C.Delta:
-        return C.counter_delta(ms, names, t0, t1, target="master")
+        return C.counter_delta(ms, names, t0, t1, target="master", idle=idle)
 
     for name, names in (("master_put_alloc_failures", C.PUT_ALLOC_FAILURES),
                         ("master_batch_put_failed_items", C.BATCH_PUT_FAILED_ITEMS),

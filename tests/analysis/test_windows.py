@@ -250,3 +250,18 @@ def test_refusals_prefer_store_client_counters(tmp_path):
     assert f.refused_share == pytest.approx(10 / 40) and f.refused_source.startswith("store client")
     assert f.refused_bytes == pytest.approx(10 * PROF.bytes_per_block)
     assert rows[ALL].refused_share == pytest.approx(0.25)
+
+
+def test_boundary_scrape_late_but_endpoint_idle(tmp_path):
+    # window opens at t=0; the first scrape only at t=40, but coder's first request is at 50:
+    # the counter cannot have moved in [0, 40], so the t=40 scrape stands for t0
+    scr = [("coder", float(t), True, _vllm(0, 0 if t < 50 else 300, 0 if t < 50 else 900))
+           for t in range(40, 105, 5)]                   # scrapes every 5 s from t=40 only
+    run = make_hand_run(tmp_path, [_call("a", 50.0, 60.0)], scr, [(0.0, 100.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.store_tokens == 300 and f.span_from == 40.0
+    # a request outstanding between the boundary and the late scrape: no value, with the reason
+    (tmp_path / "b").mkdir()
+    run2 = make_hand_run(tmp_path / "b", [_call("a", 5.0, 60.0)], scr, [(0.0, 100.0)])
+    g = {r.endpoint: r for r in analyse_window(run2, run2.measurement_windows()[0])}["coder"]
+    assert math.isnan(g.store_tokens) and "t=0" in g.missing["store_tokens"]

@@ -180,21 +180,26 @@ class Fleet:
         open_window: tuple[int, float] | None = None
         try:
             if count > 0 and await self._wait_regime():
-                t_open = self.clock.now()
-                await self.scraper.scrape_all()  # the first window's opening boundary
-                for idx, t0, t1 in plan_windows(t_open, count, cfg.windows.length_s, first_index):
+                # boundaries lie where their scrapes were taken (on a loaded machine a scrape can
+                # lag its nominal time); the schedule itself stays on the nominal grid
+                recs = await self.scraper.scrape_all()
+                t0 = t_open = Scraper.boundary_time(recs, self.clock.now())
+                for idx, _, t1_nominal in plan_windows(t_open, count, cfg.windows.length_s,
+                                                       first_index):
                     self.event("window_open", index=idx, t0=t0, protocol="steady")
                     open_window = (idx, t0)
                     if self.state is not None:
-                        self.state.window_opened(idx, t0, t1)
-                    if not await self._sleep_until(t1):
+                        self.state.window_opened(idx, t0, t1_nominal)
+                    if not await self._sleep_until(t1_nominal):
                         break
-                    await self.scraper.scrape_all()  # closes this window, opens the next
+                    recs = await self.scraper.scrape_all()  # closes this window, opens the next
+                    t1 = Scraper.boundary_time(recs, t1_nominal)
                     w = WindowRecord(run_id=self.run_id, index=idx, t0=t0, t1=t1, valid=True,
                                      protocol="steady")
                     self.run_dir.append(w)
                     self.result.windows.append(w)
                     open_window = None
+                    t0 = t1
                     if self.state is not None:
                         self.state.window_closed(idx)
                 if open_window is None and self.result.windows:
@@ -243,9 +248,10 @@ class Fleet:
         self.event("fleet_start" if self.epoch == 0 and run_number == 1 else "batch_run_start",
                    epoch=self.epoch, protocol="batch", width=cfg.width, run=run_number,
                    index=index)
-        scrape_task = asyncio.create_task(self.scraper.loop(), name="scraper")
-        await asyncio.sleep(0)
-        t0 = self.clock.now()
+        recs = await self.scraper.scrape_all()  # the run's opening boundary
+        t0 = Scraper.boundary_time(recs, self.clock.now())
+        scrape_task = asyncio.create_task(self._periodic_after(self.cfg.scrape_interval_s),
+                                          name="scraper")
         self.event("window_open", index=index, t0=t0, protocol="batch")
         if self.state is not None:
             self.state.window_opened(index, t0, None)
@@ -282,6 +288,10 @@ class Fleet:
         if self._abort:
             raise FleetAborted(self._abort)
         return w
+
+    async def _periodic_after(self, delay_s: float) -> None:
+        await self.clock.sleep(delay_s)
+        await self.scraper.loop()
 
     # -- teardown -----------------------------------------------------------------------
     async def _cancel(self, tasks: list[asyncio.Task]) -> None:

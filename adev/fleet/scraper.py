@@ -1,6 +1,6 @@
 """The fleet's scrape loop: every endpoint's and the master's ``/metrics``, periodically and at
 window boundaries, appended to the run as :class:`~adev.records.ScrapeRecord` (raw samples with
-model-time stamps: when the answer arrived; for a failure, when the request was sent).
+model-time stamps: the midpoint of request and answer; for a failure, when it was sent).
 Parsing is :mod:`adev.client.scrape` (the one scraper). A failed scrape is a
 record with ``ok=False`` and the error, never an exception.
 """
@@ -47,10 +47,10 @@ class Scraper:
         t = self.clock.now()
         try:
             samples = await scrape(client, url, timeout=self.timeout)
-            # stamped when the answer arrived: a busy server renders /metrics when its loop gets
-            # to the request, i.e. closer to the end of the request than to its start
-            rec = ScrapeRecord(run_id=self.run_id, target=name, url=url, t=self.clock.now(),
-                               ok=True, samples=samples)
+            # the samples were taken somewhere between sending and arrival (a busy server, or a
+            # busy client, delays either side): stamped at the midpoint, error <= half the span
+            rec = ScrapeRecord(run_id=self.run_id, target=name, url=url,
+                               t=(t + self.clock.now()) / 2, ok=True, samples=samples)
             self.latest[name] = samples
         except Exception as e:  # network, HTTP status, parse errors: recorded, never fatal
             self.failures += 1
@@ -73,6 +73,13 @@ class Scraper:
                 except Exception:
                     pass
         return list(recs)
+
+    @staticmethod
+    def boundary_time(recs: list[ScrapeRecord], fallback: float) -> float:
+        """Where a window boundary lies given its boundary scrapes: the mean stamp of the OK
+        ones (so counter deltas and busy time cover the same span), else ``fallback``."""
+        ok = [r.t for r in recs if r.ok]
+        return sum(ok) / len(ok) if ok else fallback
 
     async def loop(self) -> None:
         """Scrape every ``interval_s`` model seconds on a fixed grid until cancelled."""

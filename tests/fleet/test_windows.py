@@ -94,3 +94,12 @@ def test_resume_plan_marks_interrupted_window_and_counts_remaining():
 def test_last_stamp():
     assert last_stamp({"calls": [{"t_sent": 3.0, "t_end": 9.5}], "scrapes": [{"t": 7.0}],
                        "windows": [{"t0": 1.0, "t1": 8.0}]}) == 9.5
+
+
+def test_boundary_time_is_mean_of_ok_scrapes():
+    from adev.fleet.scraper import Scraper
+    from adev.records import ScrapeRecord
+    recs = [ScrapeRecord("r", "a", "u", 10.0, True), ScrapeRecord("r", "b", "u", 14.0, True),
+            ScrapeRecord("r", "m", "u", 9.0, False, "down")]
+    assert Scraper.boundary_time(recs, 99.0) == 12.0
+    assert Scraper.boundary_time(recs[2:], 99.0) == 99.0

@@ -308,7 +308,7 @@ WINDOW_COLS = ["window", "endpoint", "valid", "calls", "busy_s", "busy_share", "
                "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
                "net_saving_full", "store_hit_rate", "refused_share", "preemptions",
                "ttft_send_p50", "ttft_send_p99", "counter_resets", "scrape_gaps",
-               "xcheck_store_rel"]
+               "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel", "store_load_failed_tokens"]
 SWEEP_COLS = ["operating_point", "width", "runs", "interval_basis", "gross_saving", "gross_saving_lo",
               "gross_saving_hi", "gross_saving_quiet", "net_saving", "gross_saving_disk",
               "disk_share_of_saving", "gpu_hit_share", "store_hit_share", "store_hit_rate",
@@ -571,9 +571,16 @@ def summarise_run(path: str | Path) -> str:
         out.append(f"  reuse: same-session {_fmt(s.reuse['share_same_session'], True)}, "
                    f"cross-session {_fmt(s.reuse['share_cross_session'], True)}, aged "
                    f"{_fmt(s.reuse['aged_share'], True)}")
-    xs = t[(t["endpoint"] == ALL) & t["valid"]]["xcheck_store_rel"] if len(t) else pd.Series([])
-    if len(xs) and xs.notna().any():
-        out.append(f"  counters vs emulator tier split: max rel. diff {_fmt(float(xs.max()))}")
+    a = t[(t["endpoint"] == ALL) & t["valid"]] if len(t) else t
+    xs = a[["xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel"]] if len(a) else pd.DataFrame()
+    if len(xs) and xs.notna().any().any():
+        worst = float(np.nanmax(xs.to_numpy(dtype=float)))
+        txt = f"  counters vs emulator tier split: max rel. diff {_fmt(worst)}"
+        if worst > 0.01:
+            failed = float(a["store_load_failed_tokens"].sum(min_count=1))
+            txt += " (> 1%" + (f"; {failed:.0f} store-hit tokens failed to load and were "
+                               "recomputed" if failed and not math.isnan(failed) else "") + ")"
+        out.append(txt)
     if run.torn:
         out.append(f"  torn record lines skipped: {run.torn}")
     return "\n".join(out)

@@ -204,6 +204,7 @@ class WindowFigures:
     store_tokens: float = NAN
     store_ram_tokens: float = NAN
     store_disk_tokens: float = NAN
+    store_load_failed_tokens: float = NAN
     disk_fraction: float = NAN
     gpu_hit_share: float = NAN
     store_hit_share: float = NAN
@@ -378,6 +379,10 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
 
     d_acc = C.counter_delta(sc, C.EMU_PUT_ACCEPTED, t0, t1, target=endpoint, idle=idle)
     d_ref = C.counter_delta(sc, C.EMU_PUT_REFUSED, t0, t1, target=endpoint, idle=idle)
+    d_fail = C.counter_delta(sc, C.EMU_LOAD_FAILED, t0, t1, target=endpoint, idle=idle)
+    if d_fail.ok:
+        # counted as store hits by external_prefix_cache_hits (at lookup), then recomputed
+        fig.store_load_failed_tokens = d_fail.value * run.block_size
     if d_acc.ok and d_ref.ok:
         fig.put_blocks, fig.put_refused_blocks = d_acc.value, d_ref.value
         if d_acc.value + d_ref.value > 0:
@@ -544,7 +549,8 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
         return NAN if not vals or any(math.isnan(v) for v in vals) else float(sum(vals))
 
     for name in ("busy_s", "busy_span_s", "prompt_tokens", "gpu_tokens", "store_tokens",
-                 "store_ram_tokens", "store_disk_tokens", "preemptions", "read_path_s",
+                 "store_ram_tokens", "store_disk_tokens", "store_load_failed_tokens",
+                 "preemptions", "read_path_s",
                  "srv_gpu_tokens", "srv_store_ram_tokens", "srv_store_disk_tokens",
                  "srv_computed_tokens"):
         setattr(fig, name, ssum(name))

@@ -607,12 +607,31 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
                                         fig.store_tokens)
     if not math.isnan(fig.srv_store_disk_tokens) and not math.isnan(fig.store_disk_tokens):
         fig.xcheck_disk_rel = rel_diff(fig.srv_store_disk_tokens, fig.store_disk_tokens)
-    # disk read rate pooled over endpoints
-    if rows and all(not math.isnan(r.disk_read_rate) for r in rows):
-        fig.disk_read_rate = float(np.mean([r.disk_read_rate for r in rows]))
+    # disk read rate over every endpoint's requests admitted in its counter span
     fig.recompute_rate = rows[0].recompute_rate if rows else NAN
-    if not math.isnan(fig.disk_read_rate) and not math.isnan(fig.recompute_rate):
-        fig.disk_vs_recompute = fig.disk_read_rate / fig.recompute_rate
+    fig.missing.pop("disk_read_rate", None)
+    bpt = run.bytes_per_token
+    parts = []
+    for r in rows:
+        if math.isnan(r.span_from) or not len(allc):
+            continue
+        c = allc[(allc["endpoint"] == r.endpoint) & allc["has_server"].astype(bool)]
+        adm = (c["t_sent"] + c["srv_queue_s"].fillna(0.0)).to_numpy(dtype=float)
+        parts.append(c[(adm >= r.span_from) & (adm < r.span_to)])
+    if bpt is None or math.isnan(fig.recompute_rate):
+        fig.missing["disk_read_rate"] = run.missing.get("profile", "no model profile")
+    elif not parts or not sum(len(p) for p in parts):
+        fig.missing["disk_read_rate"] = "no request with the emulator's fields in the counter spans"
+    else:
+        r = pd.concat(parts)
+        est = disk_rate_estimate(r["srv_tok_store_ram"].fillna(0).to_numpy(dtype=float) * bpt,
+                                 r["srv_tok_store_disk"].fillna(0).to_numpy(dtype=float) * bpt,
+                                 r["srv_load_s"].to_numpy(dtype=float))
+        if isinstance(est, str):
+            fig.missing["disk_read_rate"] = est
+        else:
+            fig.disk_read_rate = est
+            fig.disk_vs_recompute = est / fig.recompute_rate
     _master_block(fig, run, t0, t1)
     return fig
 

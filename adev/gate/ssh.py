@@ -72,6 +72,10 @@ class SshGateOptions:
     max_upload_bytes: int = 64 * 1024 * 1024
     max_junit_bytes: int = 8 * 1024 * 1024
     retries_on_drop: int = 1
+    # per-session containment in the guest (isolate mode): processes, memory (cgroup), file size
+    pids_max: int = 64
+    mem_max: str = "768M"
+    fsize_kb: int = 256 * 1024
 
 
 def session_dirname(session_id: str) -> str:
@@ -323,7 +327,8 @@ class SshGate:
         try:
             res = await asyncio.wait_for(conn.run(cmd, check=False), timeout_s)
         except asyncio.TimeoutError as e:  # includes asyncssh.TimeoutError
-            raise GuestUnresponsive(f"no answer within {timeout_s:g} s to {cmd.split()[1]!r}") from e
+            what = " ".join(w for w in cmd.split()[4:6])
+            raise GuestUnresponsive(f"no answer within {timeout_s:g} s to {what!r}") from e
         except (OSError, asyncssh.Error) as e:
             raise GateTransportError(repr(e)) from e
         if res.exit_status is None and res.exit_signal is None:
@@ -339,7 +344,9 @@ class SshGate:
             args += [self.target.remote_root, session_dirname(session_id)]
         else:
             args += self._args(session_id)
-        line = "bash " + " ".join(shlex.quote(a) for a in args + list(extra))
+        env = (f"ADEV_PIDS_MAX={int(self.opt.pids_max)} ADEV_MEM_MAX={shlex.quote(self.opt.mem_max)} "
+               f"ADEV_FSIZE_KB={int(self.opt.fsize_kb)} ")
+        line = env + "bash " + " ".join(shlex.quote(a) for a in args + list(extra))
         return await self._exec(line, timeout_s or self.opt.op_timeout_s)
 
     async def _sftp_op(self, coro):

@@ -12,7 +12,7 @@ set -uo pipefail
 cmd="$1"; root="$2"; sid="$3"; user="$4"; isolate="$5"; shift 5
 d="$root/s/$sid"
 cg="/sys/fs/cgroup/adev/$sid"
-PIDS_MAX="${ADEV_PIDS_MAX:-256}"
+PIDS_MAX="${ADEV_PIDS_MAX:-64}"
 MEM_MAX="${ADEV_MEM_MAX:-768M}"
 FSIZE_KB="${ADEV_FSIZE_KB:-262144}"   # largest file a test may write (256 MiB)
 PY="${ADEV_GATE_PYTHON:-python3}"     # the unit tests' fake guest points this at its venv
@@ -76,9 +76,10 @@ run)
       ADEV_BLOCK_DEVICE="$device" ADEV_SESSION="$sid" \
       "$PY" -m pytest -q --color=no --tb=short -p no:cacheprovider \
       --junitxml="$d/out/junit.xml" -- "$@"
-  ) < /dev/null 2>&1 | tail -c "$maxout" > "$d/out/output.txt"
-  rc=${PIPESTATUS[0]}
+  ) < /dev/null > "$d/out/output.full" 2>&1   # a file, not a pipe: orphans holding it can't stall us
+  rc=$?
   t1=$(date +%s.%N)
+  tail -c "$maxout" "$d/out/output.full" > "$d/out/output.txt"; rm -f "$d/out/output.full"
   echo "ADEV_RC=$rc"
   echo "ADEV_DURATION_S=$(echo "$t1 $t0" | awk '{printf "%.3f", $1-$2}')"
   if [ "$isolate" = 1 ]; then

@@ -516,3 +516,11 @@ class VmGate:
         if self.ssh is None:
             raise GateTransportError("the VM gate is not started")
         return self.ssh
+
+
+VMGate = VmGate  # the spelling adev.session.cli looks for
+
+
+def make_gate() -> VmGate:
+    """The ``--gate vm`` executor with defaults (reuses a VM from ``adev vm up`` when present)."""
+    return VmGate.from_config()

@@ -165,4 +165,5 @@ async def test_three_sessions_in_the_vm(tmp_path):
             conn.lookupByName(name)
     finally:
         conn.close()
-    print(f"[vm] whole test {time.monotonic() - t0:.1f} s")
+    print(f"[vm] whole test {time.monotonic() - t0:.1f} s; host load average "
+          f"{' '.join(f'{x:.1f}' for x in os.getloadavg())} on {os.cpu_count()} cores")

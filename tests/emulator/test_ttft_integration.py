@@ -1,7 +1,8 @@
 """Idle-engine TTFT grows with uncached tokens at the profile's prefill rate (S=1 and S=10).
 
-The endpoint's reported TTFT (its model clock) must match the model within 1%; the TTFT a client
-observes (send -> first content chunk, x S) within a generous tolerance (shared, loaded machine);
+The endpoint's reported TTFT (its model clock) must match the model within 1%, its own wall stamps
+(arrival -> first token written) within 5%; the TTFT a client observes (send -> first content chunk,
+x S) adds HTTP and scheduling time and gets a generous tolerance (shared, loaded machine);
 ``bench/bench_emulator.py`` prints the exact figures.
 """
 from __future__ import annotations
@@ -54,9 +55,14 @@ def test_idle_ttft_follows_prefill_rate(S, sizes):
             modelled = (a["read_path_s"] + p / prof.prefill_tokens_per_s + prof.decode_step_base_s
                         + prof.decode_step_per_seq_s + prof.decode_step_per_ktoken_s * p / 1000)
             assert a["read_path_s"] == pytest.approx(0.0005)  # RAM tier lookup latency, no hits
-            print(f"S={S} prompt {p}: modelled {modelled:.4f}s reported {a['ttft_s']:.4f}s observed {obs:.4f}s")
+            server = (a["t_first_token_mono"] - a["t_arrival_mono"]) * S   # the endpoint's own stamps
+            print(f"S={S} prompt {p}: modelled {modelled:.4f}s reported {a['ttft_s']:.4f}s "
+                  f"server-stamped {server:.4f}s client-observed {obs:.4f}s")
             assert a["ttft_s"] == pytest.approx(modelled, rel=0.01)
-            assert obs == pytest.approx(modelled, rel=0.30)
+            assert server == pytest.approx(modelled, rel=0.05, abs=0.02 * S)
+            # the client adds HTTP and scheduling time (x S; large on a loaded 2-core machine): the
+            # exact error is a bench figure (bench/bench_emulator.py), here only a sanity bound
+            assert modelled * 0.95 <= obs <= modelled * 2 + 0.5 * S
             time.sleep(0.2)
     finally:
         if e:

@@ -215,7 +215,11 @@ async def test_cancel_records_cancelled(server, tmp_path):
     c, rd, _ = _client(tmp_path, server.url)
     async with c:
         t = asyncio.create_task(c.chat("coder", [{"role": "user", "content": "x"}]))
-        await asyncio.sleep(0.3)
+        for _ in range(100):  # wait until the role chunk is in (machine may be loaded)
+            await asyncio.sleep(0.05)
+            if server.bodies:
+                break
+        await asyncio.sleep(0.5)
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t

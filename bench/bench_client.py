@@ -1,0 +1,124 @@
+"""Client overhead at N concurrent sessions (default 18) against the embedded stack.
+
+Each synthetic session sends ``--calls`` chat calls back to back, the way a session's context
+grows: the shared leading text (system prompt + a task spec), then ~``--grow`` tokens of new text
+per call (reference code of the task), streamed with tools, ``include_usage`` and
+``return_token_ids``, through THE client (:class:`adev.client.llm.LLMClient`). The emulator runs
+the length policy with a small ``max_tokens`` so the figures are about the client, not decoding.
+
+Printed figures (wall milliseconds, from the CallRecords and the emulator's contract-1 stamps,
+all on the host's CLOCK_MONOTONIC):
+- dispatch delay = t_sent - t_scheduled (client queueing + request build + pool wait), p50/p99;
+  target p99 < 10 ms;
+- first content - server first-token send stamp (``adev.t_first_token_mono``), p50/p99;
+  target p99 < 2 ms (the client's view of the first content vs the server writing it);
+- first byte - server arrival stamp (``adev.t_arrival_mono``; the emulator writes the role-only
+  chunk, with the prompt's token ids, right after admitting the request), p50/p99.
+
+    .venv/bin/python bench/bench_client.py [--sessions 18] [--calls 8] [--stack FILE]
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import numpy as np  # noqa: E402
+
+from adev.client.llm import Endpoint, LLMClient  # noqa: E402
+from adev.clock import RunClock  # noqa: E402
+from adev.records import RunDir  # noqa: E402
+from adev.session.roles import load_roles  # noqa: E402
+from adev.session.tasks import list_tasks, load_task  # noqa: E402
+from adev.session.tools import schemas  # noqa: E402
+
+
+def pct(xs, q):
+    return float(np.percentile(np.asarray(xs), q)) if xs else float("nan")
+
+
+async def session(llm: LLMClient, endpoint: str, sid: int, calls: int, lead: str,
+                  chunks: list[str], max_tokens: int, tools) -> None:
+    msgs = [{"role": "system", "content": lead},
+            {"role": "user", "content": f"## Role: implementer\nsession {sid}"}]
+    for i in range(calls):
+        res = await llm.chat(endpoint, msgs, tools=tools, max_tokens=max_tokens, seed=sid,
+                             session_id=f"b{sid}", call_id=f"b{sid}/{i}", role="bench",
+                             round=1, step=i)
+        msgs.append({"role": "assistant", "content": res.content})
+        msgs.append({"role": "user", "content": chunks[(sid + i) % len(chunks)]})
+
+
+async def main_async(a) -> None:
+    from adev.config import load_stack
+    from adev.stack import running_stack, small_config
+    tmp = Path(tempfile.mkdtemp(prefix="adev-bench-client-"))
+    if a.stack:
+        cfg = load_stack(a.stack, policy="length")
+    else:
+        cfg = small_config(tmp / "stack", policy="length", time_scale=a.time_scale)
+    task = load_task(a.task or list_tasks()[0])
+    lead = task.shared_prefix(load_roles().system_prompt)
+    code = "\n".join(task.reference.values())
+    step = a.grow * 4  # ~4 characters per token
+    chunks = [code[i:i + step] for i in range(0, max(1, len(code) - step), step)] or [code]
+    try:
+        async with running_stack(cfg) as info:
+            rd = RunDir.create("bench", base=tmp)
+            clock = RunClock(time_scale=info.time_scale)
+            eps = [Endpoint(n, u) for n, u in info.endpoints.items()]
+            async with LLMClient(eps, clock=clock, run_dir=rd, pool_size=4 * a.sessions) as llm:
+                await llm.discover()
+                names = list(info.endpoints)
+                tools = schemas(["list_files", "read_file", "write_file", "finish"])
+                t0 = time.monotonic()
+                await asyncio.gather(*(session(llm, names[i % len(names)], i, a.calls, lead,
+                                               chunks, a.max_tokens, tools)
+                                       for i in range(a.sessions)))
+                wall = time.monotonic() - t0
+            recs = [r for r in rd.read("calls") if r["status"] == "ok"]
+            s = info.time_scale
+            disp = [(r["t_sent"] - r["t_scheduled"]) / s * 1e3 for r in recs]
+            fc = [((r["t_first_content"] / s + clock.t0) - r["server"]["t_first_token_mono"]) * 1e3
+                  for r in recs if r.get("t_first_content") and r.get("server")]
+            fb = [((r["t_first_byte"] / s + clock.t0) - r["server"]["t_arrival_mono"]) * 1e3
+                  for r in recs if r.get("t_first_byte") and r.get("server")]
+            pts = [r["prompt_tokens"] for r in recs]
+            print(f"bench_client: {a.sessions} concurrent sessions x {a.calls} calls = {len(recs)} "
+                  f"calls in {wall:.1f} s wall (time scale {s:g}); prompt tokens p50 "
+                  f"{pct(pts, 50):.0f} max {max(pts)}; failed attempts "
+                  f"{sum(r['status'] != 'ok' for r in rd.read('calls'))}")
+            print(f"  dispatch delay (t_sent - t_scheduled), wall ms: p50 {pct(disp, 50):.3f}  "
+                  f"p99 {pct(disp, 99):.3f}  max {max(disp):.3f}   [target p99 < 10 ms]")
+            print(f"  first content - server first-token send, wall ms: p50 {pct(fc, 50):.3f}  "
+                  f"p99 {pct(fc, 99):.3f}  max {max(fc):.3f}   [target p99 < 2 ms]")
+            print(f"  first byte - server arrival, wall ms: p50 {pct(fb, 50):.3f}  "
+                  f"p99 {pct(fb, 99):.3f}  max {max(fb):.3f}")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sessions", type=int, default=18)
+    ap.add_argument("--calls", type=int, default=8)
+    ap.add_argument("--grow", type=int, default=2000, help="new tokens per call (approx.)")
+    ap.add_argument("--max-tokens", type=int, default=16)
+    ap.add_argument("--time-scale", type=float, default=10.0)
+    ap.add_argument("--task", default=None)
+    ap.add_argument("--stack", default=None, help="stack file (default: a fresh small stack)")
+    a = ap.parse_args()
+    os.environ.setdefault("PYTHONHASHSEED", "0")
+    asyncio.run(main_async(a))
+
+
+if __name__ == "__main__":
+    main()

@@ -257,6 +257,12 @@ class SshGate:
                         await self._reconnect(gen)
                     except (GateTransportError, GuestUnresponsive) as e2:
                         last = f"{e}; reconnect failed: {e2}"
+                        if self.recover is not None:  # the guest is gone or hung: restore it
+                            try:
+                                await self._recover(gen)
+                                last += "; VM restored from its clean snapshot"
+                            except Exception as e3:  # noqa: BLE001 - recorded, not raised
+                                last += f"; restore failed: {e3}"
                         break
         return GateResult(verdict="error", real_duration_s=time.monotonic() - t0,
                           error=f"ssh connection lost during the gate (after {attempts} attempts): {last}")

@@ -154,6 +154,19 @@ async def test_three_sessions_in_the_vm(tmp_path):
         assert again.verdict == "pass"
         for s in ws:
             await gate.cleanup(s)
+
+        # a hung guest (vCPUs paused): detected by the deadline, VM restored, gate usable again
+        gate.vm._dom.suspend()
+        gate.ssh.opt.op_timeout_s = 15.0
+        t5 = time.monotonic()
+        hung = await gate.run(GateRequest(session_id="plain", workspace=ws["plain"], timeout_s=15))
+        print(f"[vm] hung guest detected and restored in {time.monotonic() - t5:.1f} s "
+              f"(restore_s={gate.timings.restore_s:.1f}): {hung.error}")
+        assert hung.verdict == "error" and "restored" in hung.error, hung
+        gate.ssh.opt.op_timeout_s = 60.0
+        after = await gate.run(GateRequest(session_id="plain", workspace=ws["plain"]))
+        assert after.verdict == "pass", after
+        await gate.cleanup("plain")
     finally:
         name = gate.vm.name if gate.vm else None
         await gate.close()

@@ -109,6 +109,7 @@ class RunSummary:
     reuse: dict[str, Any] | None
     missing: dict[str, str]
     disk_tier: str | None = None
+    xcheck: dict[str, float] | None = None     # measured-span counters vs emulator (ALL row)
 
     def mean(self, fig: str, quiet: bool = False) -> float:
         return (self.quiet if quiet else self.stats).get(fig, {}).get("mean", math.nan)
@@ -123,6 +124,8 @@ class RunSummary:
             d[f + "_quiet"] = s["mean"]
         for f, s in self.interval.items():
             d[f + "_lo"], d[f + "_hi"] = s["lo"], s["hi"]
+        for k, v in (self.xcheck or {}).items():
+            d["run_" + k] = v
         for k, v in (self.reuse or {}).items():
             if isinstance(v, (int, float)) or v is None:
                 d["reuse_" + k] = v
@@ -155,10 +158,16 @@ def summarise(run: Run, table: pd.DataFrame | None = None, with_reuse: bool = Tr
             reuse = asdict(reuse_profile(led, run.lease_ttl_s))
         else:
             missing["reuse"] = run.missing.get("ledger", "no ledger")
+    from .windows import cross_check
+    xc = cross_check(run)
+    xrow = xc[xc["endpoint"] == ALL] if len(xc) else xc
+    xcheck = ({k: float(xrow[k].iloc[0]) for k in ("xcheck_gpu_rel", "xcheck_store_rel",
+                                                    "xcheck_disk_rel", "store_load_failed_tokens")}
+              if len(xrow) else None)
     return RunSummary(run.run_id, run.label, str(run.path), run.width, run.protocol,
                       run.configuration, run.lease_ttl_s, run.pause_s, int(len(a)),
                       int((~a["valid"]).sum()) if len(a) else 0, int(burst.sum()),
-                      stats, quiet, interval, reuse, missing, run.disk_tier)
+                      stats, quiet, interval, reuse, missing, run.disk_tier, xcheck)
 
 
 def across_runs(summaries: Sequence[RunSummary], figures: Iterable[str] = KEY_FIGURES) -> dict:

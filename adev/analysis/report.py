@@ -454,8 +454,13 @@ def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
     doc.blocks.append("## Reuse\n\n" + "\n".join(_reuse_md(l) for l in loaded) + "\n")
     doc.blocks.append(fig_reuse(loaded))
     for l in loaded:
+        from .windows import cross_check
+        xc = cross_check(l.run)
         doc.blocks.append(f"## Per-window figures: {l.summary.label}\n\n" + _run_header(l) + "\n"
-                          + md_table(l.table, WINDOW_COLS) + "\n" + _missing_md(l))
+                          + md_table(l.table, WINDOW_COLS) + "\n"
+                          + "Cross-check over the measured span (counters vs the emulator's per-request "
+                          "tier split; empty without scrapes):\n\n" + md_table(xc) + "\n"
+                          + _missing_md(l))
     return doc
 
 
@@ -556,6 +561,11 @@ def summarise_run(path: str | Path) -> str:
         if st["n"] > 1:
             txt += (f" (CV {_fmt(st['cv'])}, 95% t-interval {_fmt(iv['lo'], pctg)}.."
                     f"{_fmt(iv['hi'], pctg)} over {st['n']} windows)")
+        else:
+            txt += " (1 window)"
+        if st["n"] < s.windows - s.invalid_windows:
+            txt += f"; missing in {s.windows - s.invalid_windows - st['n']} window(s): " + \
+                   str(s.missing.get(fig, "see report"))[:160]
         return txt
 
     out = [f"run {s.run_id}: width {_fmt(s.width)}, {s.protocol or '?'}, {s.windows} window(s)"
@@ -571,13 +581,14 @@ def summarise_run(path: str | Path) -> str:
         out.append(f"  reuse: same-session {_fmt(s.reuse['share_same_session'], True)}, "
                    f"cross-session {_fmt(s.reuse['share_cross_session'], True)}, aged "
                    f"{_fmt(s.reuse['aged_share'], True)}")
-    a = t[(t["endpoint"] == ALL) & t["valid"]] if len(t) else t
-    xs = a[["xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel"]] if len(a) else pd.DataFrame()
-    if len(xs) and xs.notna().any().any():
-        worst = float(np.nanmax(xs.to_numpy(dtype=float)))
-        txt = f"  counters vs emulator tier split: max rel. diff {_fmt(worst)}"
+    xc = s.xcheck or {}
+    vals = [xc.get(k) for k in ("xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel")]
+    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    if vals:
+        worst = max(vals)
+        txt = f"  counters vs emulator per-request tier split (measured span): max rel. diff {_fmt(worst)}"
+        failed = xc.get("store_load_failed_tokens")
         if worst > 0.01:
-            failed = float(a["store_load_failed_tokens"].sum(min_count=1))
             txt += " (> 1%" + (f"; {failed:.0f} store-hit tokens failed to load and were "
                                "recomputed" if failed and not math.isnan(failed) else "") + ")"
         out.append(txt)

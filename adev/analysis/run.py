@@ -21,7 +21,7 @@ import pandas as pd
 from ..config import ConfigError, ModelProfile, from_dict, load_model_profile
 from ..records import RunDir
 
-SERVER_SCALARS = ("queue_s", "lookup_s", "load_s", "read_path_s", "prefill_s", "ttft_s",
+SERVER_SCALARS = ("t_arrival_mono", "t_first_token_mono", "t_end_mono", "queue_s", "lookup_s", "load_s", "read_path_s", "prefill_s", "ttft_s",
                   "store_keys_looked_up", "store_hit_blocks", "put_blocks", "put_refused_blocks",
                   "store_errors", "preemptions")
 SERVER_TIERS = ("gpu", "store_ram", "store_disk", "computed")
@@ -67,6 +67,8 @@ class Run:
     configuration: str | None
     label: str
     disk_tier: str | None = None
+    clock_t0_mono: float | None = None
+    clock_source: str = ""
     missing: dict[str, str] = field(default_factory=dict)
 
     # -- derived constants -------------------------------------------------------------------
@@ -198,13 +200,55 @@ def load_run(path: str | Path) -> Run:
     for v in scrapes.values():
         v.sort(key=lambda s: s.t)
 
+    calls = _flatten_calls(rd.read("calls"))
+    t0_mono, clock_src = _clock_t0(p, manifest, calls, time_scale)
+    add_admission(calls, t0_mono, time_scale)
     torn = {k: rd.torn_lines(k) for k in ("calls", "scrapes", "windows", "sessions", "gates",
                                           "events")}
     return Run(path=p, run_id=manifest.get("run_id") or p.name, manifest=manifest,
-               calls=_flatten_calls(rd.read("calls")), scrapes=scrapes,
+               calls=calls, scrapes=scrapes,
                windows=rd.read("windows"), sessions=rd.frame("sessions"),
                gates=rd.frame("gates"), events=rd.frame("events"),
                torn={k: v for k, v in torn.items() if v}, stack=stack, fleet=fleet,
                profile=profile, time_scale=time_scale, payload_scale=payload_scale,
                lease_ttl_s=lease, width=width, pause_s=pause, protocol=protocol,
-               configuration=configuration, label=label, disk_tier=disk_tier, missing=missing)
+               configuration=configuration, label=label, disk_tier=disk_tier,
+               clock_t0_mono=t0_mono, clock_source=clock_src, missing=missing)
+
+
+def _clock_t0(path: Path, manifest: dict[str, Any], calls: pd.DataFrame,
+              time_scale: float | None) -> tuple[float | None, str]:
+    """The run clock's origin on the host monotonic clock (to place the emulator's server stamps
+    on the run's time axis): ``fleet.json`` / the manifest's ``clock.t0_mono`` when recorded, else
+    the tightest bound from the calls, ``max_i(t_end_mono_i - t_end_i / time_scale)`` (the
+    client's last byte comes after the server's)."""
+    import json
+    for src in (path / "fleet.json", None):
+        try:
+            doc = json.loads(src.read_text()) if src is not None else manifest
+        except (OSError, ValueError):
+            continue
+        v = _dig(doc, "clock", "t0_mono")
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return float(v), f"{src.name if src else 'manifest.json'} clock.t0_mono"
+    if time_scale and len(calls) and "srv_t_end_mono" in calls and calls["srv_t_end_mono"].notna().any():
+        est = calls["srv_t_end_mono"] - calls["t_end"] / time_scale
+        if est.notna().any():
+            return float(est.max()), "estimated from calls (max of t_end_mono - t_end / time_scale)"
+    return None, "unknown"
+
+
+def add_admission(calls: pd.DataFrame, t0_mono: float | None, time_scale: float | None) -> None:
+    """Column ``t_admit``: when the endpoint admitted the request (and counted its cache hits),
+    in run model seconds: ``(t_arrival_mono - t0_mono) x time_scale + queue_s`` from the server's
+    own stamps when the clock origin is known, else ``t_sent + queue_s``; NaN without the
+    extension field."""
+    if not len(calls):
+        calls["t_admit"] = pd.Series(dtype=float)
+        return
+    q = calls["srv_queue_s"].fillna(0.0)
+    adm = calls["t_sent"] + q
+    if t0_mono is not None and time_scale:
+        srv = (calls["srv_t_arrival_mono"] - t0_mono) * time_scale + q
+        adm = srv.where(calls["srv_t_arrival_mono"].notna() & (calls["srv_t_arrival_mono"] > 0), adm)
+    calls["t_admit"] = adm.where(calls["has_server"].astype(bool))

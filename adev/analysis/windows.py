@@ -12,7 +12,8 @@ Attribution: call-level figures (TTFT, dispatch delay, keys per call, refusals) 
 (``busy_span_s``; equal to B when the boundary scrapes sit on the window edges, as the fleet
 takes them). The emulator's per-request figures that are cross-checked against counters
 (tier tokens, read path) use the requests *admitted* in the counter span
-(admission = ``t_sent + server.queue_s``). Master counters are global: they appear in the ALL
+(admission ``t_admit``: the server's arrival stamp on the run clock + ``queue_s``, see
+:func:`adev.analysis.run.add_admission`). Master counters are global: they appear in the ALL
 row only, and the store tier split (RAM vs disk) of each endpoint's store tokens uses the
 master's byte shares over the window.
 """
@@ -465,7 +466,7 @@ def _savings(fig: WindowFigures, run: Run, allc: pd.DataFrame, starts: np.ndarra
                                      "extension field on its responses)")
         fig.missing["net_saving_full"] = fig.missing["net_saving"]
         return
-    adm = (srv["t_sent"] + srv["srv_queue_s"].fillna(0.0)).to_numpy(dtype=float)
+    adm = srv["t_admit"].to_numpy(dtype=float)
     sel = (adm >= fig.span_from) & (adm < fig.span_to)
     r = srv[sel]
     fig.srv_requests = int(len(r))
@@ -586,8 +587,11 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
     _safe(fig, "disk_share_of_saving", lambda d, s: d / s, fig.store_disk_tokens, fig.store_tokens,
           need={"store_disk_tokens": fig.store_disk_tokens, "store_tokens": fig.store_tokens})
     # net savings: pool the per-endpoint charges (sum_r rp_r/n_r is additive over endpoints)
-    if all(not math.isnan(r.net_saving) for r in rows) and rows and not math.isnan(fig.gross_saving):
-        charged = sum((r.gross_saving - r.net_saving) * r.busy_span_s for r in rows)
+    # an endpoint with no busy time and no admitted request contributes no read-path charge
+    idle_rows = [r for r in rows if r.busy_span_s == 0 and r.srv_requests == 0]
+    live = [r for r in rows if r not in idle_rows]
+    if live and all(not math.isnan(r.net_saving) for r in live) and not math.isnan(fig.gross_saving):
+        charged = sum((r.gross_saving - r.net_saving) * r.busy_span_s for r in live)
         fig.net_saving = fig.gross_saving - charged / b
         fig.net_saving_full = fig.gross_saving - fig.read_path_s / b
     else:
@@ -616,7 +620,7 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
         if math.isnan(r.span_from) or not len(allc):
             continue
         c = allc[(allc["endpoint"] == r.endpoint) & allc["has_server"].astype(bool)]
-        adm = (c["t_sent"] + c["srv_queue_s"].fillna(0.0)).to_numpy(dtype=float)
+        adm = c["t_admit"].to_numpy(dtype=float)
         parts.append(c[(adm >= r.span_from) & (adm < r.span_to)])
     if bpt is None or math.isnan(fig.recompute_rate):
         fig.missing["disk_read_rate"] = run.missing.get("profile", "no model profile")
@@ -685,6 +689,26 @@ def analyse_window(run: Run, w: dict[str, Any]) -> list[WindowFigures]:
     """Figures of one window: one per endpoint, then the ALL row."""
     rows = [analyse_endpoint(run, w, ep) for ep in run.endpoints]
     return rows + [_pool(run, w, rows)]
+
+
+def cross_check(run: Run) -> pd.DataFrame:
+    """Counters vs the emulator's per-request tier split over the measured span: from the first
+    valid window's start to the last valid window's end (the whole run when it has no windows),
+    each end resolved to its boundary scrape. Calls cancelled or failed after the server counted
+    them (e.g. sessions stopped at the end of a run) carry no per-request fields, which is why
+    the span stops at the last window. Per-window cross-checks also carry boundary effects: the
+    emulator counts a request's hits when its event loop gets to it, which lags the modelled
+    admission stamp under load, so a request admitted just before a boundary scrape can land in
+    the next span."""
+    cols = ["endpoint", "span_from", "span_to", "gpu_tokens", "srv_gpu_tokens", "store_tokens",
+            "srv_store_ram_tokens", "srv_store_disk_tokens", "store_disk_tokens",
+            "store_load_failed_tokens", "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel"]
+    ws = [w for w in run.measurement_windows() if w.get("valid", True)]
+    if not ws:
+        return pd.DataFrame(columns=cols)
+    w = {"index": 0, "t0": min(float(x["t0"]) for x in ws),
+         "t1": max(float(x["t1"]) for x in ws), "valid": True, "protocol": "measured span"}
+    return pd.DataFrame([asdict(f) for f in analyse_window(run, w)])[cols]
 
 
 def window_table(run: Run) -> pd.DataFrame:

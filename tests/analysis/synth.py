@@ -27,6 +27,10 @@ from adev.config import StackConfig, StoreSpec, load_model_profile
 from adev.records import CallRecord, RunDir, ScrapeRecord, SessionRecord, WindowRecord
 
 
+T0_MONO = 1000.0   # the run clock's origin on the (synthetic) host monotonic clock
+TIME_SCALE = 10.0
+
+
 def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float = 300.0,
              seed: int = 0, protocol: str = "steady", lease_ttl_s: float = 5.0,
              scrape_interval_s: float = 5.0, endpoints: Sequence[str] = ("coder", "reasoner"),
@@ -48,7 +52,7 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
     fleet = {"name": name or f"synth-w{width}", "width": width, "protocol": protocol,
              "pause_s": pause_s, "windows": {"count": windows, "length_s": window_s}}
     rd.write_json("manifest.json", {
-        "run_id": run_id, "time_scale": 10.0, "kind": "fleet", "protocol": protocol,
+        "run_id": run_id, "time_scale": TIME_SCALE, "kind": "fleet", "protocol": protocol,
         "config": {"fleet": fleet, "stack": dataclasses.asdict(stack)},
         "seeds": {"synth": seed}, "synthetic": True})
 
@@ -110,8 +114,10 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
                 refused = int(rng.binomial(offered, refuse_p)) if offered else 0
                 put = offered - refused  # accepted
                 pre = int(rng.random() < 0.01 * width / 6)
-                server = {"request_id": f"req-{n_call}", "t_arrival_mono": 0.0,
-                          "t_first_token_mono": 0.0, "t_end_mono": 0.0, "queue_s": queue,
+                server = {"request_id": f"req-{n_call}",
+                          "t_arrival_mono": T0_MONO + t_sent / TIME_SCALE,
+                          "t_first_token_mono": T0_MONO + (t_fc - 0.002) / TIME_SCALE,
+                          "t_end_mono": T0_MONO + (t_end - 0.002) / TIME_SCALE, "queue_s": queue,
                           "lookup_s": lookup, "load_s": load, "read_path_s": lookup + load,
                           "prefill_s": prefill, "ttft_s": ttft,
                           "tokens": {"gpu": gpu, "store_ram": ram, "store_disk": disk,

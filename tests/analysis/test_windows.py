@@ -265,3 +265,26 @@ def test_boundary_scrape_late_but_endpoint_idle(tmp_path):
     run2 = make_hand_run(tmp_path / "b", [_call("a", 5.0, 60.0)], scr, [(0.0, 100.0)])
     g = {r.endpoint: r for r in analyse_window(run2, run2.measurement_windows()[0])}["coder"]
     assert math.isnan(g.store_tokens) and "t=0" in g.missing["store_tokens"]
+
+
+def test_admission_from_server_stamps(tmp_path):
+    """The server's arrival stamp (host monotonic) placed on the run clock decides the span."""
+    import json
+    t0_mono, scale = 500.0, 10.0
+    srv = _srv(0.5, 0.1, 160, 0, 0, 840)
+    # client sent at 9.0, but the server only got it at run time 10.5 (model), admitted at 11.0
+    srv.update(t_arrival_mono=t0_mono + 10.5 / scale, t_end_mono=t0_mono + 14.0 / scale)
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(0, 0, 0)),
+           ("coder", 20.0, True, _vllm(160, 0, 1000))]
+    run = make_hand_run(tmp_path, [_call("a", 9.0, 14.5, srv)], scr, [(0.0, 10.0), (10.0, 20.0)])
+    assert run.clock_source.startswith("estimated")      # no fleet.json: bound from the calls
+    assert run.clock_t0_mono == pytest.approx(t0_mono + 14.0 / scale - 14.5 / scale)
+    (run.path / "fleet.json").write_text(json.dumps({"clock": {"t0_mono": t0_mono}}))
+    run = load_run(run.path)
+    assert run.clock_source == "fleet.json clock.t0_mono"
+    assert run.calls["t_admit"].iloc[0] == pytest.approx(11.0)
+    t = window_table(run)
+    w1 = t[(t.window == 1) & (t.endpoint == "coder")].iloc[0]
+    w2 = t[(t.window == 2) & (t.endpoint == "coder")].iloc[0]
+    assert w1.srv_requests == 0 and w2.srv_requests == 1
+    assert w2.xcheck_gpu_rel == 0.0 and w1.xcheck_gpu_rel == 0.0

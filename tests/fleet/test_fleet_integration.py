@@ -27,7 +27,9 @@ from adev.records import RunDir
 
 pytestmark = pytest.mark.integration
 
-S = 50.0  # time scale of these tests
+S = 25.0  # time scale of these tests
+LEASE_S = 12.5  # model seconds: 500 ms real at S (a real lease much shorter fails slow reads
+# on this loaded 2-core machine)
 
 
 @pytest.fixture
@@ -42,6 +44,7 @@ def state_dir():
 def stack_dict(state_dir: Path) -> dict:
     st = dataclasses.asdict(load_stack(time_scale=S))
     st["state_dir"] = str(state_dir)
+    st["store"]["lease_ttl_s"] = LEASE_S
     return st
 
 
@@ -122,7 +125,8 @@ def test_batch_width6_three_runs(tmp_path, state_dir):
 def _write_files(tmp_path: Path, state_dir: Path) -> tuple[Path, Path]:
     src = (ROOT / "stacks" / "embedded.toml").read_text()
     stack = tmp_path / "stack.toml"
-    stack.write_text(src.replace("[stack]\n", f'[stack]\nstate_dir = "{state_dir}"\n', 1))
+    stack.write_text(src.replace("[stack]\n", f'[stack]\nstate_dir = "{state_dir}"\n', 1)
+                     .replace("lease_ttl_s = 5.0", f"lease_ttl_s = {LEASE_S}"))
     fleet = tmp_path / "fleet.toml"
     fleet.write_text(f"""[fleet]
 width = 6

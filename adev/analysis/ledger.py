@@ -27,7 +27,7 @@ call in flight (a torn tail record is ignored by the reader and cut off by a res
 
 - ``meta.json``: block size, algorithm, hash seed, NONE_HASH, record layouts;
 - ``calls.jsonl``: one line per ``add`` (call index, t, session id/index, call id, token and block
-  counts, blocks hashed, hashing time), written before its touches;
+  counts, blocks hashed, hashing CPU seconds), written before its touches;
 - ``touches.bin``: fixed 28-byte records :data:`TOUCH_DTYPE` ``(t, call, session, pos, key)``;
 - ``hashes.bin`` (sha256_cbor only): 40-byte records :data:`HASH_DTYPE` ``(key, digest)`` for every
   block the writer hashed (duplicates possible; dedupe on read).
@@ -339,9 +339,9 @@ class LedgerWriter:
             sidx = self._sessions.setdefault(sid, len(self._sessions))
             cidx = self._n_calls
             self._n_calls += 1
-            t0 = time.perf_counter()
+            t0 = time.thread_time()
             keys, n_hashed = self._hash(sid, tok)
-            dt = time.perf_counter() - t0
+            dt = time.thread_time() - t0  # CPU seconds of this thread
             self.hash_seconds += dt
             self.blocks_hashed += n_hashed
             self.blocks_touched += len(keys)

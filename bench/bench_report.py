@@ -37,14 +37,19 @@ def main() -> int:
         print(f"synthetic run: width {a.width}, {a.windows} windows x {a.window_s:g} s, "
               f"{n_calls} calls, {n_scr} scrapes, {len(led.touches)} ledger touches "
               f"(generated in {gen:.1f} s)")
+        import os
         t0 = time.perf_counter()
+        c0 = os.times()
         r = subprocess.run([sys.executable, "-m", "adev.cli", "report", str(run)], cwd=ROOT,
                            capture_output=True, text=True)
         wall = time.perf_counter() - t0
+        c1 = os.times()
+        cpu = (c1.children_user - c0.children_user) + (c1.children_system - c0.children_system)
         if r.returncode != 0:
             print(r.stdout, r.stderr)
             return 1
-        print(f"adev report RUN (subprocess): {wall:.2f} s wall (target < 30 s) -> "
+        print(f"adev report RUN (subprocess): {wall:.2f} s wall, {cpu:.2f} s CPU (target < 30 s); "
+              f"load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} CPUs -> "
               f"{r.stdout.split()[-1]}")
         # stages in-process
         from adev.analysis import report as R

@@ -61,23 +61,12 @@ def _parse_endpoints(items: list[str]) -> dict[str, str]:
 
 
 def make_gate(name: str) -> Any:
-    """The gate executor named ``name`` (``local`` or ``vm``)."""
-    from ..config import ConfigError
-    if name == "local":
-        from ..gate.local import LocalGate
-        return LocalGate()
-    import importlib
-    for mod, attr in (("adev.gate.vm", "VMGate"), ("adev.gate.libvirt", "VMGate"),
-                      ("adev.gate.libvirt", "LibvirtGate")):
-        try:
-            m = importlib.import_module(mod)
-        except ModuleNotFoundError:
-            continue
-        if hasattr(m, "make_gate"):
-            return m.make_gate()
-        if hasattr(m, attr):
-            return getattr(m, attr)()
-    raise ConfigError("--gate: the VM gate is not available in this build; allowed now: local")
+    """The gate executor named ``name``: ``local`` (trusted/dev use) or ``vm`` (isolated)."""
+    if name == "vm":
+        from ..gate.vm import VmGate
+        return VmGate()
+    from ..gate.local import LocalGate
+    return LocalGate()
 
 
 def main(args: argparse.Namespace) -> int:

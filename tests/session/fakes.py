@@ -37,13 +37,17 @@ class PolicyLLM:
         self.requests: list[dict[str, Any]] = []
         self._prev: dict[str, list[str]] = {}
 
+    def count_tokens(self, messages, tools, text: str) -> int:
+        """Prompt tokens of a request (characters / chars_per_token; subclasses may tokenize)."""
+        return int(len(text) / self.cpt) + 1
+
     def max_model_len(self, endpoint: str) -> int | None:
         return self._mml
 
     async def chat(self, endpoint, messages, *, tools=None, max_tokens=None, temperature=None,
                    seed=None, session_id="", call_id="", role="", round=0, step=0, **kw):
         text = prompt_text(messages) + json.dumps(tools or [])
-        pt = int(len(text) / self.cpt) + 1
+        pt = self.count_tokens(messages, tools, text)
         t = self.clock.now() if self.clock else 0.0
         rec = CallRecord(run_id=getattr(self.run_dir, "run_id", ""), session_id=session_id,
                          call_id=call_id, endpoint=endpoint, role=role, round=round, step=step,
@@ -61,7 +65,7 @@ class PolicyLLM:
         for p in prev:
             best = max(best, _common_prefix(p, text))
         prev.append(text)
-        cached = int(best / self.cpt)
+        cached = int(best * pt / max(1, len(text)))
         reply: PolicyReply = self.policy.reply(PolicyRequest(
             model="fake", messages=messages, tools=tools, max_tokens=max_tokens, seed=seed,
             prompt_tokens=pt))

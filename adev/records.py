@@ -139,6 +139,7 @@ class SessionRecord:
     reason: str | None = None
     calls: int = 0
     prompt_tokens: int = 0
+    acceptance: str | None = None  # hidden acceptance suite verdict (pass|fail|error), None = not run
 
 
 @dataclass

@@ -388,11 +388,9 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
         rounds = rounds or max((r for r, *_ in s.call_tokens), default=0)
         t_end = clock.now()
         rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_end,
-                                status=status, seed=seed, rounds=rounds,
-                                reason=(reason if acceptance is None else
-                                        f"{reason + '; ' if reason else ''}acceptance "
-                                        f"{acceptance}"),
-                                calls=s.calls, prompt_tokens=s.prompt_tokens))
+                                status=status, seed=seed, rounds=rounds, reason=reason,
+                                calls=s.calls, prompt_tokens=s.prompt_tokens,
+                                acceptance=acceptance))
         if gate_ready:
             try:
                 await asyncio.shield(ctx.gate.cleanup(session_id))

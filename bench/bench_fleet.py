@@ -43,7 +43,7 @@ def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: s
             st["policy"] = policy
         cfg = fleet_from_dict({"width": width, "protocol": "steady", "stagger_s": 0.0,
                                "windows": {"count": 1, "length_s": window_s},
-                               "warmup": {"max_s": window_s}, "stack": st,
+                               "warmup": {"max_s": window_s}, "drain_s": 0.0, "stack": st,
                                "results_dir": str(tmp), "live": "off", "report": False})
         t = time.monotonic()
         out = run_fleet(cfg)
@@ -95,7 +95,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--width", type=int, default=64)
     ap.add_argument("--time-scale", type=float, default=20.0)
-    ap.add_argument("--window-length", type=float, default=600.0, help="model seconds")
+    ap.add_argument("--window-length", type=float, default=300.0, help="model seconds")
     ap.add_argument("--policy", help="emulator policy (default: the stack file's)")
     ap.add_argument("--skip-main", action="store_true")
     ap.add_argument("--skip-overhead", action="store_true")

@@ -47,7 +47,8 @@ def point_fleet(camp: CampaignConfig, base_dir: Path, point: CampaignPoint, *,
     except ConfigError as e:
         raise ConfigError(f"{where}: {e}") from None
     st = dataclasses.asdict(cfg.stack_config(fbase))
-    for k, v in point.stack.items():
+    stack_ov = {**(camp.quick.stack if quick else {}), **point.stack}
+    for k, v in stack_ov.items():
         set_dotted(st, k, v)
     try:
         stack = from_dict(StackConfig, st, f"{where}.stack")

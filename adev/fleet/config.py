@@ -187,9 +187,10 @@ class CampaignPoint:
 
 @dataclass(frozen=True)
 class CampaignQuick:
-    """Scaled-down settings applied by ``adev nightly --quick`` (dotted fleet keys)."""
+    """Scaled-down settings applied by ``adev nightly --quick`` (dotted fleet and stack keys)."""
 
     fleet: dict[str, Any] = field(default_factory=dict)
+    stack: dict[str, Any] = field(default_factory=dict)  # dotted stack keys; a point's own win
     points: list[str] = field(default_factory=list)  # empty = all points
     width_cap: int | None = field(default=None, metadata={"positive": True})
 

@@ -8,7 +8,8 @@ first use and reused for the client's life. Every call streams with
 
 - ``t_scheduled``: the call became ready (``chat()`` entered, or the caller's stamp);
 - ``t_sent``: httpx is about to write the request (its ``request`` event hook);
-- ``t_first_byte``: the first SSE event of the body arrived (usually the role-only chunk);
+- ``t_first_byte``: the first bytes of the response body arrived (usually the role-only chunk,
+  which vLLM and the emulator send with the prompt's token ids);
 - ``t_first_content``: the first event carrying content, reasoning or a tool-call delta (TTFT);
 - ``t_end``: the stream ended (``[DONE]`` or EOF).
 
@@ -212,7 +213,9 @@ class LLMClient:
                 ep.max_model_len = mml
 
     def max_model_len(self, endpoint: str) -> int | None:
-        return self.endpoints[endpoint].max_model_len
+        """The endpoint's context length (None when unknown or not an endpoint of this client)."""
+        ep = self.endpoints.get(endpoint)
+        return ep.max_model_len if ep else None
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}

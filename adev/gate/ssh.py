@@ -66,7 +66,7 @@ class SshTarget:
 
 @dataclass
 class SshGateOptions:
-    timeout_margin_s: float = 30.0  # client waits timeout_s + this before calling the guest hung
+    timeout_margin_s: float = 60.0  # client waits timeout_s + this before calling the guest hung
     op_timeout_s: float = 60.0  # any other remote operation (setup, upload, fetch, NVMe)
     nvme_size_mb: int = 256
     max_upload_bytes: int = 64 * 1024 * 1024

@@ -444,7 +444,7 @@ class VmGate:
 
     @classmethod
     def from_config(cls, memory_mib: int = 2048, vcpus: int = 2, uri: str = "qemu:///system",
-                    nvme_size_mb: int = 256, timeout_margin_s: float = 30.0,
+                    nvme_size_mb: int = 256, timeout_margin_s: float = 60.0,
                     use_snapshot: bool = True) -> "VmGate":
         return cls(VmGateConfig(
             vm=VmConfig(uri=uri, memory_mib=memory_mib, vcpus=vcpus, use_snapshot=use_snapshot),

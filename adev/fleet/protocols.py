@@ -213,7 +213,11 @@ class Fleet:
                 self.run_dir.append(w)
                 self.result.windows.append(w)
             self.stop_event.set()
+            n_active = len(self.active)
+            t_c = self.clock.now()
             await self._cancel(slots)
+            self.event("sessions_stopped", cancelled=n_active,
+                       took_s=round(self.clock.now() - t_c, 3))
             scrape_task.cancel()
             await asyncio.gather(scrape_task, return_exceptions=True)
             try:
@@ -238,8 +242,7 @@ class Fleet:
                 return
             await asyncio.sleep(0.05)
         left = self.state.calls_open_since_before(t_end)
-        if left:
-            self.event("drain_timeout", calls_left=left, drain_s=self.cfg.drain_s)
+        self.event("drained", calls_left=left, drain_s=self.cfg.drain_s)
 
     # -- batch --------------------------------------------------------------------------
     async def run_batch_once(self, index: int, run_number: int) -> WindowRecord | None:

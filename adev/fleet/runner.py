@@ -278,7 +278,13 @@ class FleetRun:
                                   f"run's clock at {self.clock.time_scale}")
             # (a stack that a crashed run started is reused by its --resume, which registers as
             # its user and, being the last user out, stops it: adev.stack.running_stack)
-            return await body(info)
+            result = await body(info)
+            t_exit = time.monotonic()
+            started = bool(getattr(info, "started_here", False))
+        if self.clock is not None:
+            self._event("stack_released", stopped=started,
+                        took_wall_s=round(time.monotonic() - t_exit, 3))
+        return result
 
     async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
                            seed_offset: int, body: Callable[[Fleet], Any]) -> Any:

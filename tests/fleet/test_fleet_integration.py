@@ -41,10 +41,11 @@ def state_dir():
     shutil.rmtree(d, ignore_errors=True)
 
 
-def stack_dict(state_dir: Path) -> dict:
-    st = dataclasses.asdict(load_stack(time_scale=S))
+def stack_dict(state_dir: Path, scale: float = S) -> dict:
+    """The embedded stack at time scale ``scale`` with a 500 ms real lease, in ``state_dir``."""
+    st = dataclasses.asdict(load_stack(time_scale=scale))
     st["state_dir"] = str(state_dir)
-    st["store"]["lease_ttl_s"] = LEASE_S
+    st["store"]["lease_ttl_s"] = LEASE_S * scale / S
     return st
 
 
@@ -99,7 +100,7 @@ def test_batch_width6_three_runs(tmp_path, state_dir):
     from adev.fleet.runner import run_fleet
     cfg = fleet_from_dict({
         "width": 6, "protocol": "batch", "runs": 3, "pause_s": 0.0,
-        "stack": stack_dict(state_dir), "results_dir": str(tmp_path), "live": "plain",
+        "stack": stack_dict(state_dir, 2 * S),  # whole sessions, three times: a faster clock "results_dir": str(tmp_path), "live": "plain",
         "report": False})
     out = run_fleet(cfg)
     assert out.exit_code == 0, out.summary

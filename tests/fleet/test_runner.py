@@ -143,3 +143,33 @@ def test_resume_after_crash_inside_window_2(tmp_path):
     assert ev and ev[0]["detail"]["interrupted"] == [2]
     # the resumed timeline continues after the crash
     assert ws[2]["t0"] > ws[1]["t1"]
+
+
+def test_batch_resume_after_crash_inside_run_2(tmp_path):
+    import asyncio
+    c = cfg(tmp_path, protocol="batch", runs=3, width=2)
+    deps = fake_deps(S)
+    run = FleetRun(c, c.stack_config(), deps)
+
+    async def crash_in_run_2():
+        task = asyncio.create_task(run.run())
+        while True:
+            await asyncio.sleep(0.005)
+            evs = RunDir(run.path).read("events")
+            if any(e["event"] == "window_open" and e["detail"]["index"] == 2 for e in evs):
+                break
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(crash_in_run_2())
+    path = run.path
+    p = path / "windows.jsonl"
+    p.write_text("".join(l for l in p.read_text().splitlines(keepends=True)
+                         if json.loads(l)["index"] == 1))
+    out = resume_fleet(path, deps=deps, live="off")
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(path)
+    got = [(w["index"], w["valid"], w["protocol"]) for w in rd.read("windows")]
+    assert got == [(1, True, "batch"), (2, False, "batch"), (3, True, "batch"),
+                   (4, True, "batch")]
+    no_dupes(rd)

@@ -24,6 +24,7 @@ class FakeGuest:
     port: int = 0
     drop_runs: int = 0
     hang_runs: int = 0
+    die_on_drop: bool = False  # a drop also stops the server: reconnects fail (a dead guest)
     commands: list[str] = field(default_factory=list)
     server: asyncssh.SSHAcceptor | None = None
     host_key: asyncssh.SSHKey | None = None
@@ -51,6 +52,8 @@ class FakeGuest:
         if is_run and self.drop_runs > 0:
             self.drop_runs -= 1
             await asyncio.sleep(0.3)  # mid-gate: the tests are running
+            if self.die_on_drop:
+                self.server.close()
             process.channel.get_connection().abort()
             proc.kill()
             await proc.wait()
@@ -61,11 +64,14 @@ class FakeGuest:
         process.exit(proc.returncode if proc.returncode >= 0 else 255)
 
     async def start(self) -> "FakeGuest":
-        self.host_key = asyncssh.generate_private_key("ssh-ed25519")
-        client = asyncssh.generate_private_key("ssh-ed25519")
+        """Start (or, after ``stop``, restart on a new port with the same keys: a restored guest)."""
         self.client_key_path = self.workdir / "id_ed25519"
-        client.write_private_key(str(self.client_key_path))
-        self.client_key_path.chmod(0o600)
+        if self.host_key is None:
+            self.host_key = asyncssh.generate_private_key("ssh-ed25519")
+            client = asyncssh.generate_private_key("ssh-ed25519")
+            client.write_private_key(str(self.client_key_path))
+            self.client_key_path.chmod(0o600)
+        client = asyncssh.read_private_key(str(self.client_key_path))
         authorized = asyncssh.import_authorized_keys(client.export_public_key().decode())
         (self.workdir / "root").mkdir(exist_ok=True)
 

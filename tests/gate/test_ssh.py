@@ -108,6 +108,35 @@ async def test_ssh_drop_twice_records_gate_error(guest, tmp_path):
         assert res.verdict == "pass"
 
 
+async def test_drop_during_concurrent_gates_reconnects_once(guest, tmp_path):
+    spaces = {f"k{i}": make_ws(tmp_path / f"k{i}", {"tests/test_a.py": PASSING}) for i in range(3)}
+    guest.drop_runs = 1
+    async with SshGate(guest.target()) as gate:
+        results = await asyncio.gather(*(gate.run(GateRequest(session_id=s, workspace=w))
+                                         for s, w in spaces.items()))
+        assert [r.verdict for r in results] == ["pass"] * 3, results
+        assert gate.stats["reconnects"] == 1
+
+
+async def test_dead_guest_after_drop_is_recovered_and_recorded(guest, tmp_path):
+    ws = make_ws(tmp_path / "ws", {"tests/test_a.py": PASSING})
+    guest.drop_runs, guest.die_on_drop = 1, True
+
+    async def recover():  # what VmGate does: restore the VM; here: restart the server
+        await guest.stop()
+        guest.die_on_drop = False
+        await guest.start()
+        return guest.target()
+
+    async with SshGate(guest.target(), recover=recover) as gate:
+        res = await gate.run(GateRequest(session_id="dead", workspace=ws))
+        assert res.verdict == "error"
+        assert "reconnect failed" in res.error and "restored" in res.error, res.error
+        assert gate.stats["recoveries"] == 1
+        res = await gate.run(GateRequest(session_id="dead", workspace=ws))
+        assert res.verdict == "pass", res
+
+
 async def test_hung_guest_detected_and_recovered(guest, tmp_path):
     ws = make_ws(tmp_path / "ws", {"tests/test_a.py": PASSING})
     guest.hang_runs = 1

@@ -292,8 +292,7 @@ class SshGate:
             self.stats["reconnects"] += 1
             await self.close()
             await self._connect()
-            for sid in sorted(self._sessions):
-                await self._setup_remote(sid)
+            await asyncio.gather(*(self._setup_remote(sid) for sid in sorted(self._sessions)))
 
     async def _recover(self, gen: int) -> None:
         async with self._lock:
@@ -303,8 +302,7 @@ class SshGate:
             await self.close()
             self.target = await self.recover()
             await self._connect()
-            for sid in sorted(self._sessions):
-                await self._setup_remote(sid)
+            await asyncio.gather(*(self._setup_remote(sid) for sid in sorted(self._sessions)))
 
     async def _upload_scripts(self) -> None:
         root = self.target.remote_root

@@ -251,7 +251,7 @@ class GateVm:
         """Save the booted guest (memory state) and its disk at the same instant into the cache."""
         tmp = Path(tempfile.mkdtemp(prefix="snap.", dir=self.image.dir))
         t0 = time.monotonic()
-        # quiesce: flush the guest's page cache so the overlay copy is consistent with memory
+        # save stops the guest; the overlay copied now matches the saved memory (page cache included)
         await asyncio.to_thread(self._dom.save, str(tmp / "state.save"))
         shutil.copyfile(self.overlay, tmp / "overlay.qcow2")
         self.timings.save_s = time.monotonic() - t0

@@ -34,6 +34,7 @@ class WarmupRule:
     The fleet is *in regime* at model time t when all of:
       * t >= ``min_s`` (model seconds since the run started);
       * ``width`` sessions are active (if ``full_width``);
+      * at least ``min_completed`` sessions have ended (0 = no such condition);
       * the GPU pool is warm on every endpoint that has served calls: either
         ``vllm:kv_cache_usage_perc`` >= ``kv_usage`` or the prompt tokens looked up in the GPU
         prefix cache since the run started (delta of ``vllm:prefix_cache_queries_total``) reach
@@ -47,6 +48,8 @@ class WarmupRule:
     min_s: float = field(default=0.0, metadata={"min": 0})
     max_s: float = field(default=3600.0, metadata={"positive": True})
     full_width: bool = True
+    min_completed: int = field(default=0, metadata={"min": 0, "help":
+                               "sessions that must have ended (desynchronises the slots)"})
     kv_usage: float = field(default=0.5, metadata={"min": 0, "max": 1})
     pool_turnover: float = field(default=1.0, metadata={"min": 0})
     on_timeout: Literal["open", "fail"] = "open"

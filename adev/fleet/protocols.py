@@ -149,7 +149,8 @@ class Fleet:
         while True:
             t = self.clock.now()
             endpoints = {k: v for k, v in self.scraper.latest.items() if k != "master"}
-            d = self.detector.observe(t, len(self.active), endpoints, self._served() or None)
+            d = self.detector.observe(t, len(self.active), endpoints, self._served() or None,
+                                      completed=self.result.sessions_ended)
             if self.state is not None:
                 self.state.phase = f"warm-up: {d.reason}"
             if d.open:

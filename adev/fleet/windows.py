@@ -105,7 +105,7 @@ class RegimeDetector:
         return EndpointWarmth(endpoint, usage, queried, pool, False, "no pool metrics yet")
 
     def observe(self, t: float, active: int, samples: Mapping[str, Mapping[str, float]],
-                served: Mapping[str, bool] | None = None) -> RegimeDecision:
+                served: Mapping[str, bool] | None = None, completed: int = 0) -> RegimeDecision:
         r = self.rule
         ends = [self._warmth(ep, s) for ep, s in samples.items()]
         if t >= r.max_s:
@@ -114,6 +114,9 @@ class RegimeDetector:
             return RegimeDecision(False, f"t={t:.0f} s < min_s={r.min_s:g}", False, ends)
         if r.full_width and active < self.width:
             return RegimeDecision(False, f"{active}/{self.width} sessions active", False, ends)
+        if completed < r.min_completed:
+            return RegimeDecision(False, f"{completed}/{r.min_completed} sessions ended", False,
+                                  ends)
         used = [e for e in ends if served is None or served.get(e.endpoint, False)]
         if not used:
             return RegimeDecision(False, "no endpoint has served a call yet", False, ends)

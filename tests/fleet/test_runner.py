@@ -34,15 +34,18 @@ def no_dupes(rd: RunDir):
 
 
 def test_steady_cuts_windows_after_regime(tmp_path):
-    out = run_fleet(cfg(tmp_path), deps=fake_deps(S))
+    S = 200.0  # slower clock than the other tests: boundary timing is checked (in wall 0.3 s)
+    c = cfg(tmp_path, stack={"time_scale": S, "state_dir": str(tmp_path / "stack")})
+    out = run_fleet(c, deps=fake_deps(S, session_model_s=(100.0, 200.0)))
     assert out.exit_code == 0, out.summary
     rd = RunDir(out.run_dir)
     ws = rd.read("windows")
     assert [w["index"] for w in ws] == [1, 2, 3] and all(w["valid"] for w in ws)
     assert ws[1]["t0"] == ws[0]["t1"] and ws[2]["t0"] == ws[1]["t1"]
     # a boundary lies at its scrapes: nominal length give or take the scrape latency
-    assert all(abs(w["t1"] - w["t0"] - 200.0) < 0.05 * S for w in ws)
-    assert abs(ws[2]["t1"] - (ws[0]["t0"] + 600.0)) < 0.05 * S  # no drift from the grid
+    tol = 0.3 * S  # 0.3 s wall: scrape latency on a loaded machine
+    assert all(abs(w["t1"] - w["t0"] - 200.0) < tol for w in ws)
+    assert abs(ws[2]["t1"] - (ws[0]["t0"] + 600.0)) < tol  # no drift from the grid
     ev = {e["event"]: e for e in rd.read("events")}
     regime = ev["regime"]
     assert regime["t"] <= ws[0]["t0"] + 1.0
@@ -54,7 +57,7 @@ def test_steady_cuts_windows_after_regime(tmp_path):
     # a scrape of every target at each boundary
     for w in ws:
         for b in (w["t0"], w["t1"]):
-            near = [s for s in sc if s["target"] == "coder" and abs(s["t"] - b) < 0.05 * S]  # 50 ms wall
+            near = [s for s in sc if s["target"] == "coder" and abs(s["t"] - b) < tol]
             assert near, f"no scrape near boundary {b}"
     no_dupes(rd)
     # the last window's calls were allowed to finish: none sent inside it was cancelled

@@ -103,3 +103,11 @@ def test_boundary_time_is_mean_of_ok_scrapes():
             ScrapeRecord("r", "m", "u", 9.0, False, "down")]
     assert Scraper.boundary_time(recs, 99.0) == 12.0
     assert Scraper.boundary_time(recs[2:], 99.0) == 99.0
+
+
+def test_regime_min_completed():
+    d = RegimeDetector(1, WarmupRule(kv_usage=0.5, min_completed=2), pool_tokens=1000)
+    warm = {"a": samples(0, 0.9)}
+    r = d.observe(10, 1, warm, {"a": True}, completed=1)
+    assert not r.open and "1/2 sessions ended" in r.reason
+    assert d.observe(10, 1, warm, {"a": True}, completed=2).open

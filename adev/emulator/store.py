@@ -303,11 +303,12 @@ class MooncakeTier:
         res.tiers = [t or "ram" for t in tiers]
         return res
 
-    async def _tiers(self, keys: list[str]) -> list[str | None]:
+    async def _query(self, keys: list[str]) -> dict[str, str | None]:
+        """Tier of each key from the master's ``/batch_query_keys`` (no hit counters bumped)."""
         import aiohttp
         if self._http is None:
             self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        out: list[str | None] = []
+        out: dict[str, str | None] = {}
         for i in range(0, len(keys), 200):
             batch = keys[i:i + 200]
             url = f"http://{self.s.master_http}/batch_query_keys?keys=" + ",".join(quote(k, safe="@:") for k in batch)
@@ -316,11 +317,38 @@ class MooncakeTier:
             for k in batch:
                 d = data.get(k) or {}
                 if d.get("values"):
-                    out.append("ram")
+                    out[k] = "ram"
                 elif d.get("local_disk_values") or d.get("disk_values"):
-                    out.append("disk")
+                    out[k] = "disk"
                 else:
-                    out.append(None)
+                    out[k] = None
+        return out
+
+    async def _tiers(self, keys: list[str], stride: int = 16) -> list[str | None]:
+        """Tier per key, querying every ``stride``-th key (and the last) and then every key of a
+        stride whose two ends differ. Exact whenever tier membership changes at most once within
+        any ``stride`` consecutive blocks (evictions take whole LRU runs); 1/stride of the master
+        work otherwise spent on a full query."""
+        n = len(keys)
+        if n <= 2 * stride:
+            q = await self._query(keys)
+            return [q[k] for k in keys]
+        idx = sorted(set(range(0, n, stride)) | {n - 1})
+        q = await self._query([keys[i] for i in idx])
+        out: list[str | None] = [None] * n
+        refine: list[int] = []
+        for a, b in zip(idx, idx[1:]):
+            ta, tb = q[keys[a]], q[keys[b]]
+            if ta == tb:
+                for i in range(a, b + 1):
+                    out[i] = ta
+            else:
+                out[a], out[b] = ta, tb
+                refine.extend(range(a + 1, b))
+        if refine:
+            q2 = await self._query([keys[i] for i in refine])
+            for i in refine:
+                out[i] = q2[keys[i]]
         return out
 
     async def save(self, keys: list[str]) -> SaveResult:

@@ -17,17 +17,19 @@ Which tier served a hit: Mooncake's client does not say. The master's HTTP admin
 master's hit counters (``get_replica_desc`` does bump them, so it would double-count
 ``mem_cache_hit_bytes_total``); the emulator queries it for the hit keys concurrently with the
 load: a key with a memory replica was served from RAM (Mooncake reads memory replicas first),
-one with only a disk replica from disk. It needs the master's HTTP (metrics) address; without it
-every hit is attributed to RAM and counted as unknown.
+one with only a disk replica from disk. To keep the master's work small it queries every 16th key
+and then every key between two samples that differ (exact unless a tier changes twice within 16
+consecutive blocks). It needs the master's HTTP (metrics) address; without it every hit is
+attributed to RAM and counted as unknown.
 
 Payloads are ``bytes_per_block / payload_scale`` real bytes. The client is blocking; every call runs
 in executors per connection (two threads for lookups and loads, one for saves, so background puts
 never delay a read path). Fault handling: any RPC failure (or a master that stops
 accepting TCP connections, probed every second) marks the store down; while down, lookups and puts
 return counted failures at once (the request recomputes); a background task re-creates the client
-when a master accepts connections again. The old client is closed in its own executor after its
-pending calls (``close()`` takes ~2 s and any call after it crashes the process, so nothing is
-submitted to a closed client).
+when a master accepts connections again. The old client is closed in a thread once its executors
+have drained (``close()`` takes ~2 s and any call after it crashes the process, so nothing is
+submitted to a closed client). Slow calls (over ``io_timeout_s``) are abandoned and counted.
 """
 from __future__ import annotations
 

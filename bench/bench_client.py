@@ -78,11 +78,23 @@ async def main_async(a) -> None:
                 await llm.discover()
                 names = list(info.endpoints)
                 tools = schemas(["list_files", "read_file", "write_file", "finish"])
-                t0 = time.monotonic()
+                lags: list[float] = []
+                stop = asyncio.Event()
+
+                async def probe() -> None:  # event-loop lag: oversleep of a 1 ms sleep
+                    while not stop.is_set():
+                        t = time.monotonic()
+                        await asyncio.sleep(0.001)
+                        lags.append((time.monotonic() - t - 0.001) * 1e3)
+                pr = asyncio.create_task(probe())
+                t0, c0 = time.monotonic(), time.process_time()
                 await asyncio.gather(*(session(llm, names[i % len(names)], i, a.calls, lead,
                                                chunks, a.max_tokens, tools)
                                        for i in range(a.sessions)))
-                wall = time.monotonic() - t0
+                wall, cpu = time.monotonic() - t0, time.process_time() - c0
+                stop.set()
+                await pr
+                load = os.getloadavg()
             recs = [r for r in rd.read("calls") if r["status"] == "ok"]
             s = info.time_scale
             disp = [(r["t_sent"] - r["t_scheduled"]) / s * 1e3 for r in recs]
@@ -91,6 +103,10 @@ async def main_async(a) -> None:
             fb = [((r["t_first_byte"] / s + clock.t0) - r["server"]["t_arrival_mono"]) * 1e3
                   for r in recs if r.get("t_first_byte") and r.get("server")]
             pts = [r["prompt_tokens"] for r in recs]
+            if a.verbose:
+                for r in recs:
+                    print(f"    {r['call_id']:>8} prompt {r['prompt_tokens']:>6} dispatch "
+                          f"{(r['t_sent'] - r['t_scheduled']) / s * 1e3:8.3f} ms")
             print(f"bench_client: {a.sessions} concurrent sessions x {a.calls} calls = {len(recs)} "
                   f"calls in {wall:.1f} s wall (time scale {s:g}); prompt tokens p50 "
                   f"{pct(pts, 50):.0f} max {max(pts)}; failed attempts "
@@ -101,6 +117,10 @@ async def main_async(a) -> None:
                   f"p99 {pct(fc, 99):.3f}  max {max(fc):.3f}   [target p99 < 2 ms]")
             print(f"  first byte - server arrival, wall ms: p50 {pct(fb, 50):.3f}  "
                   f"p99 {pct(fb, 99):.3f}  max {max(fb):.3f}")
+            print(f"  context: client process CPU {cpu / len(recs) * 1e3:.2f} ms per call "
+                  f"({cpu:.2f} s for {len(recs)} calls); event-loop lag (1 ms sleep oversleep) "
+                  f"p50 {pct(lags, 50):.2f} p99 {pct(lags, 99):.2f} ms; host load average "
+                  f"{load[0]:.1f} on {os.cpu_count()} CPUs")
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
 
@@ -115,6 +135,7 @@ def main() -> None:
     ap.add_argument("--time-scale", type=float, default=10.0)
     ap.add_argument("--task", default=None)
     ap.add_argument("--stack", default=None, help="stack file (default: a fresh small stack)")
+    ap.add_argument("--verbose", action="store_true", help="print every call's dispatch delay")
     a = ap.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
     asyncio.run(main_async(a))

@@ -7,7 +7,9 @@ first use and reused for the client's life. Every call streams with
 (:class:`adev.clock.RunClock`, model seconds):
 
 - ``t_scheduled``: the call became ready (``chat()`` entered, or the caller's stamp);
-- ``t_sent``: httpx is about to write the request (its ``request`` event hook);
+- ``t_sent``: the client starts writing the request on a connection (httpcore's trace event
+  ``http11.send_request_headers.started``: after the pool wait and any connection set-up,
+  before the body's transfer);
 - ``t_first_byte``: the first bytes of the response body arrived (usually the role-only chunk,
   which vLLM and the emulator send with the prompt's token ids);
 - ``t_first_content``: the first event carrying content, reasoning or a tool-call delta (TTFT);
@@ -36,7 +38,6 @@ orjson (the first event carries the prompt's token ids: tens of thousands of int
 from __future__ import annotations
 
 import asyncio
-import contextvars
 import json
 import random
 import time
@@ -53,17 +54,6 @@ __all__ = ["Endpoint", "RetryPolicy", "LLMClient", "ChatResult", "ToolCallOut", 
            "ContextLengthError", "LedgerHook"]
 
 BLOCK_SIZE = 16  # tokens per block for CallRecord.n_prompt_blocks (vLLM's default)
-
-# httpx's request hook writes the send stamp into the list the current call put here.
-_SEND_STAMP: contextvars.ContextVar[list | None] = contextvars.ContextVar("adev_send_stamp",
-                                                                         default=None)
-
-
-async def _on_request(request: httpx.Request) -> None:  # httpx event hook (hot path)
-    box = _SEND_STAMP.get()
-    if box is not None:
-        box[0] = time.monotonic()
-
 
 class LedgerHook(Protocol):
     def add(self, t: float, session_id: str, call_id: str, token_ids: list[int]) -> None: ...
@@ -183,7 +173,7 @@ class LLMClient:
                 limits=httpx.Limits(max_connections=self.pool_size,
                                     max_keepalive_connections=self.pool_size,
                                     keepalive_expiry=300.0),
-                timeout=self.timeout, event_hooks={"request": [_on_request]})
+                timeout=self.timeout)
             c = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key or "EMPTY",
                                    http_client=http, max_retries=0, timeout=self.timeout)
             self._clients[ep.base_url] = c
@@ -294,13 +284,17 @@ class LLMClient:
         clock = self.clock
         http = self._http(ep)
         payload = _dumps({**body, **xb})
+        box = [0.0]
+
+        async def trace(event: str, info: Any) -> None:  # httpcore's trace hook (hot path)
+            if event == "http11.send_request_headers.started":
+                box[0] = time.monotonic()
         req = http.build_request("POST", ep.base_url.rstrip("/") + "/chat/completions",
                                  content=payload, headers={
                                      "Authorization": f"Bearer {ep.api_key or 'EMPTY'}",
                                      "Content-Type": "application/json",
-                                     "Accept": "text/event-stream"})
-        box = [0.0]
-        token = _SEND_STAMP.set(box)
+                                     "Accept": "text/event-stream"},
+                                 extensions={"trace": trace})
         st = _StreamState()
         try:
             try:
@@ -316,7 +310,11 @@ class LLMClient:
                                any(m in msg.lower() for m in _CONTEXT_MARKERS) else LLMError)
                         raise cls(f"HTTP {resp.status_code}: {msg}", status=resp.status_code)
                     buf = b""
+                    # read to the end even after [DONE]: a response closed before its last
+                    # byte costs the pooled keep-alive connection (and a TCP set-up next call)
                     async for data in resp.aiter_bytes():
+                        if st.done:
+                            continue
                         if st.first_byte is None:
                             st.first_byte = time.monotonic()
                         buf = buf + data if buf else data
@@ -329,22 +327,21 @@ class LLMClient:
                             start = k + 1
                             if st.feed(line):
                                 break
-                        if st.done:
-                            break
                         buf = buf[start:]
                 finally:
                     await resp.aclose()
             except httpx.TransportError as e:  # refused, reset, dropped mid-stream, timeouts
                 raise _Retryable(f"{type(e).__name__}: {e}") from None
         finally:
-            _SEND_STAMP.reset(token)
             t_end = time.monotonic()
             rec.t_sent = clock.to_model(box[0]) if box[0] else rec.t_scheduled
             rec.t_first_byte = clock.to_model(st.first_byte) if st.first_byte else None
             rec.t_first_content = (clock.to_model(st.first_content) if st.first_content
-                                   else None)
+                                   else None)  # final value after finish_deferred() below
             rec.t_end = clock.to_model(t_end)
-            rec.server = st.server
+        st.finish_deferred()
+        rec.t_first_content = clock.to_model(st.first_content) if st.first_content else None
+        rec.server = st.server
         rec.finish_reason = st.finish
         usage = st.usage
         pt = ct = cached = None
@@ -380,7 +377,7 @@ class _StreamState:
     """Accumulates one streamed chat completion, one SSE line at a time (hot path)."""
 
     __slots__ = ("content", "reasoning", "calls", "finish", "usage", "server", "prompt_ids",
-                 "first_byte", "first_content", "done")
+                 "first_byte", "first_content", "done", "deferred")
 
     def __init__(self) -> None:
         self.content: list[str] = []
@@ -389,15 +386,48 @@ class _StreamState:
         self.finish = self.usage = self.server = self.prompt_ids = None
         self.first_byte = self.first_content = None
         self.done = False
+        self.deferred: tuple[bytes, float] | None = None
 
     def feed(self, line: bytes) -> bool:
-        """Process one line; True once the stream is complete (``[DONE]``)."""
+        """Process one line; True once the stream is complete (``[DONE]``).
+
+        The event carrying ``prompt_token_ids`` (tens of thousands of integers, the first event)
+        is only stashed here and parsed by :meth:`finish_deferred` after the stream, so parsing
+        it never delays the stamps of the events behind it."""
         if not line.startswith(b"data:"):
             return False  # blank separators, comments, event: lines
         data = line[5:].strip()
         if data == b"[DONE]":
             self.done = True
             return True
+        if self.deferred is None and len(data) > 4096 and b'"prompt_token_ids"' in data:
+            self.deferred = (data, time.monotonic())
+            return False
+        return self._event(data)
+
+    def finish_deferred(self) -> None:
+        """Parse the stashed token-id event; its deltas came first, so they go first."""
+        if self.deferred is None:
+            return
+        data, t = self.deferred
+        self.deferred = None
+        later = (self.content, self.reasoning, self.calls, self.first_content, self.finish)
+        self.content, self.reasoning, self.calls, self.first_content = [], [], {}, None
+        self._event(data)
+        if self.first_content is None:
+            self.first_content = later[3]
+        else:
+            self.first_content = t
+        self.content += later[0]
+        self.reasoning += later[1]
+        for idx, slot in later[2].items():
+            mine = self.calls.setdefault(idx, ["", "", []])
+            mine[0] = mine[0] or slot[0]
+            mine[1] += slot[1]
+            mine[2].extend(slot[2])
+        self.finish = later[4] or self.finish
+
+    def _event(self, data: bytes) -> bool:
         try:
             chunk = _loads(data)
         except ValueError:

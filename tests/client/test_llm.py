@@ -67,6 +67,17 @@ class FakeServer:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
         await resp.prepare(request)
         base = {"id": "c1", "object": "chat.completion.chunk", "model": "m1"}
+        if b == "bigids":  # token ids and content in the first event, more content later
+            await resp.write(_sse({**base, "prompt_token_ids": list(range(5000)), "choices": [
+                {"index": 0, "delta": {"role": "assistant", "content": "A"}}]}))
+            await asyncio.sleep(0.05)
+            await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"content": "B"},
+                                                        "finish_reason": "stop"}]}))
+            await resp.write(_sse({**base, "choices": [], "usage": {
+                "prompt_tokens": 5000, "completion_tokens": 2}}))
+            await resp.write(b"data: [DONE]\n\n")
+            await resp.write_eof()
+            return resp
         await resp.write(_sse({**base, "prompt_token_ids": list(range(40)),
                                "choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
         await asyncio.sleep(0.05)  # role-only chunk first, content later
@@ -240,3 +251,15 @@ async def test_discover_and_pool_reuse(server, tmp_path):
         assert len(c._clients) == 1  # one client per base URL
         with pytest.raises(LLMError, match="unknown endpoint"):
             await c.chat("nope", [])
+
+
+async def test_large_token_id_event_parsed_after_stream(server, tmp_path):
+    server.behaviours = ["bigids"]
+    c, rd, led = _client(tmp_path, server.url)
+    async with c:
+        res = await c.chat("coder", [{"role": "user", "content": "x"}], call_id="c")
+    assert res.content == "AB" and res.prompt_tokens == 5000 and res.cached_tokens is None
+    (rec,) = rd.read("calls")
+    # the first event carried content: first content is stamped at its arrival, not later
+    assert rec["t_first_content"] - rec["t_first_byte"] < 0.04
+    assert rec["n_prompt_blocks"] == 5000 // 16 and led.adds[0][3] == list(range(5000))

@@ -144,7 +144,12 @@ class SessionRecord:
 
 @dataclass
 class ScrapeRecord:
-    """One scrape of a Prometheus endpoint: raw samples ``{"name{label=..}": value}``."""
+    """One scrape of a Prometheus endpoint: raw samples ``{"name{label=..}": value}``.
+
+    ``t`` is when the request was sent (a window's boundary scrapes all carry the boundary's
+    time); the server rendered the samples somewhere in ``[t, t_answer]`` (``t_answer``: when
+    the answer had arrived; None for a failed scrape), so ``t_answer - t`` bounds their timing
+    error."""
 
     kind: ClassVar[str] = "scrapes"
     run_id: str
@@ -154,6 +159,7 @@ class ScrapeRecord:
     ok: bool
     error: str | None = None
     samples: dict[str, float] = field(default_factory=dict)
+    t_answer: float | None = None
 
 
 @dataclass

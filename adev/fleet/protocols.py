@@ -181,10 +181,9 @@ class Fleet:
         open_window: tuple[int, float] | None = None
         try:
             if count > 0 and await self._wait_regime():
-                # boundaries lie where their scrapes were taken (on a loaded machine a scrape can
-                # lag its nominal time); the schedule itself stays on the nominal grid
-                recs = await self.scraper.scrape_all()
-                t0 = t_open = Scraper.boundary_time(recs, self.clock.now())
+                # a boundary lies where its scrapes were sent (on a loaded machine the wake-up can
+                # lag the nominal time); the schedule itself stays on the nominal grid
+                t0 = t_open = await self.scraper.boundary()
                 for idx, _, t1_nominal in plan_windows(t_open, count, cfg.windows.length_s,
                                                        first_index):
                     self.event("window_open", index=idx, t0=t0, protocol="steady")
@@ -193,8 +192,7 @@ class Fleet:
                         self.state.window_opened(idx, t0, t1_nominal)
                     if not await self._sleep_until(t1_nominal):
                         break
-                    recs = await self.scraper.scrape_all()  # closes this window, opens the next
-                    t1 = Scraper.boundary_time(recs, t1_nominal)
+                    t1 = await self.scraper.boundary()  # closes this window, opens the next
                     w = WindowRecord(run_id=self.run_id, index=idx, t0=t0, t1=t1, valid=True,
                                      protocol="steady")
                     self.run_dir.append(w)
@@ -252,8 +250,7 @@ class Fleet:
         self.event("fleet_start" if self.epoch == 0 and run_number == 1 else "batch_run_start",
                    epoch=self.epoch, protocol="batch", width=cfg.width, run=run_number,
                    index=index)
-        recs = await self.scraper.scrape_all()  # the run's opening boundary
-        t0 = Scraper.boundary_time(recs, self.clock.now())
+        t0 = await self.scraper.boundary()  # the run's opening boundary
         scrape_task = asyncio.create_task(self._periodic_after(self.cfg.scrape_interval_s),
                                           name="scraper")
         self.event("window_open", index=index, t0=t0, protocol="batch")

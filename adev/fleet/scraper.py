@@ -1,6 +1,6 @@
 """The fleet's scrape loop: every endpoint's and the master's ``/metrics``, periodically and at
 window boundaries, appended to the run as :class:`~adev.records.ScrapeRecord` (raw samples with
-model-time stamps: the midpoint of request and answer; for a failure, when it was sent).
+model-time stamps: ``t`` when the request was sent, ``t_answer`` when the answer arrived).
 Parsing is :mod:`adev.client.scrape` (the one scraper). A failed scrape is a
 record with ``ok=False`` and the error, never an exception.
 """
@@ -42,15 +42,13 @@ class Scraper:
             self._client = httpx.AsyncClient(limits=httpx.Limits(max_connections=16))
         return self._client
 
-    async def _one(self, name: str, url: str) -> ScrapeRecord:
+    async def _one(self, name: str, url: str, t: float | None = None) -> ScrapeRecord:
         client = await self._client_get()
-        t = self.clock.now()
+        t = self.clock.now() if t is None else t
         try:
             samples = await scrape(client, url, timeout=self.timeout)
-            # the samples were taken somewhere between sending and arrival (a busy server, or a
-            # busy client, delays either side): stamped at the midpoint, error <= half the span
-            rec = ScrapeRecord(run_id=self.run_id, target=name, url=url,
-                               t=(t + self.clock.now()) / 2, ok=True, samples=samples)
+            rec = ScrapeRecord(run_id=self.run_id, target=name, url=url, t=t, ok=True,
+                               samples=samples, t_answer=self.clock.now())
             self.latest[name] = samples
         except Exception as e:  # network, HTTP status, parse errors: recorded, never fatal
             self.failures += 1
@@ -58,12 +56,13 @@ class Scraper:
                                error=f"{type(e).__name__}: {e}"[:500])
         return rec
 
-    async def scrape_all(self) -> list[ScrapeRecord]:
+    async def scrape_all(self, t: float | None = None) -> list[ScrapeRecord]:
         """Scrape every target concurrently and append the records (in target order).
 
         Not serialised with the periodic loop: a boundary scrape never waits for a slow periodic
         one (a busy endpoint can take a while to answer /metrics)."""
-        recs = await asyncio.gather(*(self._one(n, u) for n, u in self.targets.items()))
+        t = self.clock.now() if t is None else t  # one send stamp for every target
+        recs = await asyncio.gather(*(self._one(n, u, t) for n, u in self.targets.items()))
         for r in recs:
             self.run_dir.append(r)
             self.count += 1
@@ -74,12 +73,13 @@ class Scraper:
                     pass
         return list(recs)
 
-    @staticmethod
-    def boundary_time(recs: list[ScrapeRecord], fallback: float) -> float:
-        """Where a window boundary lies given its boundary scrapes: the mean stamp of the OK
-        ones (so counter deltas and busy time cover the same span), else ``fallback``."""
-        ok = [r.t for r in recs if r.ok]
-        return sum(ok) / len(ok) if ok else fallback
+    async def boundary(self, fallback: float | None = None) -> float:
+        """Take a window boundary's scrapes now; returns the boundary time: the moment they
+        were sent (all targets carry it as ``t``; each answer's ``t_answer`` bounds how late
+        its samples may be). On a loaded machine this can lag the nominal boundary."""
+        t = self.clock.now()
+        await self.scrape_all(t)
+        return t
 
     async def loop(self) -> None:
         """Scrape every ``interval_s`` model seconds on a fixed grid until cancelled."""

@@ -96,18 +96,22 @@ def test_last_stamp():
                        "windows": [{"t0": 1.0, "t1": 8.0}]}) == 9.5
 
 
-def test_boundary_time_is_mean_of_ok_scrapes():
+def test_boundary_scrapes_share_the_send_stamp():
+    import asyncio
+
+    from adev.clock import RunClock
     from adev.fleet.scraper import Scraper
-    from adev.records import ScrapeRecord
-    recs = [ScrapeRecord("r", "a", "u", 10.0, True), ScrapeRecord("r", "b", "u", 14.0, True),
-            ScrapeRecord("r", "m", "u", 9.0, False, "down")]
-    assert Scraper.boundary_time(recs, 99.0) == 12.0
-    assert Scraper.boundary_time(recs[2:], 99.0) == 99.0
 
+    class Sink:
+        def __init__(self):
+            self.recs = []
 
-def test_regime_min_completed():
-    d = RegimeDetector(1, WarmupRule(kv_usage=0.5, min_completed=2), pool_tokens=1000)
-    warm = {"a": samples(0, 0.9)}
-    r = d.observe(10, 1, warm, {"a": True}, completed=1)
-    assert not r.open and "1/2 sessions ended" in r.reason
-    assert d.observe(10, 1, warm, {"a": True}, completed=2).open
+        def append(self, r):
+            self.recs.append(r)
+
+    sink = Sink()
+    sc = Scraper(sink, "r", RunClock(10.0), {"a": "http://127.0.0.1:9/metrics",
+                                             "b": "http://127.0.0.1:9/x"})
+    tb = asyncio.run(sc.boundary())
+    assert [r.t for r in sink.recs] == [tb, tb]
+    assert all(not r.ok and r.error and r.t_answer is None for r in sink.recs)

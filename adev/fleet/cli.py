@@ -9,7 +9,7 @@ OVERRIDES = {  # CLI option dest -> dotted fleet key
     "window_length": "windows.length_s", "runs": "runs", "pause": "pause_s",
     "time_scale": "time_scale", "gate": "gate", "stagger": "stagger_s", "seed": "seed",
     "stack": "stack", "warmup_max": "warmup.max_s", "scrape_interval": "scrape_interval_s",
-    "results_dir": "results_dir",
+    "results_dir": "results_dir", "drain": "drain_s", "min_completed": "warmup.min_completed",
 }
 
 
@@ -36,6 +36,10 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--stack", metavar="FILE", help="stack file (default from the fleet file)")
     p.add_argument("--warmup-max", type=float, metavar="S",
                    help="steady: open the first window after this long even if not in regime")
+    p.add_argument("--min-completed", type=int, metavar="N",
+                   help="steady: sessions that must have ended before the first window")
+    p.add_argument("--drain", type=float, metavar="S",
+                   help="steady: wait at most this long for the last window's calls to finish")
     p.add_argument("--scrape-interval", type=float, metavar="S")
     p.add_argument("--results-dir", metavar="DIR")
     p.add_argument("--live", choices=["auto", "rich", "plain", "off"],

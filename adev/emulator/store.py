@@ -112,6 +112,7 @@ class MooncakeTier:
         self.on_error = lambda op: None   # metrics hook: op in lookup|load|put|connect
         self.connects = 0
         self._retired: list[_Conn] = []
+        self._key_cache: dict[int, str] = {}
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -247,8 +248,18 @@ class MooncakeTier:
 
     # ------------------------------------------------------------------ operations
     def keys(self, hashes: list[int]) -> list[str]:
-        m = self.s.model_name
-        return [f"{m}@tp_rank:0@{h:016x}" for h in hashes]
+        """Store keys of block hashes (memoised: a session's prefix is keyed again every turn)."""
+        cache = self._key_cache
+        out = list(map(cache.get, hashes))
+        if None in out:
+            m = self.s.model_name
+            for j, k in enumerate(out):
+                if k is None:
+                    h = hashes[j]
+                    k = out[j] = cache[h] = f"{m}@tp_rank:0@{h:016x}"
+            if len(cache) > 2_000_000:
+                cache.clear()
+        return out
 
     async def exists(self, keys: list[str], op: str = "lookup") -> list[int] | None:
         """``batch_is_exist`` (grants leases on hits): 1/0 per key, or None on failure (counted

@@ -43,7 +43,6 @@ class Tokenizer:
 
     def __init__(self, cache_messages: int = 65536) -> None:
         self._ids: dict[str, int] = {}
-        self._pieces: dict[int, str] = {v: k for k, v in SPECIALS.items()}
         self._msg_cache: OrderedDict[Any, list[int]] = OrderedDict()
         self._msg_cache_max = cache_messages
 
@@ -53,7 +52,6 @@ class Tokenizer:
         if i is None:
             i = zlib.crc32(piece.encode("utf-8", "surrogatepass")) % NUM_PLAIN
             self._ids[piece] = i
-            self._pieces.setdefault(i, piece)
         return i
 
     def pieces(self, text: str) -> list[str]:
@@ -63,14 +61,23 @@ class Tokenizer:
     def encode(self, text: str) -> list[int]:
         """Token ids of plain text (special-token strings are *not* parsed here)."""
         pieces = _PIECE.findall(text)
-        out = list(map(self._ids.get, pieces))
+        ids = self._ids
+        out = list(map(ids.get, pieces))
         if None in out:
-            out = [self._id(p) if i is None else i for p, i in zip(pieces, out)]
+            crc = zlib.crc32
+            for j, i in enumerate(out):
+                if i is None:
+                    p = pieces[j]
+                    i = ids[p] = crc(p.encode("utf-8", "surrogatepass")) % NUM_PLAIN
+                    out[j] = i
         return out
 
     def encode_pieces(self, text: str) -> tuple[list[int], list[str]]:
         ps = _PIECE.findall(text)
-        return [self._id(p) for p in ps], ps
+        return self.encode_list(ps), ps
+
+    def encode_list(self, pieces: list[str]) -> list[int]:
+        return [self._id(p) for p in pieces]
 
     def encode_with_specials(self, text: str) -> list[int]:
         """Token ids of a prompt string that may contain ``<|im_start|>`` etc."""
@@ -83,8 +90,14 @@ class Tokenizer:
         return out
 
     def decode(self, ids: list[int]) -> str:
-        """Best effort: pieces seen by this process (ids of unseen pieces decode to '')."""
-        return "".join(self._pieces.get(int(i), "") for i in ids)
+        """Best effort: pieces seen by this process (ids of unseen pieces decode to ''); the reverse
+        map is rebuilt only when pieces were added since the last call (detokenize is rare)."""
+        if getattr(self, "_rev_n", -1) != len(self._ids):
+            rev = {v: k for k, v in SPECIALS.items()}
+            for k, v in self._ids.items():
+                rev.setdefault(v, k)
+            self._rev, self._rev_n = rev, len(self._ids)
+        return "".join(self._rev.get(int(i), "") for i in ids)
 
     # ---------------------------------------------------------------------------- chat template
     def _cached(self, key: Any, render) -> list[int]:

@@ -210,8 +210,13 @@ class FleetRun:
     # -- main ---------------------------------------------------------------------------
     async def run(self) -> RunOutcome:
         t_wall = time.monotonic()
-        tasks = self._tasks()
-        self._check_roles()
+        try:
+            tasks = self._tasks()
+            self._check_roles()
+        except ConfigError:
+            if not self.resume and not any(self.path.iterdir()):
+                self.path.rmdir()  # leave no empty run directory behind a config error
+            raise
         self.signals = _Signals(asyncio.current_task())
         display: LiveDisplay | None = None
         try:
@@ -320,6 +325,9 @@ class FleetRun:
         epoch, offset, first, count = 0, 0, 1, self.cfg.windows.count
         if self.resume:
             epoch, offset, first, count = self._resume_bookkeeping()
+            if count == 0:
+                self._event("resume_nothing_left", note="every window is measured already")
+                return
 
         async def body(info: Any) -> None:
             async def go(fleet: Fleet) -> None:
@@ -333,6 +341,9 @@ class FleetRun:
         epoch, offset, first, count = 0, 0, 1, self.cfg.runs
         if self.resume:
             epoch, offset, first, count = self._resume_bookkeeping()
+            if count == 0:
+                self._event("resume_nothing_left", note="every run is measured already")
+                return
         done_runs = first - 1
         for k in range(count):
             if self.signals is not None and self.signals.received:

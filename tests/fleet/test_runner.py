@@ -176,3 +176,20 @@ def test_batch_resume_after_crash_inside_run_2(tmp_path):
     assert got == [(1, True, "batch"), (2, False, "batch"), (3, True, "batch"),
                    (4, True, "batch")]
     no_dupes(rd)
+
+
+def test_unknown_task_is_a_config_error_and_leaves_no_run_dir(tmp_path):
+    from adev.config import ConfigError
+    with pytest.raises(ConfigError, match="fleet.tasks: unknown task"):
+        run_fleet(cfg(tmp_path, tasks=["nope"]), deps=fake_deps(S))
+    assert not list(tmp_path.glob("fleet-*"))
+
+
+def test_resume_of_a_complete_run_does_nothing(tmp_path):
+    out = run_fleet(cfg(tmp_path, windows={"count": 1, "length_s": 50.0}), deps=fake_deps(S))
+    n = len(RunDir(out.run_dir).read("sessions"))
+    again = resume_fleet(out.run_dir, deps=fake_deps(S), live="off")
+    assert again.exit_code == 0
+    rd = RunDir(out.run_dir)
+    assert len(rd.read("sessions")) == n and len(rd.read("windows")) == 1
+    assert any(e["event"] == "resume_nothing_left" for e in rd.read("events"))

@@ -149,6 +149,7 @@ async def main() -> int:
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--configuration", default="store-ram+disk")
+    ap.add_argument("--payload-scale", type=int, default=64)
     a = ap.parse_args()
     w = tmpdir()
     try:
@@ -163,7 +164,8 @@ async def main() -> int:
 
         S = 10.0
         m = Master(lease_ms=int(5000 / S), offload=True, workdir=w).start()
-        st = make_stack(write_profile(w), a.configuration, S, ram_gb=32.0, endpoints=("coder", "reasoner"))
+        st = make_stack(write_profile(w), a.configuration, S, ram_gb=32.0, endpoints=("coder", "reasoner"),
+                        payload_scale=a.payload_scale)
         eps = [Emulator(st, n, m, w).start() for n in ("coder", "reasoner")]
         try:
             for width in ((18, 12) if not a.quick else (12,)):

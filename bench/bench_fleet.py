@@ -27,7 +27,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 
-def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: str | None) -> None:
+def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: str | None,
+                       keep: bool = False) -> None:
     from adev.config import load_stack
     from adev.fleet.config import fleet_from_dict
     from adev.fleet.runner import run_fleet
@@ -39,6 +40,7 @@ def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: s
     try:
         st = dataclasses.asdict(load_stack(time_scale=time_scale))
         st["state_dir"] = str(sdir)
+        st["store"]["lease_ttl_s"] = 0.5 * time_scale  # 500 ms real (a loaded machine)
         if policy:
             st["policy"] = policy
         cfg = fleet_from_dict({"width": width, "protocol": "steady", "stagger_s": 0.0,
@@ -57,8 +59,24 @@ def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: s
             print(f"  t_sent - t_scheduled: p50 {np.percentile(d, 50):.3f} ms, "
                   f"p99 {np.percentile(d, 99):.3f} ms, max {d.max():.3f} ms "
                   f"(target p99 < 10 ms: {'met' if np.percentile(d, 99) < 10 else 'NOT met'})")
+            ws = RunDir(out.run_dir).read("windows")
+            if ws:
+                t0 = ws[0]["t0"]
+                late = np.array([(c["t_sent"] - c["t_scheduled"]) / time_scale * 1000.0
+                                 for c in calls if c.get("t_scheduled", -1) >= t0])
+                if len(late):
+                    print(f"  calls scheduled inside the window (after the start burst): "
+                          f"{len(late)}, p50 {np.percentile(late, 50):.3f} ms, "
+                          f"p99 {np.percentile(late, 99):.3f} ms")
         else:
             print("  no calls recorded: figure unavailable")
+        try:
+            import resource
+            ru = resource.getrusage(resource.RUSAGE_SELF)
+            print(f"  fleet process CPU: {ru.ru_utime + ru.ru_stime:.1f} s over {wall:.0f} s wall "
+                  f"(machine load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+        except Exception:
+            pass
         ends = {}
         for s in RunDir(out.run_dir).read("sessions"):
             if s["status"] != "started":
@@ -67,7 +85,10 @@ def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: s
     finally:
         stop_stack(str(sdir))
         shutil.rmtree(sdir, ignore_errors=True)
-        shutil.rmtree(tmp, ignore_errors=True)
+        if keep:
+            print(f"  run kept: {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main_job_wall() -> None:
@@ -98,10 +119,11 @@ def main() -> int:
     ap.add_argument("--window-length", type=float, default=300.0, help="model seconds")
     ap.add_argument("--policy", help="emulator policy (default: the stack file's)")
     ap.add_argument("--skip-main", action="store_true")
+    ap.add_argument("--keep", action="store_true", help="keep the width-64 run directory")
     ap.add_argument("--skip-overhead", action="store_true")
     a = ap.parse_args()
     if not a.skip_overhead:
-        scheduler_overhead(a.width, a.time_scale, a.window_length, a.policy)
+        scheduler_overhead(a.width, a.time_scale, a.window_length, a.policy, a.keep)
     if not a.skip_main:
         main_job_wall()
     return 0

@@ -6,6 +6,7 @@ stage's summary and report.
 """
 from __future__ import annotations
 
+import asyncio
 import contextlib
 from pathlib import Path
 from typing import Any, AsyncIterator
@@ -96,6 +97,9 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
 
     try:
         await llm.discover()
+        for name in getattr(cfg, "tasks", None) or list_tasks():  # load before the clock matters
+            if name not in tasks:
+                tasks[name] = await asyncio.to_thread(load_task, name)
         yield launch
     finally:
         await llm.aclose()

@@ -45,10 +45,14 @@ def pct(xs, q):
 
 
 async def session(llm: LLMClient, endpoint: str, sid: int, calls: int, lead: str,
-                  chunks: list[str], max_tokens: int, tools) -> None:
+                  chunks: list[str], max_tokens: int, tools, jitter_ms: float = 0.0) -> None:
+    import random
+    rng = random.Random(sid)
     msgs = [{"role": "system", "content": lead},
             {"role": "user", "content": f"## Role: implementer\nsession {sid}"}]
     for i in range(calls):
+        if jitter_ms:  # tool execution between calls: sessions drift apart as real ones do
+            await asyncio.sleep(rng.uniform(0, jitter_ms) / 1e3)
         res = await llm.chat(endpoint, msgs, tools=tools, max_tokens=max_tokens, seed=sid,
                              session_id=f"b{sid}", call_id=f"b{sid}/{i}", role="bench",
                              round=1, step=i)
@@ -74,7 +78,12 @@ async def main_async(a) -> None:
             rd = RunDir.create("bench", base=tmp)
             clock = RunClock(time_scale=info.time_scale)
             eps = [Endpoint(n, u) for n, u in info.endpoints.items()]
-            async with LLMClient(eps, clock=clock, run_dir=rd, pool_size=4 * a.sessions) as llm:
+            ledger = None
+            if not a.no_ledger:  # as in a fleet: token ids to the reuse ledger (contract 5)
+                from adev.analysis.ledger import LedgerWriter
+                ledger = LedgerWriter(rd)
+            async with LLMClient(eps, clock=clock, run_dir=rd, pool_size=4 * a.sessions,
+                                 ledger=ledger) as llm:
                 await llm.discover()
                 names = list(info.endpoints)
                 tools = schemas(["list_files", "read_file", "write_file", "finish"])
@@ -89,12 +98,14 @@ async def main_async(a) -> None:
                 pr = asyncio.create_task(probe())
                 t0, c0 = time.monotonic(), time.process_time()
                 await asyncio.gather(*(session(llm, names[i % len(names)], i, a.calls, lead,
-                                               chunks, a.max_tokens, tools)
+                                               chunks, a.max_tokens, tools, a.jitter_ms)
                                        for i in range(a.sessions)))
                 wall, cpu = time.monotonic() - t0, time.process_time() - c0
                 stop.set()
                 await pr
                 load = os.getloadavg()
+            if ledger is not None:
+                ledger.close()
             recs = [r for r in rd.read("calls") if r["status"] == "ok"]
             s = info.time_scale
             disp = [(r["t_sent"] - r["t_scheduled"]) / s * 1e3 for r in recs]
@@ -107,7 +118,9 @@ async def main_async(a) -> None:
                 for r in recs:
                     print(f"    {r['call_id']:>8} prompt {r['prompt_tokens']:>6} dispatch "
                           f"{(r['t_sent'] - r['t_scheduled']) / s * 1e3:8.3f} ms")
-            print(f"bench_client: {a.sessions} concurrent sessions x {a.calls} calls = {len(recs)} "
+            print(f"bench_client ({'no ledger, no token ids' if a.no_ledger else 'with ledger'}, "
+                  f"think time U(0, {a.jitter_ms:g}) ms): "
+                  f"{a.sessions} concurrent sessions x {a.calls} calls = {len(recs)} "
                   f"calls in {wall:.1f} s wall (time scale {s:g}); prompt tokens p50 "
                   f"{pct(pts, 50):.0f} max {max(pts)}; failed attempts "
                   f"{sum(r['status'] != 'ok' for r in rd.read('calls'))}")
@@ -136,6 +149,11 @@ def main() -> None:
     ap.add_argument("--task", default=None)
     ap.add_argument("--stack", default=None, help="stack file (default: a fresh small stack)")
     ap.add_argument("--verbose", action="store_true", help="print every call's dispatch delay")
+    ap.add_argument("--jitter-ms", type=float, default=0.0,
+                    help="uniform think time before each call (0 = all sessions in lock step, "
+                         "the worst case)")
+    ap.add_argument("--no-ledger", action="store_true",
+                    help="no reuse ledger (then the client asks for no token ids)")
     a = ap.parse_args()
     os.environ.setdefault("PYTHONHASHSEED", "0")
     asyncio.run(main_async(a))

@@ -3,7 +3,8 @@
 Per endpoint base URL there is one :class:`openai.AsyncOpenAI` over one keep-alive
 :class:`httpx.AsyncClient` whose pool is sized for the fleet (``pool_size`` connections), created on
 first use and reused for the client's life. Every call streams with
-``stream_options.include_usage`` and ``return_token_ids: true`` and is stamped on the run clock
+``stream_options.include_usage`` and (when a ledger is attached, or ``return_token_ids=True``)
+``return_token_ids: true``, and is stamped on the run clock
 (:class:`adev.clock.RunClock`, model seconds):
 
 - ``t_scheduled``: the call became ready (``chat()`` entered, or the caller's stamp);
@@ -150,7 +151,8 @@ class LLMClient:
     def __init__(self, endpoints: dict[str, Endpoint] | list[Endpoint], *, clock: RunClock,
                  run_dir: Any = None, ledger: LedgerHook | None = None, pool_size: int = 256,
                  retry: RetryPolicy = RetryPolicy(), timeout_s: float = 900.0,
-                 connect_timeout_s: float = 10.0, seed: int = 0):
+                 connect_timeout_s: float = 10.0, seed: int = 0,
+                 return_token_ids: bool | None = None):
         if isinstance(endpoints, list):
             endpoints = {e.name: e for e in endpoints}
         self.endpoints: dict[str, Endpoint] = dict(endpoints)
@@ -158,6 +160,9 @@ class LLMClient:
         self.run_dir = run_dir
         self.run_id = getattr(run_dir, "run_id", "") if run_dir is not None else ""
         self.ledger = ledger
+        # token ids are asked for when a ledger consumes them (they are large to send and parse)
+        self.return_token_ids = (ledger is not None) if return_token_ids is None \
+            else return_token_ids
         self.pool_size = pool_size
         self.retry = retry
         self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
@@ -244,7 +249,7 @@ class LLMClient:
             body["temperature"] = temperature
         if seed is not None:
             body["seed"] = seed
-        xb = {"return_token_ids": True}
+        xb: dict[str, Any] = {"return_token_ids": True} if self.return_token_ids else {}
         if extra_body:
             xb.update(extra_body)
         attempt = 0

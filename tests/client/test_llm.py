@@ -263,3 +263,13 @@ async def test_large_token_id_event_parsed_after_stream(server, tmp_path):
     # the first event carried content: first content is stamped at its arrival, not later
     assert rec["t_first_content"] - rec["t_first_byte"] < 0.04
     assert rec["n_prompt_blocks"] == 5000 // 16 and led.adds[0][3] == list(range(5000))
+
+
+async def test_token_ids_asked_only_for_a_ledger(server, tmp_path):
+    async with LLMClient([Endpoint("coder", server.url, model="m1")], clock=RunClock()) as c:
+        res = await c.chat("coder", [{"role": "user", "content": "x"}])
+    assert "return_token_ids" not in server.bodies[-1] and res.content == "Hello"
+    async with LLMClient([Endpoint("coder", server.url, model="m1")], clock=RunClock(),
+                         return_token_ids=True) as c:
+        await c.chat("coder", [{"role": "user", "content": "x"}])
+    assert server.bodies[-1]["return_token_ids"] is True

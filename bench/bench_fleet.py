@@ -28,7 +28,7 @@ sys.path.insert(0, str(ROOT))
 
 
 def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: str | None,
-                       keep: bool = False) -> None:
+                       keep: bool = False, scrape_s: float = 5.0) -> None:
     from adev.config import load_stack
     from adev.fleet.config import fleet_from_dict
     from adev.fleet.runner import run_fleet
@@ -46,6 +46,7 @@ def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: s
         cfg = fleet_from_dict({"width": width, "protocol": "steady", "stagger_s": 0.0,
                                "windows": {"count": 1, "length_s": window_s},
                                "warmup": {"max_s": window_s}, "drain_s": 0.0, "stack": st,
+                               "scrape_interval_s": scrape_s,
                                "results_dir": str(tmp), "live": "off", "report": False})
         t = time.monotonic()
         out = run_fleet(cfg)
@@ -54,7 +55,8 @@ def scheduler_overhead(width: int, time_scale: float, window_s: float, policy: s
         d = np.array([(c["t_sent"] - c["t_scheduled"]) / time_scale * 1000.0 for c in calls
                       if c.get("t_sent") is not None and c.get("t_scheduled") is not None])
         print(f"scheduler overhead at width {width} (time scale {time_scale:g}, policy "
-              f"{st['policy']}, {wall:.0f} s wall, {len(d)} calls):")
+              f"{st['policy']}, scrapes every {scrape_s:g} model s, {wall:.0f} s wall, "
+              f"{len(d)} calls):")
         if len(d):
             print(f"  t_sent - t_scheduled: p50 {np.percentile(d, 50):.3f} ms, "
                   f"p99 {np.percentile(d, 99):.3f} ms, max {d.max():.3f} ms "
@@ -120,10 +122,12 @@ def main() -> int:
     ap.add_argument("--policy", help="emulator policy (default: the stack file's)")
     ap.add_argument("--skip-main", action="store_true")
     ap.add_argument("--keep", action="store_true", help="keep the width-64 run directory")
+    ap.add_argument("--scrape-interval", type=float, default=5.0, help="model seconds")
     ap.add_argument("--skip-overhead", action="store_true")
     a = ap.parse_args()
     if not a.skip_overhead:
-        scheduler_overhead(a.width, a.time_scale, a.window_length, a.policy, a.keep)
+        scheduler_overhead(a.width, a.time_scale, a.window_length, a.policy, a.keep,
+                           a.scrape_interval)
     if not a.skip_main:
         main_job_wall()
     return 0

@@ -224,7 +224,9 @@ class FleetState:
         t_fig.add_row("call errors", str(self.call_errors))
         t_fig.add_row("session errors", str(self.session_errors))
         t_fig.add_row("sessions ended", ", ".join(f"{k} {v}" for k, v in sorted(self.ended.items())) or "0")
-        return Group(head, t_sess, t_ep, t_fig)
+        grid = Table.grid(padding=(0, 2))  # side by side: fits a 24-line terminal
+        grid.add_row(t_sess, Group(t_ep, t_fig))
+        return Group(head, grid)
 
 
 def _flat(d: dict[str, Any], prefix: str = "") -> dict[str, Any]:

@@ -64,9 +64,11 @@ def check_records(rd: RunDir) -> None:
 
 
 def measured(run_path: Path):
-    """The measurement stage's per-window table of the run."""
+    """The measurement stage's per-window table of the run (and its summary reads it)."""
+    from adev.analysis.report import summarise_run
     from adev.analysis.run import load_run
     from adev.analysis.windows import window_table
+    assert "gross saving" in summarise_run(run_path)
     return window_table(load_run(run_path))
 
 

@@ -511,7 +511,9 @@ async def serve(stack: StackConfig, name: str, port: int, master: str | None, di
                 stop: asyncio.Event | None = None) -> None:
     ep = Endpoint(stack, name, master, disk_dir, master_http)
     await ep.start()
-    runner = web.AppRunner(ep.app(), access_log=None)
+    # At shutdown, requests still in the engine (a cancelled fleet leaves many) are cut after 3 s
+    # instead of aiohttp's default 60 s: the stack is going away and clients record the error.
+    runner = web.AppRunner(ep.app(), access_log=None, shutdown_timeout=3.0)
     await runner.setup()
     site = web.TCPSite(runner, stack.host, port)
     await site.start()
@@ -527,7 +529,10 @@ async def serve(stack: StackConfig, name: str, port: int, master: str | None, di
             pass
     await stop.wait()
     await runner.cleanup()
-    await ep.close()
+    try:  # bounded: process exit does not need the store client's goodbye
+        await asyncio.wait_for(ep.close(), 10.0)
+    except asyncio.TimeoutError:
+        log.warning("endpoint %s: store client did not close within 10 s; exiting anyway", name)
 
 
 def main(argv: list[str] | None = None) -> int:

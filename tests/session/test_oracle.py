@@ -124,3 +124,14 @@ async def test_builtin_task_two_rounds_real_gate(tmp_path, name):
         gates[0]["failed"] + gates[0]["errors"]
     assert out.status == "passed" and out.rounds == 2
     assert all(t["ok"] for t in rd.read("tools"))
+
+
+def test_sessions_share_the_task_text_then_diverge():
+    """Same role prompt, different session seeds: the visible replies (which later prompts
+    resend) differ, so sessions do not replay byte-identical transcripts; same seed, same reply."""
+    task = tiny_task()
+    o = OraclePolicy(tasks={"calc": task})
+    prompt = load_roles()["architect"].render(round=1, max_rounds=3, task="calc", modules="")
+    firsts = [o.reply(_req(prompt, seed=s)).content for s in range(12)]
+    assert len(set(firsts)) >= 8
+    assert o.reply(_req(prompt, seed=5)).content == firsts[5]

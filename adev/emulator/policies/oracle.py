@@ -167,6 +167,8 @@ class OraclePolicy:
         st = _State(self, task, request.seed, rnd, role, module, step, msgs[:idx], turn)
         play = getattr(self, f"_play_{role}", None)
         content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
+        if content:
+            content = f"{_voice(st)} {content}"
         out = self._output_tokens(role, request.seed, (rnd, role, module, step),
                                   request.max_tokens)
         # never ask for fewer tokens than the reply itself holds (the engine would cut it)
@@ -326,6 +328,26 @@ def _call(name: str, **args: Any) -> ToolCall:
 
 def _finish(summary: str) -> ToolCall:
     return _call("finish", summary=summary)
+
+
+_OPENERS = ("Okay.", "Right.", "Alright,", "Good.", "Let me think.", "Understood.", "Next step:",
+            "So,", "Fine.", "Looking at this,", "Plan:", "Noted.")
+_ANGLES = ("keeping the specification's names exact", "with the error types in mind",
+           "checking the edge cases the spec lists", "watching the module boundaries",
+           "minding the invariants", "with the tests' expectations in view",
+           "staying inside the contract", "keeping the change small",
+           "looking for off-by-one risks", "favouring the simplest correct form",
+           "tracking what each module imports", "reading the examples closely")
+
+
+def _voice(st: "_State") -> str:
+    """A seeded lead-in to every visible reply: like a sampled model, each session words its
+    messages its own way, so sessions share the task text and then diverge (DESIGN.md section 2)
+    instead of replaying byte-identical transcripts across the fleet."""
+    key = (st.rnd, st.role, st.module, st.step)
+    a = _OPENERS[int(st.oracle._u(st.seed, "voice-a", *key) * len(_OPENERS))]
+    b = _ANGLES[int(st.oracle._u(st.seed, "voice-b", *key) * len(_ANGLES))]
+    return f"{a} Proceeding {b}."
 
 
 def _reason(role: str, task: Any, st: _State) -> str:

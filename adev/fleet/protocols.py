@@ -264,7 +264,9 @@ class Fleet:
         stopper = asyncio.create_task(self.stop_event.wait())
         w: WindowRecord | None = None
         try:
-            done, _ = await asyncio.wait([stopper, asyncio.gather(*sessions)],
+            all_sessions = asyncio.gather(*sessions)
+            all_sessions.add_done_callback(lambda f: f.cancelled() or f.exception())
+            done, _ = await asyncio.wait([stopper, all_sessions],
                                          return_when=asyncio.FIRST_COMPLETED)
             finished = not self.stop_event.is_set()
             t1 = self.clock.now()

@@ -107,7 +107,10 @@ class LocalGate:
                     if len(tail) > req.max_output_bytes:
                         del tail[:len(tail) - req.max_output_bytes]
             try:
-                await asyncio.wait_for(asyncio.gather(pump(), proc.wait()), req.timeout_s)
+                both = asyncio.gather(pump(), proc.wait())
+                # on timeout/cancel wait_for cancels it: mark its CancelledError as seen
+                both.add_done_callback(lambda f: f.cancelled() or f.exception())
+                await asyncio.wait_for(both, req.timeout_s)
             except asyncio.TimeoutError:
                 timed_out = True
             except asyncio.CancelledError:

@@ -6,7 +6,9 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
 - lookup: one ``batch_is_exist`` over the request's keys beyond the local GPU hit (the master grants
   a lease on every hit); the caller counts the leading run of hits;
 - load: ``batch_get_into`` of the hit blocks into a registered buffer (real bytes, real I/O), in
-  batches of ``batch_keys``; a failed block and every block after it are recomputed;
+  batches of ``batch_keys``, each later batch preceded by a ``batch_is_exist`` that renews its
+  leases (the lease is time-scaled, real I/O is not); a failed block and every block after it are
+  recomputed;
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
   ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
@@ -286,6 +288,12 @@ class MooncakeTier:
         ok = 0
         for i in range(0, len(keys), self.s.batch_keys):
             batch = keys[i:i + self.s.batch_keys]
+            if i:
+                # Re-grant the lease before each later batch. In model time the whole load takes
+                # load_s (milliseconds, far below any lease); here the lease is divided by the
+                # time scale but real I/O is not, so a long load would outlive the lease the
+                # lookup granted and fail with LEASE_EXPIRED -- an artifact of time scaling.
+                await self.exists(batch, op="load")
 
             def get(c, b=batch):
                 base = ctypes.addressof(c.dst)

@@ -27,3 +27,26 @@ async def test_sampled_tier_query_is_exact_for_runs_and_cheap():
     got = await t._tiers(keys)
     assert got == [truth[k] for k in keys]
     assert len(asked) < 200  # sampled: ~1/16 of the keys plus the strides around tier changes
+
+
+async def test_load_renews_leases_before_each_later_batch():
+    """Real I/O is not time-scaled but the lease is: every batch after the first is preceded by a
+    ``batch_is_exist`` on exactly its keys (which renews their leases) so a long load cannot
+    outlive the lease its lookup granted."""
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, master_http=None, batch_keys=128))
+    ops = []
+
+    async def fake_call(op, fn, *args):
+        if op == "load" and args:  # exists(batch, op="load")
+            ops.append(("renew", list(args[0])))
+            return [1] * len(args[0])
+        ops.append(("get", None))
+        return [1024] * len(fn.__defaults__[0])  # every block of the batch read in full
+
+    t._call = fake_call
+    keys = [f"k{i}" for i in range(300)]
+    res = await t.load(keys)
+    assert [o[0] for o in ops] == ["get", "renew", "get", "renew", "get"]
+    assert ops[1][1] == keys[128:256] and ops[3][1] == keys[256:300]
+    assert res.loaded == 300

@@ -44,6 +44,17 @@ STORE_CONFIGS = ("store-ram", "store-ram+disk", "disk-only")
 DISK_CONFIGS = ("store-ram+disk", "disk-only")
 
 
+async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
+    """The request's JSON object body, or the 400 that answers a body that is not one."""
+    try:
+        body = await request.json()
+    except Exception:  # noqa: BLE001
+        return error_response("request body is not valid JSON")
+    if not isinstance(body, dict):
+        return error_response("request body must be a JSON object")
+    return body
+
+
 def error_response(message: str, status: int = 400, etype: str = "BadRequestError",
                    param: str | None = None) -> web.Response:
     """vLLM's error JSON shape."""
@@ -292,12 +303,9 @@ class Endpoint:
     # ------------------------------------------------------------------ routes
     async def chat(self, request: web.Request) -> web.StreamResponse:
         t_arrival = time.monotonic()
-        try:
-            body = await request.json()
-        except Exception:  # noqa: BLE001
-            return error_response("request body is not valid JSON")
-        if not isinstance(body, dict):
-            return error_response("request body must be a JSON object")
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
         if self.engine.dead is not None:
             return error_response("engine is dead", 503, "ServiceUnavailableError")
         try:
@@ -429,12 +437,9 @@ class Endpoint:
         return resp
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        try:
-            body = await request.json()
-        except Exception:  # noqa: BLE001
-            return error_response("request body is not valid JSON")
-        if not isinstance(body, dict):
-            return error_response("request body must be a JSON object")
+        body = await _json_object(request)
+        if isinstance(body, web.Response):
+            return body
         if "messages" in body:
             try:
                 msgs = body["messages"]

@@ -18,43 +18,27 @@ from pathlib import Path, PurePosixPath
 from typing import Any, Callable
 
 # OpenAI tool schemas, by tool name. Roles pick a subset (roles/*.md front matter ``tools``).
-SCHEMAS: dict[str, dict[str, Any]] = {
-    "write_file": {
-        "type": "function",
-        "function": {
-            "name": "write_file",
-            "description": "Create or overwrite a UTF-8 text file in the workspace. Parent "
-                           "folders are created. Paths are relative to the workspace root.",
-            "parameters": {"type": "object", "properties": {
-                "path": {"type": "string", "description": "relative path, e.g. pkg/mod.py"},
-                "content": {"type": "string", "description": "the whole new file content"}},
-                "required": ["path", "content"]}}},
-    "read_file": {
-        "type": "function",
-        "function": {
-            "name": "read_file",
-            "description": "Read a UTF-8 text file from the workspace.",
-            "parameters": {"type": "object", "properties": {
-                "path": {"type": "string", "description": "relative path"}},
-                "required": ["path"]}}},
-    "list_files": {
-        "type": "function",
-        "function": {
-            "name": "list_files",
-            "description": "List files (recursively, with sizes in bytes) under a workspace "
-                           "folder.",
-            "parameters": {"type": "object", "properties": {
-                "path": {"type": "string", "description": "relative folder; default '.'"}},
-                "required": []}}},
-    "finish": {
-        "type": "function",
-        "function": {
-            "name": "finish",
-            "description": "End your turn with a short report for the next role.",
-            "parameters": {"type": "object", "properties": {
-                "summary": {"type": "string", "description": "what you did and what is left"}},
-                "required": ["summary"]}}},
-}
+def _tool(name: str, description: str, required: list[str], **params: str) -> dict[str, Any]:
+    """An OpenAI function-tool schema whose parameters are all strings (``params``: name -> doc)."""
+    return {"type": "function", "function": {
+        "name": name, "description": description,
+        "parameters": {"type": "object", "properties": {
+            k: {"type": "string", "description": v} for k, v in params.items()},
+            "required": required}}}
+
+
+SCHEMAS: dict[str, dict[str, Any]] = {t["function"]["name"]: t for t in (
+    _tool("write_file", "Create or overwrite a UTF-8 text file in the workspace. Parent "
+                        "folders are created. Paths are relative to the workspace root.",
+          ["path", "content"], path="relative path, e.g. pkg/mod.py",
+          content="the whole new file content"),
+    _tool("read_file", "Read a UTF-8 text file from the workspace.", ["path"],
+          path="relative path"),
+    _tool("list_files", "List files (recursively, with sizes in bytes) under a workspace "
+                        "folder.", [], path="relative folder; default '.'"),
+    _tool("finish", "End your turn with a short report for the next role.", ["summary"],
+          summary="what you did and what is left"),
+)}
 
 
 @dataclass

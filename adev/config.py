@@ -287,6 +287,9 @@ class StoreSpec:
     metrics_port: int = field(default=0, metadata={"min": 0, "max": 65535})
     disk_dir: str | None = None
     metrics_url: str | None = None
+    # Where puts are placed: "local" prefers the putting endpoint's own segment (falls back to
+    # any segment when full), "random" is Mooncake's default allocation.
+    placement: Literal["local", "random"] = "local"
 
 
 def _default_endpoints() -> list[EndpointSpec]:

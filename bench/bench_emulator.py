@@ -82,6 +82,21 @@ async def idle_ttft(S: float, sizes: list[int], w: Path) -> list[tuple[int, floa
     return out
 
 
+MASTER_COUNTERS = ("master_attempted_evictions_total", "master_successful_evictions_total",
+                   "master_evicted_key_count", "master_put_start_alloc_failures_total",
+                   "master_batch_put_start_failed_items_total", "mem_cache_hit_nums_", "file_cache_hit_nums_")
+
+
+def master_counters(url: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+    out: dict[str, float] = {}
+    for fam in text_string_to_metric_families(httpx.get(url, timeout=5).text):
+        for smp in fam.samples:
+            if smp.name in MASTER_COUNTERS and not smp.labels:
+                out[smp.name] = out.get(smp.name, 0) + smp.value
+    return out
+
+
 class Session:
     def __init__(self, sid: int, rng: random.Random) -> None:
         self.sid = sid
@@ -150,6 +165,7 @@ async def main() -> int:
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--configuration", default="store-ram+disk")
     ap.add_argument("--payload-scale", type=int, default=64)
+    ap.add_argument("--placement", default="local", choices=("local", "random"))
     a = ap.parse_args()
     w = tmpdir()
     try:
@@ -165,7 +181,7 @@ async def main() -> int:
         S = 10.0
         m = Master(lease_ms=int(5000 / S), offload=True, workdir=w).start()
         st = make_stack(write_profile(w), a.configuration, S, ram_gb=32.0, endpoints=("coder", "reasoner"),
-                        payload_scale=a.payload_scale)
+                        payload_scale=a.payload_scale, placement=a.placement)
         eps = [Emulator(st, n, m, w).start() for n in ("coder", "reasoner")]
         try:
             for width in ((18, 12) if not a.quick else (12,)):
@@ -202,6 +218,11 @@ async def main() -> int:
                 print(f"   CPU of the stack processes: {cpu:.3f} cores (master {per[0]:.3f}, "
                       f"endpoints {', '.join(f'{x:.3f}' for x in per[1:])}); host load average "
                       f"{os.getloadavg()[0]:.1f} on {os.cpu_count()} cores")
+                served = sum(tiers.values())
+                print(f"   stack CPU per unit of work: {cpu * wall / max(1, len(res)) * 1000:.1f} ms per request, "
+                      f"{cpu * wall / max(1, served) * 1e6:.1f} s per 1M prompt tokens "
+                      f"({cpu * wall / max(1, tiers['store_ram'] + tiers['store_disk']) * 1e6:.1f} s per 1M store-served)")
+                print("   master counters (cumulative):", master_counters(m.metrics_url))
         except BaseException:
             for f in sorted(w.glob("emulator-*.log")):
                 lines = [ln for ln in f.read_text(errors="replace").splitlines() if not ln[:1] in "IW"]

@@ -336,6 +336,7 @@ class Engine:
         keys = self.store.keys(r.hashes[hit:max_hit_blocks(p, bs)])
         r.store_keys_looked_up = len(keys)
         n_ext = 0
+        granted_at = time.monotonic()
         ex = await self.store.exists(keys) if keys else []
         self.m.store_lookups.inc()
         self.m.store_keys_looked_up.inc(len(keys))
@@ -352,7 +353,7 @@ class Engine:
         r.store_hit_blocks = n_ext
         ram = disk = 0
         if n_ext:
-            res = await self.store.load(keys[:n_ext])
+            res = await self.store.load(keys[:n_ext], granted_at)
             if res.error:
                 r.store_errors += 1
                 self.m.store_load_failed_blocks.inc(n_ext - res.loaded)

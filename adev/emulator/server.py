@@ -214,7 +214,8 @@ class Endpoint:
             self.store = MooncakeTier(StoreSettings(
                 master=master, model_name=self.model, payload_bytes=max(1, p.bytes_per_block // scale),
                 segment_bytes=seg, disk_dir=ddir, master_http=http if conf == "store-ram+disk" else None,
-                host=stack.host))
+                host=stack.host, prefer_local=stack.store.placement == "local",
+                lease_s=stack.store.lease_ttl_s / stack.time_scale))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
         S = stack.time_scale
         self.engine = Engine(EngineConfig(

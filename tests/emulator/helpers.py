@@ -138,12 +138,13 @@ class Emulator:
 
 
 def make_stack(profile: str, configuration: str = "store-ram", time_scale: float = 10.0, ram_gb: float = 32.0,
-               payload_scale: int = 64, endpoints=("coder",), lease_ttl_s: float = 5.0, seed: int = 0) -> StackConfig:
+               payload_scale: int = 64, endpoints=("coder",), lease_ttl_s: float = 5.0, seed: int = 0,
+               placement: str = "local") -> StackConfig:
     return from_dict(StackConfig, {
         "time_scale": time_scale, "profile": profile, "configuration": configuration,
         "payload_scale": payload_scale, "policy": "length", "seed": seed,
         "endpoints": [{"name": n} for n in endpoints],
-        "store": {"ram_gb": ram_gb, "lease_ttl_s": lease_ttl_s}}, "stack")
+        "store": {"ram_gb": ram_gb, "lease_ttl_s": lease_ttl_s, "placement": placement}}, "stack")
 
 
 def tmpdir() -> Path:

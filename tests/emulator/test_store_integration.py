@@ -230,3 +230,29 @@ def test_master_killed_mid_run_counts_failures_and_recovers(workdir):
     s2 = e.metrics()
     assert v(s2, "adev_emulator_store_put_blocks_total") > puts_down
     assert r["adev"]["store_errors"] == 0
+
+
+@pytest.mark.parametrize("placement,segments", [("local", 1), ("random", 2)])
+def test_puts_land_in_the_putting_endpoints_own_segment(workdir, placement, segments):
+    """Placement "local": every block a request saves goes to its endpoint's own segment (reads of
+    same-session reuse are then local copies, not TCP transfers); "random" (Mooncake's default)
+    spreads them over both endpoints' segments."""
+    w, procs = workdir
+    prof = write_profile(w)
+    m = Master(lease_ms=500, offload=False, workdir=w).start()
+    procs.append(m)
+    st = make_stack(prof, "store-ram", 10.0, ram_gb=8.0, endpoints=("coder", "reasoner"), placement=placement)
+    eps = [Emulator(st, n, m, w).start() for n in ("coder", "reasoner")]
+    procs.extend(eps)
+    chat(eps[0], prompt_messages(3000, "p"))
+    keys: list[str] = []
+    for _ in range(100):   # puts run in the background after the prefill
+        keys = [k for k in httpx.get(f"http://127.0.0.1:{m.http}/get_all_keys", timeout=5).text.split() if k]
+        if len(keys) >= 150:
+            break
+        time.sleep(0.1)
+    assert len(keys) >= 150
+    data = httpx.get(f"http://127.0.0.1:{m.http}/batch_query_keys", params={"keys": ",".join(keys)},
+                     timeout=5).json()["data"]
+    owners = {v["transport_endpoint_"] for k in keys for v in data[k]["values"]}
+    assert len(owners) == segments, owners

@@ -50,3 +50,27 @@ async def test_load_renews_leases_before_each_later_batch():
     assert [o[0] for o in ops] == ["get", "renew", "get", "renew", "get"]
     assert ops[1][1] == keys[128:256] and ops[3][1] == keys[256:300]
     assert res.loaded == 300
+
+
+async def test_load_skips_renewal_while_the_lease_is_fresh():
+    """With the real lease known, a later batch renews only once half of it has passed since the
+    last grant: a fast load costs no extra lookups; a slow one renews (and restarts the clock)."""
+    import time
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, master_http=None, batch_keys=100, lease_s=10.0))
+    ops = []
+
+    async def fake_call(op, fn, *args):
+        if op == "load" and args:
+            ops.append("renew")
+            return [1] * len(args[0])
+        ops.append("get")
+        return [1024] * len(fn.__defaults__[0])
+
+    t._call = fake_call
+    keys = [f"k{i}" for i in range(300)]
+    assert (await t.load(keys, granted_at=time.monotonic())).loaded == 300
+    assert ops == ["get", "get", "get"]
+    ops.clear()
+    assert (await t.load(keys, granted_at=time.monotonic() - 6.0)).loaded == 300
+    assert ops == ["get", "renew", "get", "get"]  # stale once; the renewal's grant is fresh

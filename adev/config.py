@@ -303,7 +303,7 @@ class StackConfig:
     time_scale: float = field(default=10.0, metadata={"positive": True})
     profile: str = "qwen3-coder-30b-a3b"
     configuration: Configuration = "store-ram+disk"
-    payload_scale: int = field(default=64, metadata={"positive": True})
+    payload_scale: int = field(default=256, metadata={"positive": True})
     policy: Literal["length", "oracle", "replay"] = "oracle"
     seed: int = 0
     state_dir: str = ".adev/stack"

@@ -41,6 +41,7 @@ PREEMPTIONS = ("vllm:num_preemptions_total",)
 EMU_PUT_ACCEPTED = ("adev_emulator_store_put_blocks_total",)
 EMU_PUT_REFUSED = ("adev_emulator_store_put_refused_blocks_total",)
 EMU_LOAD_FAILED = ("adev_emulator_store_load_failed_blocks_total",)
+EMU_HIT_BLOCKS = ("adev_emulator_store_hit_blocks_total",)   # label tier="ram"|"disk"
 # Mooncake master (global)
 MEM_HIT_BYTES = ("mem_cache_hit_bytes_total", "mem_cache_hit_bytes")
 FILE_HIT_BYTES = ("file_cache_hit_bytes_total", "file_cache_hit_bytes")
@@ -53,10 +54,11 @@ EVICTED_KEYS = ("master_evicted_key_count", "master_evicted_key_count_total")
 EVICTED_BYTES = ("master_evicted_size_bytes", "master_evicted_size_bytes_total")
 
 
-def value(samples: dict[str, float], names: Sequence[str]) -> float | None:
-    """The first of ``names`` present in ``samples`` (summed over labels), else None."""
+def value(samples: dict[str, float], names: Sequence[str], match: dict[str, str] | None = None) -> float | None:
+    """The first of ``names`` present in ``samples`` (summed over labels, those whose labels
+    include ``match``), else None."""
     for n in names:
-        v = total(samples, n)
+        v = total(samples, n, **(match or {}))
         if v is not None:
             return v
     return None
@@ -92,14 +94,16 @@ def default_tol(scrapes: Sequence) -> float:
 
 def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
                   tol: float | None = None, target: str = "",
-                  idle: Callable[[float, float], bool] | None = None) -> Delta:
-    """Increase of the counter ``names`` over [t0, t1) from ``scrapes`` (objects with ``t``,
-    ``ok``, ``samples``; sorted by t). See the module docstring for the rules."""
-    what = f"{names[0]} of {target or 'target'}"
+                  idle: Callable[[float, float], bool] | None = None,
+                  match: dict[str, str] | None = None) -> Delta:
+    """Increase of the counter ``names`` (its series whose labels include ``match``) over
+    [t0, t1) from ``scrapes`` (objects with ``t``, ``ok``, ``samples``; sorted by t). See the
+    module docstring for the rules."""
+    what = f"{names[0]}{match or ''} of {target or 'target'}"
     if not scrapes:
         return Delta(None, reason=f"{what}: no scrapes of {target or 'the target'}")
     tol = default_tol(scrapes) if tol is None else tol
-    pts = [(s.t, value(s.samples, names)) if s.ok else (s.t, None) for s in scrapes]
+    pts = [(s.t, value(s.samples, names, match)) if s.ok else (s.t, None) for s in scrapes]
     good = [(t, v) for t, v in pts if v is not None]
     if not good:
         return Delta(None, reason=f"{what}: never exported (or every scrape failed)")

@@ -125,10 +125,20 @@ def tier_tokens_from_bytes(master_bytes: float, payload_scale: float,
     return master_bytes * payload_scale / bytes_per_token
 
 
-def disk_fraction(mem_bytes: float, file_bytes: float) -> float:
-    """Disk tier's share of store reads = file_cache_hit_bytes / (mem + file cache hit bytes)
-    (master counter deltas). Each endpoint's store tokens are split RAM/disk by it."""
-    return file_bytes / (mem_bytes + file_bytes)
+def disk_fraction(ram: float, disk: float) -> float:
+    """Disk tier's share of store reads = disk / (ram + disk), from counter deltas: the
+    endpoint's blocks loaded per tier (``adev_emulator_store_hit_blocks_total{tier}``) where it
+    exports them, else the master's ``file_cache_hit_bytes`` / (``mem_cache_hit_bytes`` +
+    ``file_cache_hit_bytes``) (global: the same share for every endpoint). Each endpoint's store
+    tokens are split RAM/disk by it."""
+    return disk / (ram + disk)
+
+
+def served_store_tokens(ext_hit_tokens: float, load_failed_tokens: float) -> float:
+    """Store-served tokens = external prefix-cache hits (counted at lookup) - tokens of hit blocks
+    whose load failed (recomputed; ``adev_emulator_store_load_failed_blocks_total`` x block
+    size). Without the failure counter (a real vLLM) the hits are taken as served."""
+    return ext_hit_tokens - load_failed_tokens
 
 
 def effective_read_rate(bytes_loaded: float, load_s: float) -> float:
@@ -207,6 +217,7 @@ class WindowFigures:
     store_disk_tokens: float = NAN
     store_load_failed_tokens: float = NAN
     disk_fraction: float = NAN
+    disk_split_source: str = ""
     gpu_hit_share: float = NAN
     store_hit_share: float = NAN
     gross_saving: float = NAN
@@ -384,6 +395,8 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     if d_fail.ok:
         # counted as store hits by external_prefix_cache_hits (at lookup), then recomputed
         fig.store_load_failed_tokens = d_fail.value * run.block_size
+        if d_ext.ok:
+            fig.store_tokens = served_store_tokens(d_ext.value, fig.store_load_failed_tokens)
     if d_acc.ok and d_ref.ok:
         fig.put_blocks, fig.put_refused_blocks = d_acc.value, d_ref.value
         if d_acc.value + d_ref.value > 0:
@@ -391,7 +404,8 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
             fig.refused_source = "store client counters adev_emulator_store_put_{refused_,}blocks"
         if run.profile is not None:
             fig.refused_bytes = d_ref.value * run.profile.bytes_per_block
-    _master_split(fig, run, t0, t1)
+    if not _endpoint_split(fig, sc, t0, t1, endpoint, idle):
+        _master_split(fig, run, t0, t1)
     _savings(fig, run, allc, starts, ends)
     return fig
 
@@ -417,8 +431,30 @@ def idle_checker(starts: np.ndarray, ends: np.ndarray):
     return idle
 
 
+def _split(fig: WindowFigures, fraction: float, source: str) -> None:
+    fig.disk_fraction = fraction
+    fig.disk_split_source = source
+    if not math.isnan(fig.store_tokens):
+        fig.store_disk_tokens = fig.store_tokens * fraction
+        fig.store_ram_tokens = fig.store_tokens - fig.store_disk_tokens
+
+
+def _endpoint_split(fig: WindowFigures, sc, t0: float, t1: float, endpoint: str, idle) -> bool:
+    """RAM/disk split of the endpoint's store tokens from its own per-tier load counter
+    (``adev_emulator_store_hit_blocks_total{tier}``, the emulated endpoint's); False when the
+    endpoint does not export it (a real vLLM) or loaded nothing in the window."""
+    d = {t: C.counter_delta(sc, C.EMU_HIT_BLOCKS, t0, t1, target=endpoint, idle=idle, match={"tier": t})
+         for t in ("ram", "disk")}
+    if not (d["ram"].ok and d["disk"].ok) or d["ram"].value + d["disk"].value <= 0:
+        return False
+    _split(fig, disk_fraction(d["ram"].value, d["disk"].value),
+           "endpoint counter adev_emulator_store_hit_blocks_total{tier}")
+    return True
+
+
 def _master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
-    """RAM/disk split of the endpoint's store tokens from the master's byte counters."""
+    """RAM/disk split of the endpoint's store tokens from the master's byte counters (global:
+    the same shares for every endpoint; used when the endpoint has no per-tier counter)."""
     ms = run.scrapes.get("master", [])
     idle = _master_idle(run)
     d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master", idle=idle)
@@ -428,16 +464,14 @@ def _master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
         for k in ("disk_fraction", "store_ram_tokens", "store_disk_tokens"):
             fig.missing[k] = why
         return
+    src = "master byte counters (global shares)"
     if d_mem.value + d_file.value > 0:
-        fig.disk_fraction = disk_fraction(d_mem.value, d_file.value)
+        _split(fig, disk_fraction(d_mem.value, d_file.value), src)
     elif not math.isnan(fig.store_tokens) and fig.store_tokens == 0:
-        fig.disk_fraction = 0.0
+        _split(fig, 0.0, src)
     else:
         fig.missing["disk_fraction"] = "the master counted no store reads in the window"
-    if not math.isnan(fig.disk_fraction) and not math.isnan(fig.store_tokens):
-        fig.store_disk_tokens = fig.store_tokens * fig.disk_fraction
-        fig.store_ram_tokens = fig.store_tokens - fig.store_disk_tokens
-    else:
+    if math.isnan(fig.disk_fraction) or math.isnan(fig.store_tokens):
         for k in ("store_ram_tokens", "store_disk_tokens"):
             fig.missing[k] = fig.missing.get("disk_fraction") or fig.missing.get("store_tokens", "")
 

@@ -252,6 +252,26 @@ def test_refusals_prefer_store_client_counters(tmp_path):
     assert rows[ALL].refused_share == pytest.approx(0.25)
 
 
+def test_tier_split_prefers_the_endpoints_own_counter_and_failed_loads_are_not_served(tmp_path):
+    """Emulated endpoints export blocks loaded per tier and failed loads: the RAM/disk split uses
+    the endpoint's own counter (the master's byte shares are global and would give 50/50 here),
+    and store-served tokens are the lookup hits less the hit blocks whose load failed."""
+    lab = '{engine="0",model_name="m"'
+    def emu(ext, ram, disk, failed):
+        return {**_vllm(0, ext, 4000, extq=4000),
+                f'adev_emulator_store_hit_blocks_total{lab},tier="ram"}}': ram,
+                f'adev_emulator_store_hit_blocks_total{lab},tier="disk"}}': disk,
+                f"adev_emulator_store_load_failed_blocks_total{lab}}}": failed}
+    scr = [("coder", 0.0, True, emu(0, 0, 0, 0)), ("coder", 10.0, True, emu(1600, 75, 15, 10)),
+           ("master", 0.0, True, _master(0, 0)), ("master", 10.0, True, _master(1000, 1000))]
+    run = make_hand_run(tmp_path, [_call("a", 1.0, 2.0, _srv(0, 0.1, 0, 1200, 240, 2560))], scr, [(0.0, 10.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.store_load_failed_tokens == 160 and f.store_tokens == 1600 - 160
+    assert f.disk_fraction == pytest.approx(15 / 90) and f.disk_split_source.startswith("endpoint counter")
+    assert f.store_disk_tokens == pytest.approx(240) and f.store_ram_tokens == pytest.approx(1200)
+    assert f.xcheck_store_rel == 0 and f.xcheck_disk_rel == pytest.approx(0)
+
+
 def test_boundary_scrape_late_but_endpoint_idle(tmp_path):
     # window opens at t=0; the first scrape only at t=40, but coder's first request is at 50:
     # the counter cannot have moved in [0, 40], so the t=40 scrape stands for t0

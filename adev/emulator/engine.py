@@ -354,6 +354,8 @@ class Engine:
         ram = disk = 0
         if n_ext:
             res = await self.store.load(keys[:n_ext], granted_at)
+            if res.lease_retries:
+                self.m.store_lease_retries.inc(res.lease_retries)
             if res.error:
                 r.store_errors += 1
                 self.m.store_load_failed_blocks.inc(n_ext - res.loaded)

@@ -146,6 +146,9 @@ class Metrics:
             self.store_hit_blocks.labels(**lv, tier=t)
         self.store_load_failed_blocks = c("adev_emulator_store_load_failed_blocks",
                                           "Looked-up hit blocks whose load failed (recomputed).")
+        self.store_lease_retries = c("adev_emulator_store_lease_retries",
+                                     "Load batches renewed and re-read after LEASE_EXPIRED (a real read "
+                                     "slower than the time-scaled lease).")
         self.store_up = g("adev_emulator_store_up", "1 while the store client is connected.")
         self.read_path = h("adev_emulator_read_path_seconds",
                            "Per-request store read path (lookup + load), model seconds.", READ_PATH_BUCKETS)

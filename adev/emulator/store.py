@@ -8,8 +8,10 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
 - load: ``batch_get_into`` of the hit blocks into a registered buffer (real bytes, real I/O), in
   batches of ``batch_keys``; a later batch is preceded by a ``batch_is_exist`` that renews its
   leases once half the real lease has passed since the last grant (the lease is time-scaled, real
-  I/O is not; with the lease unknown, before every later batch); a failed block and every block
-  after it are recomputed;
+  I/O is not; with the lease unknown, before every later batch); a batch that still fails with
+  LEASE_EXPIRED (a real read slower than the scaled lease; in model time it would not be) is
+  renewed and re-read, at most ``LEASE_RETRIES`` times per load; any other failed block and every
+  block after it are recomputed;
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
   ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
@@ -60,6 +62,8 @@ log = logging.getLogger("adev.emulator.store")
 
 REFUSED = -200        # no space: everything in RAM is leased / above the high watermark
 RPC_FAIL = -900       # master unreachable
+LEASE_EXPIRED = -707  # a read that outlived its lease
+LEASE_RETRIES = 2     # per load: renew-and-reread after LEASE_EXPIRED (see load)
 MIN_SEGMENT = 16 << 20  # Mooncake refuses a segment smaller than 16 MiB
 
 
@@ -93,6 +97,7 @@ class LoadResult:
     loaded: int = 0                   # leading blocks loaded
     tiers: list[str] = field(default_factory=list)  # "ram" | "disk" per loaded block
     unknown_tier: int = 0
+    lease_retries: int = 0            # batches re-read after LEASE_EXPIRED (time-scaling artifact)
     error: bool = False
 
 
@@ -302,15 +307,27 @@ class MooncakeTier:
         tier_task = asyncio.create_task(self._tiers(keys)) if self.s.master_http else None
         p = self.s.payload_bytes
         ok = 0
-        for i in range(0, len(keys), self.s.batch_keys):
-            batch = keys[i:i + self.s.batch_keys]
-            if i and self._lease_stale(granted_at):
+        retries = LEASE_RETRIES
+        renew = False
+        while ok < len(keys):
+            batch = keys[ok:ok + self.s.batch_keys]
+            if renew or (ok and self._lease_stale(granted_at)):
                 # Re-grant the lease. In model time the whole load takes load_s (milliseconds,
                 # far below any lease); here the lease is divided by the time scale but real I/O
                 # is not, so a long load would outlive the lease the lookup granted and fail
                 # with LEASE_EXPIRED -- an artifact of time scaling.
                 granted_at = time.monotonic()
-                await self.exists(batch, op="load")
+                ex = await self.exists(batch, op="load")
+                if ex is None:
+                    res.error = True
+                    break
+                live = next((j for j, e in enumerate(ex) if not e), len(batch))
+                if live < len(batch):   # evicted since the lookup: the rest is recomputed
+                    res.error = True
+                    self.on_error("load")
+                    if not live:
+                        break
+                    batch = batch[:live]
 
             def get(c, b=batch):
                 base = ctypes.addressof(c.dst)
@@ -326,9 +343,16 @@ class MooncakeTier:
                     break
                 run += 1
             ok += run
+            renew = run < len(batch) and r[run] == LEASE_EXPIRED and retries > 0
+            if renew:   # the real read outlived the time-scaled lease: renew and read the rest
+                retries -= 1
+                res.lease_retries += 1
+                continue
             if run < len(batch):
                 res.error = True
                 self.on_error("load")
+                break
+            if res.error:
                 break
         res.loaded = ok
         tiers: list[str | None] = [None] * ok

@@ -32,6 +32,7 @@ from ..clock import RunClock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
 from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
+from ..stack.usage import CpuMeter
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
 from .protocols import Fleet, FleetAborted
@@ -283,7 +284,15 @@ class FleetRun:
                                   f"run's clock at {self.clock.time_scale}")
             # (a stack that a crashed run started is reused by its --resume, which registers as
             # its user and, being the last user out, stops it: adev.stack.running_stack)
-            result = await body(info)
+            meter = CpuMeter(dict(getattr(info, "pids", None) or {}))
+            try:
+                result = await body(info)
+            finally:
+                if self.clock is not None and meter.procs:
+                    use = meter.read()
+                    self._event("stack_cpu", wall_s=use.wall_s, cores=use.cores,
+                                per_process=use.per_process, missing=use.missing,
+                                host_cores=use.host_cores)
             t_exit = time.monotonic()
             started = bool(getattr(info, "started_here", False))
         if self.clock is not None:
@@ -424,6 +433,12 @@ class FleetRun:
         calls = self.run_dir.read("calls")
         lines.append(f"calls: {len(calls)} records, "
                      f"{sum(1 for c in calls if c.get('status') != 'ok')} not ok")
+        for e in self.run_dir.read("events"):
+            if e.get("event") == "stack_cpu":
+                d = e["detail"]
+                lines.append(f"stack CPU: {d['cores']:.2f} cores over {d['wall_s']:.0f} s wall ("
+                             + ", ".join(f"{k} {v:.2f}" for k, v in d["per_process"].items())
+                             + f"; host has {d['host_cores']})")
         if self.deps.summarise is not None and self.clock is not None:
             try:
                 lines.append(self.deps.summarise(self.path))

@@ -1,4 +1,5 @@
-"""MooncakeTier logic that does not need a master: key format, sampled tier attribution."""
+"""MooncakeTier logic that does not need a master: key format, sampled tier attribution, load batching."""
+import time
 from adev.emulator.store import MooncakeTier, StoreSettings, block_key
 
 
@@ -74,3 +75,30 @@ async def test_load_skips_renewal_while_the_lease_is_fresh():
     ops.clear()
     assert (await t.load(keys, granted_at=time.monotonic() - 6.0)).loaded == 300
     assert ops == ["get", "renew", "get", "get"]  # stale once; the renewal's grant is fresh
+
+
+async def test_load_rereads_a_batch_that_outlived_the_scaled_lease():
+    """A batch failing with LEASE_EXPIRED (-707) at block k is renewed (batch_is_exist on the
+    rest) and re-read from k, at most LEASE_RETRIES times; other failures end the load."""
+    from adev.emulator.store import LEASE_EXPIRED, LEASE_RETRIES
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, master_http=None, batch_keys=100, lease_s=10.0))
+    ops = []
+    script = iter([[1024] * 30 + [LEASE_EXPIRED] * 70] * (LEASE_RETRIES + 1))
+
+    async def fake_call(op, fn, *args):
+        if op == "load" and args:
+            ops.append(("renew", args[0][0], len(args[0])))
+            return [1] * len(args[0])
+        b = fn.__defaults__[0]
+        ops.append(("get", b[0], len(b)))
+        return next(script)[:len(b)]
+
+    t._call = fake_call
+    keys = [f"k{i}" for i in range(100)]
+    res = await t.load(keys, granted_at=time.monotonic())
+    # each attempt reads 30 more blocks; the failure after LEASE_RETRIES renewals ends the load
+    assert res.lease_retries == LEASE_RETRIES == 2
+    assert ops == [("get", "k0", 100), ("renew", "k30", 70), ("get", "k30", 70),
+                   ("renew", "k60", 40), ("get", "k60", 40)]
+    assert res.loaded == 90 and res.error

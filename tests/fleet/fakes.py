@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import os
 import random
 from types import SimpleNamespace
 
@@ -63,7 +64,8 @@ def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 6
                 endpoints={e.name: "http://127.0.0.1:9/v1" for e in cfg.endpoints},
                 metrics_urls={e.name: url for e in cfg.endpoints},
                 master_metrics_url="http://127.0.0.1:9/metrics",  # nothing listens: ok=False
-                time_scale=time_scale, profile=PROFILE, config=cfg, started_here=True)
+                time_scale=time_scale, profile=PROFILE, config=cfg, started_here=True,
+                pids={"stack": os.getpid()})   # the metrics server runs in this process
         finally:
             await srv.stop()
 

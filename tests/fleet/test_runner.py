@@ -42,6 +42,10 @@ def test_steady_cuts_windows_after_regime(tmp_path):
     ws = rd.read("windows")
     assert [w["index"] for w in ws] == [1, 2, 3] and all(w["valid"] for w in ws)
     assert ws[1]["t0"] == ws[0]["t1"] and ws[2]["t0"] == ws[1]["t1"]
+    # the stack's CPU over the run is measured (the fake stack's pid is this process)
+    cpu = [e["detail"] for e in rd.read("events") if e["event"] == "stack_cpu"]
+    assert len(cpu) == 1 and cpu[0]["cores"] > 0 and set(cpu[0]["per_process"]) == {"stack"}
+    assert "stack CPU:" in out.summary
     # a boundary lies at its scrapes: nominal length give or take the scrape latency
     tol = 0.3 * S  # 0.3 s wall: scrape latency on a loaded machine
     assert all(abs(w["t1"] - w["t0"] - 200.0) < tol for w in ws)

@@ -29,7 +29,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adev.config import load_model_profile  # noqa: E402
+from adev.config import StackConfig, load_model_profile  # noqa: E402
 from tests.emulator.helpers import Emulator, Master, make_stack, prompt_messages, tmpdir, write_profile  # noqa: E402
 
 MODEL = "Qwen3-Coder-30B-A3B-Instruct-FP8"
@@ -164,7 +164,7 @@ async def main() -> int:
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--verbose", action="store_true")
     ap.add_argument("--configuration", default="store-ram+disk")
-    ap.add_argument("--payload-scale", type=int, default=64)
+    ap.add_argument("--payload-scale", type=int, default=StackConfig().payload_scale)
     ap.add_argument("--placement", default="local", choices=("local", "random"))
     a = ap.parse_args()
     w = tmpdir()

@@ -169,6 +169,11 @@ class LLMClient:
         self._rng = random.Random(seed)
         self._clients: dict[str, openai.AsyncOpenAI] = {}
         self._https: dict[str, httpx.AsyncClient] = {}
+        # Build the connections now, not on a session's first call: the first AsyncOpenAI
+        # imports much of the openai package lazily and httpx builds an SSL context, blocking
+        # work that would otherwise sit on the event loop in front of the first requests.
+        for ep in self.endpoints.values():
+            self._client(ep)
 
     # ---- connections ------------------------------------------------------------------
     def _client(self, ep: Endpoint) -> openai.AsyncOpenAI:

@@ -14,8 +14,10 @@ takes them). The emulator's per-request figures that are cross-checked against c
 (tier tokens, read path) use the requests *admitted* in the counter span
 (admission ``t_admit``: the server's arrival stamp on the run clock + ``queue_s``, see
 :func:`adev.analysis.run.add_admission`). Master counters are global: they appear in the ALL
-row only, and the store tier split (RAM vs disk) of each endpoint's store tokens uses the
-master's byte shares over the window.
+row only. The store tier split (RAM vs disk) of each endpoint's store tokens uses the endpoint's
+own per-tier load counter where it exports one (the emulator does), else the master's byte shares
+over the window (the same for every endpoint); ``disk_split_source`` says which. Store tokens are
+the lookup hits less the hit blocks whose load failed (:func:`served_store_tokens`).
 """
 from __future__ import annotations
 

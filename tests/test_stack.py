@@ -26,8 +26,8 @@ import pytest
 from adev.config import ROOT, ConfigError, StackConfig, from_dict
 from adev.stack import (MASTER_ENV, MissingBinaryError, MissingLibraryError, PortInUseError,
                         StackError, config_diff, endpoint_command, external_info, master_flags,
-                        master_lease_ms, read_state, running_stack, small_config, stack_status,
-                        start_stack, stop_stack)
+                        master_lease_ms, process_usage, read_state, running_stack, small_config,
+                        stack_status, start_stack, stop_stack)
 from adev.stack.plan import render, vllm_plan
 
 FAKE = str(Path(__file__).with_name("stack_fake_endpoint.py"))
@@ -426,6 +426,9 @@ def test_embedded_stack_with_emulator(embedded_stack):
     models = json.loads(urllib.request.urlopen(base + "/models", timeout=5).read())
     assert [m["id"] for m in models["data"]] == [info.model]
     assert "vllm:" in urllib.request.urlopen(info.metrics_urls["coder"], timeout=5).read().decode()
+    # what the fleet reads for its stack_cpu event: every process, CPU seconds since start
+    u = process_usage(info)
+    assert set(u) == set(info.pids) and all(v["cpu_s"] > 0 and v["rss_mb"] > 0 for v in u.values())
 
 
 @pytest.mark.integration

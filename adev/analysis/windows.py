@@ -442,15 +442,22 @@ def _split(fig: WindowFigures, fraction: float, source: str) -> None:
 
 
 def _endpoint_split(fig: WindowFigures, sc, t0: float, t1: float, endpoint: str, idle) -> bool:
-    """RAM/disk split of the endpoint's store tokens from its own per-tier load counter
-    (``adev_emulator_store_hit_blocks_total{tier}``, the emulated endpoint's); False when the
-    endpoint does not export it (a real vLLM) or loaded nothing in the window."""
-    d = {t: C.counter_delta(sc, C.EMU_HIT_BLOCKS, t0, t1, target=endpoint, idle=idle, match={"tier": t})
-         for t in ("ram", "disk")}
-    if not (d["ram"].ok and d["disk"].ok) or d["ram"].value + d["disk"].value <= 0:
+    """RAM/disk split of the endpoint's store tokens from its own per-tier counters (the emulated
+    endpoint's): blocks served from a tier = lookup hits in it
+    (``adev_emulator_store_hit_blocks_total{tier}``) - failed loads from it
+    (``adev_emulator_store_load_failed_blocks_total{tier}``). False when the endpoint does not
+    export them (a real vLLM) or served nothing in the window."""
+    served = {}
+    for t in ("ram", "disk"):
+        hit = C.counter_delta(sc, C.EMU_HIT_BLOCKS, t0, t1, target=endpoint, idle=idle, match={"tier": t})
+        lost = C.counter_delta(sc, C.EMU_LOAD_FAILED, t0, t1, target=endpoint, idle=idle, match={"tier": t})
+        if not (hit.ok and lost.ok):
+            return False
+        served[t] = hit.value - lost.value
+    if served["ram"] + served["disk"] <= 0:
         return False
-    _split(fig, disk_fraction(d["ram"].value, d["disk"].value),
-           "endpoint counter adev_emulator_store_hit_blocks_total{tier}")
+    _split(fig, disk_fraction(served["ram"], served["disk"]),
+           "endpoint counters adev_emulator_store_{hit,load_failed}_blocks_total{tier}")
     return True
 
 

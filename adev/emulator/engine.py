@@ -348,31 +348,38 @@ class Engine:
         lookup_m = c.ram_tier.lookup_latency_s if c.ram_tier else 0.0
         if c.disk_only and c.disk_tier:
             lookup_m = c.disk_tier.lookup_latency_s
-        self.m.external_prefix_cache_queries.inc(p - hit * bs)
-        self.m.external_prefix_cache_hits.inc(n_ext * bs)
         r.store_hit_blocks = n_ext
         ram = disk = 0
-        if n_ext:
-            res = await self.store.load(keys[:n_ext], granted_at)
+        tiers: list[str] = []
+        load = asyncio.create_task(self.store.load(keys[:n_ext], granted_at)) if n_ext else None
+        if n_ext:  # which tier holds each hit (queried while the load runs)
+            tiers = ["disk"] * n_ext if c.disk_only else await self.store.tiers(keys[:n_ext])
+        # The lookup's hits and their tier split are counted at one instant, so a scrape never
+        # sees the hits without their split (loads outlive scrapes; failures are counted after)
+        self.m.external_prefix_cache_queries.inc(p - hit * bs)
+        self.m.external_prefix_cache_hits.inc(n_ext * bs)
+        n_disk = tiers.count("disk")
+        if n_ext - n_disk:
+            self.m.hit_tier("ram").inc(n_ext - n_disk)
+        if n_disk:
+            self.m.hit_tier("disk").inc(n_disk)
+        if load is not None:
+            res = await load
             if res.lease_retries:
                 self.m.store_lease_retries.inc(res.lease_retries)
             if res.error:
                 r.store_errors += 1
-                self.m.store_load_failed_blocks.inc(n_ext - res.loaded)
-            if c.disk_only:
-                disk = res.loaded
-            else:
-                disk = sum(1 for x in res.tiers if x == "disk")
-                ram = res.loaded - disk
+                for t in ("ram", "disk"):
+                    lost = tiers[res.loaded:].count(t)
+                    if lost:
+                        self.m.load_failed(t).inc(lost)
+            disk = tiers[:res.loaded].count("disk")
+            ram = res.loaded - disk
         load_m = 0.0
         if ram and c.ram_tier:
             load_m += c.ram_tier.load_s(ram, c.bytes_per_block)
         if disk and c.disk_tier:
             load_m += c.disk_tier.load_s(disk, c.bytes_per_block)
-        if ram:
-            self.m.hit_tier("ram").inc(ram)
-        if disk:
-            self.m.hit_tier("disk").inc(disk)
         r.ram_blocks, r.disk_blocks = ram, disk
         r.lookup_s, r.load_s = lookup_m, load_m
         ready = t_admit + lookup_m + load_m

@@ -140,12 +140,16 @@ class Metrics:
                                          "Model-scale bytes of refused blocks (blocks x bytes_per_block).")
         self.store_put_skipped_blocks = c("adev_emulator_store_put_skipped_blocks",
                                           "Blocks not offered because an earlier batch of the request was refused.")
-        self.store_hit_blocks = c("adev_emulator_store_hit_blocks", "Blocks loaded from the store, by tier.",
+        self.store_hit_blocks = c("adev_emulator_store_hit_blocks",
+                                  "Store hit blocks of lookups, by the tier holding them (counted with "
+                                  "vllm:external_prefix_cache_hits; failed loads are counted apart).",
                                   ["tier"])
+        self.store_load_failed_blocks = c("adev_emulator_store_load_failed_blocks",
+                                          "Looked-up hit blocks whose load failed (recomputed), by tier.",
+                                          ["tier"])
         for t in ("ram", "disk"):
             self.store_hit_blocks.labels(**lv, tier=t)
-        self.store_load_failed_blocks = c("adev_emulator_store_load_failed_blocks",
-                                          "Looked-up hit blocks whose load failed (recomputed).")
+            self.store_load_failed_blocks.labels(**lv, tier=t)
         self.store_lease_retries = c("adev_emulator_store_lease_retries",
                                      "Load batches renewed and re-read after LEASE_EXPIRED (a real read "
                                      "slower than the time-scaled lease).")
@@ -166,6 +170,9 @@ class Metrics:
 
     def hit_tier(self, tier: str):
         return self.store_hit_blocks.labels(**self.labels, tier=tier)
+
+    def load_failed(self, tier: str):
+        return self.store_load_failed_blocks.labels(**self.labels, tier=tier)
 
     def render(self) -> bytes:
         return generate_latest(self.registry)

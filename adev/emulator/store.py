@@ -20,9 +20,9 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
 Which tier served a hit: Mooncake's client does not say. The master's HTTP admin endpoint
 ``/batch_query_keys`` lists each key's memory replicas and disk replicas *without* bumping the
 master's hit counters (``get_replica_desc`` does bump them, so it would double-count
-``mem_cache_hit_bytes_total``); the emulator queries it for the hit keys concurrently with the
-load: a key with a memory replica was served from RAM (Mooncake reads memory replicas first),
-one with only a disk replica from disk. To keep the master's work small it queries every 16th key
+``mem_cache_hit_bytes_total``); the engine queries it (:meth:`MooncakeTier.tiers`) for the hit
+keys concurrently with the load: a key with a memory replica was served from RAM (Mooncake reads
+memory replicas first), one with only a disk replica from disk. To keep the master's work small it queries every 16th key
 and then every key between two samples that differ (exact unless a tier changes twice within 16
 consecutive blocks). It needs the master's HTTP (metrics) address; without it every hit is
 attributed to RAM and counted as unknown.
@@ -95,8 +95,6 @@ class SaveResult:
 @dataclass
 class LoadResult:
     loaded: int = 0                   # leading blocks loaded
-    tiers: list[str] = field(default_factory=list)  # "ram" | "disk" per loaded block
-    unknown_tier: int = 0
     lease_retries: int = 0            # batches re-read after LEASE_EXPIRED (time-scaling artifact)
     error: bool = False
 
@@ -131,6 +129,7 @@ class MooncakeTier:
         self.connects = 0
         self._retired: list[_Conn] = []
         self._key_cache: dict[int, str] = {}
+        self.unknown_tiers = 0            # hit blocks whose tier could not be queried (taken as RAM)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -304,7 +303,6 @@ class MooncakeTier:
         res = LoadResult()
         if not keys:
             return res
-        tier_task = asyncio.create_task(self._tiers(keys)) if self.s.master_http else None
         p = self.s.payload_bytes
         ok = 0
         retries = LEASE_RETRIES
@@ -355,15 +353,19 @@ class MooncakeTier:
             if res.error:
                 break
         res.loaded = ok
-        tiers: list[str | None] = [None] * ok
-        if tier_task is not None:
+        return res
+
+    async def tiers(self, keys: list[str]) -> list[str]:
+        """The tier holding each key now, "ram" or "disk" (see module doc); "ram" for every key
+        without the master's HTTP address or when the query fails (counted in ``unknown_tiers``)."""
+        got: list[str | None] = [None] * len(keys)
+        if self.s.master_http and keys:
             try:
-                tiers = (await tier_task)[:ok]
+                got = await self._tiers(keys)
             except Exception as e:  # noqa: BLE001
                 log.warning("tier query failed: %s", e)
-        res.unknown_tier = sum(1 for t in tiers if t is None)
-        res.tiers = [t or "ram" for t in tiers]
-        return res
+        self.unknown_tiers += sum(1 for t in got if t is None)
+        return [t or "ram" for t in got]
 
     def _lease_stale(self, granted_at: float | None) -> bool:
         """Whether half the real lease has passed since ``granted_at`` (always, if unknown)."""

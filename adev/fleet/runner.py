@@ -32,7 +32,6 @@ from ..clock import RunClock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
 from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
-from ..stack.usage import CpuMeter
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
 from .protocols import Fleet, FleetAborted
@@ -54,6 +53,8 @@ class Deps:
     open_gate: Callable[[str], Any] | None = None       # kind -> async context manager -> Gate
     summarise: Callable[[Path], str] | None = None       # run dir -> printable summary
     report: Callable[[Path], Path | None] | None = None  # run dir -> path of the full report
+    # stack info -> {process: {"cpu_s": CPU seconds since start, ...}} (adev.stack.process_usage)
+    stack_usage: Callable[[Any], dict[str, dict[str, float]]] | None = None
 
 
 def real_deps() -> Deps:
@@ -61,7 +62,7 @@ def real_deps() -> Deps:
     return Deps(running_stack=wiring.running_stack, list_tasks=wiring.list_tasks,
                 make_sessions=wiring.make_sessions, open_gate=wiring.open_gate,
                 summarise=wiring.summarise,
-                report=wiring.report)
+                report=wiring.report, stack_usage=wiring.stack_usage)
 
 
 # --------------------------------------------------------------------------------------------
@@ -284,21 +285,35 @@ class FleetRun:
                                   f"run's clock at {self.clock.time_scale}")
             # (a stack that a crashed run started is reused by its --resume, which registers as
             # its user and, being the last user out, stops it: adev.stack.running_stack)
-            meter = CpuMeter(dict(getattr(info, "pids", None) or {}))
+            u0, w0 = self._stack_usage(info), time.monotonic()
             try:
                 result = await body(info)
             finally:
-                if self.clock is not None and meter.procs:
-                    use = meter.read()
-                    self._event("stack_cpu", wall_s=use.wall_s, cores=use.cores,
-                                per_process=use.per_process, missing=use.missing,
-                                host_cores=use.host_cores)
+                u1 = self._stack_usage(info) if u0 else None
+                if self.clock is not None and u0 and u1:
+                    # cores = delta CPU seconds / wall seconds, per process alive at both readings
+                    wall = max(1e-9, time.monotonic() - w0)
+                    per = {k: round((u1[k]["cpu_s"] - u0[k]["cpu_s"]) / wall, 4)
+                           for k in u0 if k in u1}
+                    self._event("stack_cpu", wall_s=round(wall, 3), cores=round(sum(per.values()), 4),
+                                per_process=per, gone=sorted(set(u0) - set(u1)),
+                                host_cores=os.cpu_count() or 1)
             t_exit = time.monotonic()
             started = bool(getattr(info, "started_here", False))
         if self.clock is not None:
             self._event("stack_released", stopped=started,
                         took_wall_s=round(time.monotonic() - t_exit, 3))
         return result
+
+    def _stack_usage(self, info: Any) -> dict[str, dict[str, float]] | None:
+        """The stack processes' CPU readings, or None (no reader, or the stack is not ours to read:
+        an external stack, a reader error -- the figure is then absent, never zero)."""
+        if self.deps.stack_usage is None:
+            return None
+        try:
+            return self.deps.stack_usage(info) or None
+        except Exception:  # noqa: BLE001
+            return None
 
     async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
                            seed_offset: int, body: Callable[[Fleet], Any]) -> Any:

@@ -19,6 +19,11 @@ def running_stack(config):
     return rs(config)
 
 
+def stack_usage(info):
+    from ..stack import process_usage
+    return process_usage(info)
+
+
 def list_tasks() -> list[str]:
     from ..session.tasks import list_tasks as lt
     return list(lt())

@@ -253,16 +253,18 @@ def test_refusals_prefer_store_client_counters(tmp_path):
 
 
 def test_tier_split_prefers_the_endpoints_own_counter_and_failed_loads_are_not_served(tmp_path):
-    """Emulated endpoints export blocks loaded per tier and failed loads: the RAM/disk split uses
-    the endpoint's own counter (the master's byte shares are global and would give 50/50 here),
+    """Emulated endpoints export lookup hits and failed loads per tier: the RAM/disk split uses
+    the endpoint's own counters (the master's byte shares are global and would give 50/50 here),
     and store-served tokens are the lookup hits less the hit blocks whose load failed."""
     lab = '{engine="0",model_name="m"'
-    def emu(ext, ram, disk, failed):
+    def emu(ext, ram, disk, failed_ram, failed_disk):
         return {**_vllm(0, ext, 4000, extq=4000),
                 f'adev_emulator_store_hit_blocks_total{lab},tier="ram"}}': ram,
                 f'adev_emulator_store_hit_blocks_total{lab},tier="disk"}}': disk,
-                f"adev_emulator_store_load_failed_blocks_total{lab}}}": failed}
-    scr = [("coder", 0.0, True, emu(0, 0, 0, 0)), ("coder", 10.0, True, emu(1600, 75, 15, 10)),
+                f'adev_emulator_store_load_failed_blocks_total{lab},tier="ram"}}': failed_ram,
+                f'adev_emulator_store_load_failed_blocks_total{lab},tier="disk"}}': failed_disk}
+    # 100 hit blocks at lookup (80 RAM, 20 disk); 5 of each failed to load: 75 RAM + 15 disk served
+    scr = [("coder", 0.0, True, emu(0, 0, 0, 0, 0)), ("coder", 10.0, True, emu(1600, 80, 20, 5, 5)),
            ("master", 0.0, True, _master(0, 0)), ("master", 10.0, True, _master(1000, 1000))]
     run = make_hand_run(tmp_path, [_call("a", 1.0, 2.0, _srv(0, 0.1, 0, 1200, 240, 2560))], scr, [(0.0, 10.0)])
     f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]

@@ -3,8 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import os
 import random
+import time
 from types import SimpleNamespace
 
 from aiohttp import web
@@ -64,8 +64,7 @@ def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 6
                 endpoints={e.name: "http://127.0.0.1:9/v1" for e in cfg.endpoints},
                 metrics_urls={e.name: url for e in cfg.endpoints},
                 master_metrics_url="http://127.0.0.1:9/metrics",  # nothing listens: ok=False
-                time_scale=time_scale, profile=PROFILE, config=cfg, started_here=True,
-                pids={"stack": os.getpid()})   # the metrics server runs in this process
+                time_scale=time_scale, profile=PROFILE, config=cfg, started_here=True)
         finally:
             await srv.stop()
 
@@ -109,4 +108,5 @@ def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 6
 
     return Deps(running_stack=running_stack, list_tasks=lambda: list(tasks),
                 make_sessions=make_sessions, summarise=lambda p: "fake summary",
-                report=None)
+                report=None,   # the fake stack's metrics server runs in this process
+                stack_usage=lambda info: {"stack": {"cpu_s": time.process_time()}})

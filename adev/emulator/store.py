@@ -10,8 +10,8 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
   leases once half the real lease has passed since the last grant (the lease is time-scaled, real
   I/O is not; with the lease unknown, before every later batch); a batch that still fails with
   LEASE_EXPIRED (a real read slower than the scaled lease; in model time it would not be) is
-  renewed and re-read, at most ``LEASE_RETRIES`` times per load; any other failed block and every
-  block after it are recomputed;
+  renewed and re-read, at most ``LEASE_RETRIES`` times in a row (a batch read in full resets the
+  count); any other failed block and every block after it are recomputed;
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
   ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
@@ -63,7 +63,7 @@ log = logging.getLogger("adev.emulator.store")
 REFUSED = -200        # no space: everything in RAM is leased / above the high watermark
 RPC_FAIL = -900       # master unreachable
 LEASE_EXPIRED = -707  # a read that outlived its lease
-LEASE_RETRIES = 2     # per load: renew-and-reread after LEASE_EXPIRED (see load)
+LEASE_RETRIES = 2     # renew-and-reread after LEASE_EXPIRED, in a row (see load)
 MIN_SEGMENT = 16 << 20  # Mooncake refuses a segment smaller than 16 MiB
 
 
@@ -75,7 +75,7 @@ class StoreSettings:
     segment_bytes: int                # RAM this client contributes (>= 16 MiB)
     disk_dir: str | None = None       # offload directory (disk tier on) or None
     master_http: str | None = None    # "host:port" of the master's HTTP (metrics) server
-    batch_keys: int = 512
+    batch_keys: int = 128             # small batches end well inside the time-scaled lease
     io_timeout_s: float = 10.0        # wall seconds before a hung store call is given up (counted)
     host: str = "127.0.0.1"
     prefer_local: bool = True         # puts prefer this client's own segment (see module doc)
@@ -352,6 +352,7 @@ class MooncakeTier:
                 break
             if res.error:
                 break
+            retries = LEASE_RETRIES
         res.loaded = ok
         return res
 

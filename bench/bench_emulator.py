@@ -29,6 +29,7 @@ import psutil
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from adev.client.scrape import total  # noqa: E402
 from adev.config import StackConfig, load_model_profile  # noqa: E402
 from tests.emulator.helpers import Emulator, Master, make_stack, prompt_messages, tmpdir, write_profile  # noqa: E402
 
@@ -87,14 +88,9 @@ MASTER_COUNTERS = ("master_attempted_evictions_total", "master_successful_evicti
                    "master_batch_put_start_failed_items_total", "mem_cache_hit_nums_", "file_cache_hit_nums_")
 
 
-def master_counters(url: str) -> dict[str, float]:
-    from prometheus_client.parser import text_string_to_metric_families
-    out: dict[str, float] = {}
-    for fam in text_string_to_metric_families(httpx.get(url, timeout=5).text):
-        for smp in fam.samples:
-            if smp.name in MASTER_COUNTERS and not smp.labels:
-                out[smp.name] = out.get(smp.name, 0) + smp.value
-    return out
+def master_counters(m: Master) -> dict[str, float | None]:
+    samples = m.metrics()   # the project's one scraper (adev.client.scrape)
+    return {n: total(samples, n) for n in MASTER_COUNTERS}
 
 
 class Session:
@@ -222,7 +218,7 @@ async def main() -> int:
                 print(f"   stack CPU per unit of work: {cpu * wall / max(1, len(res)) * 1000:.1f} ms per request, "
                       f"{cpu * wall / max(1, served) * 1e6:.1f} s per 1M prompt tokens "
                       f"({cpu * wall / max(1, tiers['store_ram'] + tiers['store_disk']) * 1e6:.1f} s per 1M store-served)")
-                print("   master counters (cumulative):", master_counters(m.metrics_url))
+                print("   master counters (cumulative):", master_counters(m))
         except BaseException:
             for f in sorted(w.glob("emulator-*.log")):
                 lines = [ln for ln in f.read_text(errors="replace").splitlines() if not ln[:1] in "IW"]

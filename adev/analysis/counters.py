@@ -54,7 +54,8 @@ EVICTED_KEYS = ("master_evicted_key_count", "master_evicted_key_count_total")
 EVICTED_BYTES = ("master_evicted_size_bytes", "master_evicted_size_bytes_total")
 
 
-def value(samples: dict[str, float], names: Sequence[str], match: dict[str, str] | None = None) -> float | None:
+def value(samples: dict[str, float], names: Sequence[str],
+          match: dict[str, str] | None = None) -> float | None:
     """The first of ``names`` present in ``samples`` (summed over labels, those whose labels
     include ``match``), else None."""
     for n in names:

@@ -15,8 +15,9 @@ takes them). The emulator's per-request figures that are cross-checked against c
 (admission ``t_admit``: the server's arrival stamp on the run clock + ``queue_s``, see
 :func:`adev.analysis.run.add_admission`). Master counters are global: they appear in the ALL
 row only. The store tier split (RAM vs disk) of each endpoint's store tokens uses the endpoint's
-own per-tier load counter where it exports one (the emulator does), else the master's byte shares
-over the window (the same for every endpoint); ``disk_split_source`` says which. Store tokens are
+own per-tier counters where it exports them (the emulator does: hits less failed loads, per tier),
+else the master's byte shares over the window (the same for every endpoint);
+``disk_split_source`` says which. Store tokens are
 the lookup hits less the hit blocks whose load failed (:func:`served_store_tokens`).
 """
 from __future__ import annotations
@@ -129,8 +130,8 @@ def tier_tokens_from_bytes(master_bytes: float, payload_scale: float,
 
 def disk_fraction(ram: float, disk: float) -> float:
     """Disk tier's share of store reads = disk / (ram + disk), from counter deltas: the
-    endpoint's blocks loaded per tier (``adev_emulator_store_hit_blocks_total{tier}``) where it
-    exports them, else the master's ``file_cache_hit_bytes`` / (``mem_cache_hit_bytes`` +
+    endpoint's blocks served per tier (``adev_emulator_store_hit_blocks_total{tier}`` -
+    ``adev_emulator_store_load_failed_blocks_total{tier}``) where it exports them, else the master's ``file_cache_hit_bytes`` / (``mem_cache_hit_bytes`` +
     ``file_cache_hit_bytes``) (global: the same share for every endpoint). Each endpoint's store
     tokens are split RAM/disk by it."""
     return disk / (ram + disk)

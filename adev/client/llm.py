@@ -1,16 +1,16 @@
 """THE LLM client: one async OpenAI-compatible client for every chat call adev makes.
 
-Per endpoint base URL there is one :class:`openai.AsyncOpenAI` over one keep-alive
-:class:`httpx.AsyncClient` whose pool is sized for the fleet (``pool_size`` connections), created on
-first use and reused for the client's life. Every call streams with
-``stream_options.include_usage`` and (when a ledger is attached, or ``return_token_ids=True``)
-``return_token_ids: true``, and is stamped on the run clock
+Chat calls go through one keep-alive :class:`aiohttp.ClientSession` whose pool is sized for the
+fleet (``pool_size`` connections over all endpoints), created on first use and reused for the
+client's life; :meth:`LLMClient.warm` opens a connection per session slot before a fleet starts.
+Every call streams with ``stream_options.include_usage`` and (when a ledger is attached, or
+``return_token_ids=True``) ``return_token_ids: true``, and is stamped on the run clock
 (:class:`adev.clock.RunClock`, model seconds):
 
 - ``t_scheduled``: the call became ready (``chat()`` entered, or the caller's stamp);
-- ``t_sent``: the client starts writing the request on a connection (httpcore's trace event
-  ``http11.send_request_headers.started``: after the pool wait and any connection set-up,
-  before the body's transfer);
+- ``t_sent``: the request's first bytes were written on a connection (aiohttp's
+  ``on_request_headers_sent`` trace signal, which fires when the buffered headers are flushed with
+  the body: after the pool wait and any connection set-up);
 - ``t_first_byte``: the first bytes of the response body arrived (usually the role-only chunk,
   which vLLM and the emulator send with the prompt's token ids);
 - ``t_first_content``: the first event carrying content, reasoning or a tool-call delta (TTFT);
@@ -29,12 +29,15 @@ own :class:`~adev.records.CallRecord` (``attempt`` 0, 1, ...). 4xx answers are n
 status ``cancelled`` and re-raises. Records are appended to the run's ``calls.jsonl`` as each
 attempt completes. API keys are held out of reprs, records and logs.
 
-The request path is kept lean (it is benchmarked, ``bench/bench_client.py``): the ``openai``
-package owns each endpoint's pooled httpx client and serves discovery (``/v1/models``), but chat
-requests are serialised once with orjson and sent through that same httpx client, because the
-openai package's per-request parameter transform walks every message (about 15 ms for a 90 KB
-prompt on a loaded 2-core host); the SSE body is split on raw bytes and each event parsed with
-orjson (the first event carries the prompt's token ids: tens of thousands of integers).
+The request path is kept lean (it is benchmarked, ``bench/bench_client.py`` and
+``bench/bench_fleet.py``). The ``openai`` package serves discovery (``/v1/models``, one
+``AsyncOpenAI`` per base URL); chat requests are serialised once with orjson and streamed over
+aiohttp, whose C HTTP parser and connection pool cost about half the CPU per call of httpx's
+pure-Python stack (measured in ``bench_client.py``: 8.4 -> 5 ms per call; httpcore's pool walks
+every pooled connection on each request). The openai package's own per-request parameter
+transform walks every message (about 15 ms for a 90 KB prompt on a loaded 2-core host), so it is
+not on the chat path. The SSE body is split on raw bytes and each event parsed with orjson (the
+first event carries the prompt's token ids: tens of thousands of integers).
 """
 from __future__ import annotations
 
@@ -45,7 +48,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import httpx
+import aiohttp
 import openai
 
 from ..clock import RunClock
@@ -165,37 +168,35 @@ class LLMClient:
             else return_token_ids
         self.pool_size = pool_size
         self.retry = retry
-        self.timeout = httpx.Timeout(timeout_s, connect=connect_timeout_s)
+        self.timeout_s, self.connect_timeout_s = timeout_s, connect_timeout_s
         self._rng = random.Random(seed)
-        self._clients: dict[str, openai.AsyncOpenAI] = {}
-        self._https: dict[str, httpx.AsyncClient] = {}
-        # Build the connections now, not on a session's first call: the first AsyncOpenAI
-        # imports much of the openai package lazily and httpx builds an SSL context, blocking
-        # work that would otherwise sit on the event loop in front of the first requests.
-        for ep in self.endpoints.values():
-            self._client(ep)
+        self._clients: dict[str, openai.AsyncOpenAI] = {}  # discovery only, built on demand
+        self._session: aiohttp.ClientSession | None = None  # the chat path's one pool
 
     # ---- connections ------------------------------------------------------------------
     def _client(self, ep: Endpoint) -> openai.AsyncOpenAI:
+        """The ``openai`` client of an endpoint's base URL (discovery: ``/v1/models``)."""
         c = self._clients.get(ep.base_url)
         if c is None:
-            http = httpx.AsyncClient(
-                limits=httpx.Limits(max_connections=self.pool_size,
-                                    max_keepalive_connections=self.pool_size,
-                                    keepalive_expiry=300.0),
-                timeout=self.timeout)
             c = openai.AsyncOpenAI(base_url=ep.base_url, api_key=ep.api_key or "EMPTY",
-                                   http_client=http, max_retries=0, timeout=self.timeout)
+                                   max_retries=0, timeout=self.timeout_s)
             self._clients[ep.base_url] = c
-            self._https[ep.base_url] = http
         return c
 
-    def _http(self, ep: Endpoint) -> httpx.AsyncClient:
-        h = self._https.get(ep.base_url)
-        if h is None:
-            self._client(ep)
-            h = self._https[ep.base_url]
-        return h
+    def _pool(self) -> aiohttp.ClientSession:
+        """The keep-alive pool of the chat path (``pool_size`` connections over all endpoints),
+        created on first use inside the running loop."""
+        s = self._session
+        if s is None or s.closed:
+            trace = aiohttp.TraceConfig()
+            trace.on_request_headers_sent.append(_stamp_sent)
+            s = self._session = aiohttp.ClientSession(
+                connector=aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=0,
+                                               keepalive_timeout=300.0),
+                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s,
+                                              sock_read=self.timeout_s),
+                trace_configs=[trace], auto_decompress=False)
+        return s
 
     async def discover(self) -> None:
         """Fill ``model`` and ``max_model_len`` of every endpoint from ``GET /v1/models``."""
@@ -212,6 +213,27 @@ class LLMClient:
             if ep.max_model_len is None and isinstance(mml, int):
                 ep.max_model_len = mml
 
+    async def warm(self, per_endpoint: int) -> int:
+        """Open up to ``per_endpoint`` keep-alive connections to every endpoint now (concurrent
+        ``GET /v1/models``), so that a fleet's first calls, all ready at once, find connections
+        in the pool instead of each waiting for a TCP set-up behind the others. Returns the
+        connections opened; a failure here only costs the warm-up (the calls connect as usual).
+        """
+        n = max(0, min(per_endpoint, self.pool_size // max(1, len(self.endpoints))))
+        pool = self._pool()
+
+        async def one(ep: Endpoint) -> bool:
+            try:
+                async with pool.get(ep.base_url.rstrip("/") + "/models", headers={
+                        "Authorization": f"Bearer {ep.api_key or 'EMPTY'}"}) as r:
+                    await r.read()
+                    return r.status < 400
+            except (aiohttp.ClientError, TimeoutError):
+                return False
+        got = await asyncio.gather(*(one(ep) for ep in self.endpoints.values()
+                                     for _ in range(n)))
+        return sum(got)
+
     def max_model_len(self, endpoint: str) -> int | None:
         """The endpoint's context length (None when unknown or not an endpoint of this client)."""
         ep = self.endpoints.get(endpoint)
@@ -219,9 +241,11 @@ class LLMClient:
 
     async def aclose(self) -> None:
         clients, self._clients = list(self._clients.values()), {}
-        self._https = {}
         for c in clients:
             await c.close()
+        if self._session is not None:
+            await self._session.close()
+            self._session = None
 
     async def __aenter__(self) -> "LLMClient":
         return self
@@ -292,37 +316,29 @@ class LLMClient:
     async def _attempt(self, ep: Endpoint, body: dict[str, Any], xb: dict[str, Any],
                        rec: CallRecord) -> ChatResult:
         clock = self.clock
-        http = self._http(ep)
         payload = _dumps({**body, **xb})
-        box = [0.0]
-
-        async def trace(event: str, info: Any) -> None:  # httpcore's trace hook (hot path)
-            if event == "http11.send_request_headers.started":
-                box[0] = time.monotonic()
-        req = http.build_request("POST", ep.base_url.rstrip("/") + "/chat/completions",
-                                 content=payload, headers={
-                                     "Authorization": f"Bearer {ep.api_key or 'EMPTY'}",
-                                     "Content-Type": "application/json",
-                                     "Accept": "text/event-stream"},
-                                 extensions={"trace": trace})
+        box = [0.0]  # t_sent, stamped by _stamp_sent (aiohttp's request-headers-sent trace)
         st = _StreamState()
         try:
             try:
-                resp = await http.send(req, stream=True)
-                try:
-                    if resp.status_code >= 400:
-                        raw = await resp.aread()
-                        msg = _error_message(raw, resp.status_code)
-                        if resp.status_code >= 500:
-                            raise _Retryable(f"HTTP {resp.status_code}: {msg}",
-                                             resp.status_code)
-                        cls = (ContextLengthError if resp.status_code == 400 and
+                async with self._pool().post(
+                        ep.base_url.rstrip("/") + "/chat/completions", data=payload,
+                        headers={"Authorization": f"Bearer {ep.api_key or 'EMPTY'}",
+                                 "Content-Type": "application/json",
+                                 "Accept": "text/event-stream"},
+                        trace_request_ctx=box) as resp:
+                    if resp.status >= 400:
+                        raw = await resp.read()
+                        msg = _error_message(raw, resp.status)
+                        if resp.status >= 500:
+                            raise _Retryable(f"HTTP {resp.status}: {msg}", resp.status)
+                        cls = (ContextLengthError if resp.status == 400 and
                                any(m in msg.lower() for m in _CONTEXT_MARKERS) else LLMError)
-                        raise cls(f"HTTP {resp.status_code}: {msg}", status=resp.status_code)
+                        raise cls(f"HTTP {resp.status}: {msg}", status=resp.status)
                     buf = b""
-                    # read to the end even after [DONE]: a response closed before its last
+                    # read to the end even after [DONE]: a response released before its last
                     # byte costs the pooled keep-alive connection (and a TCP set-up next call)
-                    async for data in resp.aiter_bytes():
+                    async for data in resp.content.iter_any():
                         if st.done:
                             continue
                         if st.first_byte is None:
@@ -338,9 +354,8 @@ class LLMClient:
                             if st.feed(line):
                                 break
                         buf = buf[start:]
-                finally:
-                    await resp.aclose()
-            except httpx.TransportError as e:  # refused, reset, dropped mid-stream, timeouts
+            except (aiohttp.ClientError, TimeoutError) as e:
+                # refused, reset, dropped mid-stream (payload error), read or connect timeouts
                 raise _Retryable(f"{type(e).__name__}: {e}") from None
         finally:
             t_end = time.monotonic()
@@ -381,6 +396,13 @@ class LLMClient:
     def _record(self, rec: CallRecord) -> None:
         if self.run_dir is not None:
             self.run_dir.append(rec)
+
+
+async def _stamp_sent(session: Any, ctx: Any, params: Any) -> None:
+    """aiohttp trace hook: the request's headers went out on a connection (``t_sent``)."""
+    box = ctx.trace_request_ctx
+    if box is not None and not box[0]:
+        box[0] = time.monotonic()
 
 
 class _StreamState:

@@ -29,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import orjson
 from aiohttp import web
 
 from adev.config import (ConfigError, ModelProfile, StackConfig, TierProfile, from_dict, load_model_profile,
@@ -44,10 +45,19 @@ STORE_CONFIGS = ("store-ram", "store-ram+disk", "disk-only")
 DISK_CONFIGS = ("store-ram+disk", "disk-only")
 
 
+def _dumps(obj: Any) -> bytes:
+    """Compact JSON (orjson: the first stream event carries every prompt token id)."""
+    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+
+
+def _json_response(body: Any, status: int = 200) -> web.Response:
+    return web.Response(body=_dumps(body), status=status, content_type="application/json")
+
+
 async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
     """The request's JSON object body, or the 400 that answers a body that is not one."""
     try:
-        body = await request.json()
+        body = await request.json(loads=orjson.loads)
     except Exception:  # noqa: BLE001
         return error_response("request body is not valid JSON")
     if not isinstance(body, dict):
@@ -59,7 +69,7 @@ def error_response(message: str, status: int = 400, etype: str = "BadRequestErro
                    param: str | None = None) -> web.Response:
     """vLLM's error JSON shape."""
     body = {"error": {"message": message, "type": etype, "param": param, "code": status}}
-    return web.json_response(body, status=status)
+    return _json_response(body, status=status)
 
 
 # ------------------------------------------------------------------------------------------
@@ -369,7 +379,7 @@ class Endpoint:
         if want_ids:
             body["prompt_token_ids"] = r.prompt
         body["adev"] = self.adev_field(r, t_first, t_end)
-        return web.json_response(body)
+        return _json_response(body)
 
     async def _stream(self, request: web.Request, r: Request, plan: OutputPlan, want_ids: bool,
                       include_usage: bool) -> web.StreamResponse:
@@ -385,7 +395,7 @@ class Endpoint:
                 ch["token_ids"] = extra.pop("token_ids")
             d["choices"] = [ch]
             d.update(extra)
-            return b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n"
+            return b"data: " + _dumps(d) + b"\n\n"
 
         first = {"role": "assistant", "content": ""}
         await resp.write(chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {})))
@@ -426,12 +436,12 @@ class Endpoint:
             d["choices"] = []
             d["usage"] = self.usage(r)
             d["adev"] = adev
-            tail.append(b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n")
+            tail.append(b"data: " + _dumps(d) + b"\n\n")
         else:
             d = dict(base)
             d["choices"] = []
             d["adev"] = adev
-            tail.append(b"data: " + json.dumps(d, separators=(",", ":")).encode() + b"\n\n")
+            tail.append(b"data: " + _dumps(d) + b"\n\n")
         tail.append(b"data: [DONE]\n\n")
         await resp.write(b"".join(tail))
         await resp.write_eof()
@@ -454,7 +464,7 @@ class Endpoint:
             ids = self.tok.encode_with_specials(body["prompt"])
         else:
             return error_response("give either 'prompt' (a string) or 'messages'", param="prompt")
-        return web.json_response({"count": len(ids), "max_model_len": self.profile.max_model_len,
+        return _json_response({"count": len(ids), "max_model_len": self.profile.max_model_len,
                                   "tokens": ids, "token_strs": None})
 
     async def detokenize(self, request: web.Request) -> web.Response:
@@ -465,7 +475,7 @@ class Endpoint:
                 raise ValueError
         except Exception:  # noqa: BLE001
             return error_response("tokens: expected a list of integers", param="tokens")
-        return web.json_response({"prompt": self.tok.decode(ids)})
+        return _json_response({"prompt": self.tok.decode(ids)})
 
     async def metrics_route(self, request: web.Request) -> web.Response:
         running, waiting = self.engine.counts()
@@ -485,7 +495,7 @@ class Endpoint:
         card = {"id": self.model, "object": "model", "created": self.created, "owned_by": "vllm",
                 "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len,
                 "permission": []}
-        return web.json_response({"object": "list", "data": [card]})
+        return _json_response({"object": "list", "data": [card]})
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)

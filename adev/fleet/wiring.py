@@ -102,6 +102,7 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
 
     try:
         await llm.discover()
+        await llm.warm(cfg.width)  # a connection per session slot and endpoint, before t=0
         for name in getattr(cfg, "tasks", None) or list_tasks():  # load before the clock matters
             if name not in tasks:
                 tasks[name] = await asyncio.to_thread(load_task, name)

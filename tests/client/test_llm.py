@@ -26,6 +26,7 @@ class FakeServer:
         self.behaviours: list[str] = []
         self.bodies: list[dict] = []
         self.auth: list[str] = []
+        self.peers: set = set()  # client (host, port) of every request: one per connection
         self.runner = None
         self.url = ""
         self.release = asyncio.Event()
@@ -46,10 +47,13 @@ class FakeServer:
         await self.runner.cleanup()
 
     async def models(self, request):
+        self.peers.add(request.transport.get_extra_info("peername"))
+        await asyncio.sleep(0.02)  # concurrent warm-up requests overlap, so each needs its own
         return web.json_response({"object": "list", "data": [
             {"id": "m1", "object": "model", "max_model_len": 4096}]})
 
     async def chat(self, request):
+        self.peers.add(request.transport.get_extra_info("peername"))
         body = await request.json()
         self.bodies.append(body)
         self.auth.append(request.headers.get("Authorization", ""))
@@ -273,3 +277,19 @@ async def test_token_ids_asked_only_for_a_ledger(server, tmp_path):
                          return_token_ids=True) as c:
         await c.chat("coder", [{"role": "user", "content": "x"}])
     assert server.bodies[-1]["return_token_ids"] is True
+
+
+async def test_warm_opens_connections_that_calls_then_reuse(server, tmp_path):
+    c, _, _ = _client(tmp_path, server.url)
+    async with c:
+        assert await c.warm(5) == 5
+        assert len(server.peers) == 5  # five connections opened before any call
+        await asyncio.gather(*(c.chat("coder", [{"role": "user", "content": "x"}])
+                               for _ in range(5)))
+        assert len(server.peers) == 5  # the calls found them in the pool: no new connection
+
+
+async def test_warm_against_a_dead_endpoint_costs_nothing(tmp_path):
+    c, _, _ = _client(tmp_path, "http://127.0.0.1:9/v1")
+    async with c:
+        assert await c.warm(3) == 0

@@ -36,14 +36,16 @@ aiohttp, whose C HTTP parser and connection pool cost about half the CPU per cal
 pure-Python stack (measured in ``bench_client.py``: 8.4 -> 5 ms per call; httpcore's pool walks
 every pooled connection on each request). The openai package's own per-request parameter
 transform walks every message (about 15 ms for a 90 KB prompt on a loaded 2-core host), so it is
-not on the chat path. The SSE body is split on raw bytes and each event parsed with orjson (the
-first event carries the prompt's token ids: tens of thousands of integers).
+not on the chat path. The SSE body is split on raw bytes and each event parsed with orjson. The
+first event carries the prompt's token ids (tens of thousands of integers): their JSON array is
+cut out of the event as raw bytes and, for a ledger with ``add_json``, handed over unparsed.
 """
 from __future__ import annotations
 
 import asyncio
 import json
 import random
+import re
 import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
@@ -60,6 +62,11 @@ __all__ = ["Endpoint", "RetryPolicy", "LLMClient", "ChatResult", "ToolCallOut", 
 BLOCK_SIZE = 16  # tokens per block for CallRecord.n_prompt_blocks (vLLM's default)
 
 class LedgerHook(Protocol):
+    """Receives each prompt's token ids (team contract 5). A hook that also has
+    ``add_json(t, session_id, call_id, ids_json: bytes)`` (e.g.
+    :class:`adev.analysis.ledger_worker.LedgerProcess`) gets the raw JSON array instead and
+    parses it itself, so the ids are never parsed on the client's event loop."""
+
     def add(self, t: float, session_id: str, call_id: str, token_ids: list[int]) -> None: ...
 
 
@@ -141,6 +148,7 @@ except ImportError:  # pragma: no cover - orjson is a declared dependency
     def _dumps(obj: Any) -> bytes:
         return json.dumps(obj, separators=(",", ":")).encode()
 
+_IDS_FIELD = re.compile(rb'"prompt_token_ids"\s*:\s*\[')
 _CONTEXT_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
 
 
@@ -362,10 +370,8 @@ class LLMClient:
             rec.t_sent = clock.to_model(box[0]) if box[0] else rec.t_scheduled
             rec.t_first_byte = clock.to_model(st.first_byte) if st.first_byte else None
             rec.t_first_content = (clock.to_model(st.first_content) if st.first_content
-                                   else None)  # final value after finish_deferred() below
+                                   else None)
             rec.t_end = clock.to_model(t_end)
-        st.finish_deferred()
-        rec.t_first_content = clock.to_model(st.first_content) if st.first_content else None
         rec.server = st.server
         rec.finish_reason = st.finish
         usage = st.usage
@@ -378,13 +384,29 @@ class LLMClient:
             elif "prompt_tokens_details" in usage:
                 cached = 0
         rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = pt, ct, cached
-        ids = st.prompt_ids
-        if ids:
-            rec.n_prompt_blocks = len(ids) // BLOCK_SIZE
+        ids, raw = st.prompt_ids, st.prompt_ids_json
+        add_json = getattr(self.ledger, "add_json", None)
+        if raw is not None and ids is None and add_json is not None:
+            # the ledger parses the ids itself, off this loop; a JSON int array's length is
+            # its commas + 1
+            n = raw.count(b",") + 1 if raw.strip(b"[] \t\r\n") else 0
+            rec.n_prompt_blocks = n // BLOCK_SIZE
             if rec.prompt_tokens is None:
-                rec.prompt_tokens = len(ids)
-            if self.ledger is not None:
-                self.ledger.add(rec.t_sent, rec.session_id, rec.call_id, ids)
+                rec.prompt_tokens = n
+            if n:
+                add_json(rec.t_sent, rec.session_id, rec.call_id, raw)
+        else:
+            if raw is not None and ids is None:
+                try:
+                    ids = _loads(raw)
+                except ValueError:
+                    raise LLMError(f"malformed prompt_token_ids: {raw[:200]!r}") from None
+            if ids:
+                rec.n_prompt_blocks = len(ids) // BLOCK_SIZE
+                if rec.prompt_tokens is None:
+                    rec.prompt_tokens = len(ids)
+                if self.ledger is not None:
+                    self.ledger.add(rec.t_sent, rec.session_id, rec.call_id, ids)
         tool_calls = [ToolCallOut(id=c[0] or f"call_{i}", name=c[1], arguments="".join(c[2]))
                       for i, c in sorted(st.calls.items())]
         rec.n_tool_calls = len(tool_calls)
@@ -409,55 +431,37 @@ class _StreamState:
     """Accumulates one streamed chat completion, one SSE line at a time (hot path)."""
 
     __slots__ = ("content", "reasoning", "calls", "finish", "usage", "server", "prompt_ids",
-                 "first_byte", "first_content", "done", "deferred")
+                 "prompt_ids_json", "first_byte", "first_content", "done")
 
     def __init__(self) -> None:
         self.content: list[str] = []
         self.reasoning: list[str] = []
         self.calls: dict[int, list] = {}  # index -> [id, name, [argument pieces]]
         self.finish = self.usage = self.server = self.prompt_ids = None
+        self.prompt_ids_json: bytes | None = None  # the raw JSON array of prompt_token_ids
         self.first_byte = self.first_content = None
         self.done = False
-        self.deferred: tuple[bytes, float] | None = None
 
     def feed(self, line: bytes) -> bool:
         """Process one line; True once the stream is complete (``[DONE]``).
 
         The event carrying ``prompt_token_ids`` (tens of thousands of integers, the first event)
-        is only stashed here and parsed by :meth:`finish_deferred` after the stream, so parsing
-        it never delays the stamps of the events behind it."""
+        is not parsed whole: the ids' JSON array is cut out as raw bytes (for the ledger, which
+        parses it off the event loop) and the rest of the event is parsed as any other."""
         if not line.startswith(b"data:"):
             return False  # blank separators, comments, event: lines
         data = line[5:].strip()
         if data == b"[DONE]":
             self.done = True
             return True
-        if self.deferred is None and len(data) > 4096 and b'"prompt_token_ids"' in data:
-            self.deferred = (data, time.monotonic())
-            return False
+        if self.prompt_ids_json is None and len(data) > 4096:
+            m = _IDS_FIELD.search(data)
+            if m is not None:
+                end = data.find(b"]", m.end())
+                if end > 0:
+                    self.prompt_ids_json = data[m.end() - 1:end + 1]
+                    data = data[:m.end() - 1] + b"null" + data[end + 1:]
         return self._event(data)
-
-    def finish_deferred(self) -> None:
-        """Parse the stashed token-id event; its deltas came first, so they go first."""
-        if self.deferred is None:
-            return
-        data, t = self.deferred
-        self.deferred = None
-        later = (self.content, self.reasoning, self.calls, self.first_content, self.finish)
-        self.content, self.reasoning, self.calls, self.first_content = [], [], {}, None
-        self._event(data)
-        if self.first_content is None:
-            self.first_content = later[3]
-        else:
-            self.first_content = t
-        self.content += later[0]
-        self.reasoning += later[1]
-        for idx, slot in later[2].items():
-            mine = self.calls.setdefault(idx, ["", "", []])
-            mine[0] = mine[0] or slot[0]
-            mine[1] += slot[1]
-            mine[2].extend(slot[2])
-        self.finish = later[4] or self.finish
 
     def _event(self, data: bytes) -> bool:
         try:
@@ -474,7 +478,7 @@ class _StreamState:
                 raise _Retryable(f"stream error {code}: {msg}", code)
             raise LLMError(f"stream error: {msg}", status=code if isinstance(code, int) else None)
         ids = chunk.get("prompt_token_ids")
-        if ids:
+        if ids and self.prompt_ids is None:
             self.prompt_ids = ids
         for ch in chunk.get("choices") or ():
             d = ch.get("delta") or {}

@@ -277,7 +277,11 @@ class Endpoint:
                               f"cache ({p.gpu_pool_blocks} blocks = {p.gpu_pool_blocks * p.block_size} tokens); "
                               "it can never be scheduled.", "messages")
 
-    def adev_field(self, r: Request, t_first_mono: float | None, t_end_mono: float) -> dict[str, Any]:
+    def adev_field(self, r: Request, t_first_mono: float | None, t_end_mono: float,
+                   sent: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
+        """Contract 1. ``sent``: when the stream's first event and its first token event were
+        handed to the connection (``t_first_byte_sent_mono``, ``t_first_token_sent_mono``;
+        None for a non-streamed response)."""
         bs = self.profile.block_size
         t_admit = r.t_admit if r.t_admit is not None else r.t_arrival
         t_ready = r.t_ready if r.t_ready is not None else t_admit
@@ -287,6 +291,8 @@ class Endpoint:
             "t_arrival_mono": r.arrival_mono,
             "t_first_token_mono": t_first_mono,
             "t_end_mono": t_end_mono,
+            "t_first_byte_sent_mono": sent[0],
+            "t_first_token_sent_mono": sent[1],
             "queue_s": t_admit - r.t_arrival,
             "lookup_s": r.lookup_s,
             "load_s": r.load_s,
@@ -398,7 +404,10 @@ class Endpoint:
             return b"data: " + _dumps(d) + b"\n\n"
 
         first = {"role": "assistant", "content": ""}
-        await resp.write(chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {})))
+        first_event = chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {}))
+        t_byte_sent = time.monotonic()
+        await resp.write(first_event)
+        t_token_sent = None
         started: set[int] = set()
         sent = 0
         t_first = None
@@ -424,13 +433,15 @@ class Endpoint:
                     kw["token_ids"] = []
                 parts.append(chunk(d, r.finish_reason if (last and done_now) else None, **kw))
             if parts:
+                if t_token_sent is None:
+                    t_token_sent = time.monotonic()
                 await resp.write(b"".join(parts))
         t_end = time.monotonic()
         tail = []
         if sent < r.n_out or r.finish_reason in ("abort",) or sent == 0:
             # ended early (preempted past the pool, aborted) or nothing emitted: close the choice
             tail.append(chunk({}, r.finish_reason))
-        adev = self.adev_field(r, t_first, t_end)
+        adev = self.adev_field(r, t_first, t_end, (t_byte_sent, t_token_sent))
         if include_usage:
             d = dict(base)
             d["choices"] = []

@@ -69,7 +69,7 @@ class CountingClient(LLMClient):
 async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: Any,
                         gate: Any) -> AsyncIterator[Any]:
     """A launcher ``await launch(task, seed, session_id)`` running real sessions."""
-    from ..analysis.ledger import LedgerWriter
+    from ..analysis.ledger_worker import LedgerProcess
     from ..session.loop import SessionContext, run_session
     from ..session.roles import load_roles
     from ..session.tasks import load_task
@@ -77,7 +77,7 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
     roles = load_roles()
     if cfg.roles:
         roles = roles.with_overrides({r: {"endpoint": ep} for r, ep in cfg.roles.items()})
-    ledger = LedgerWriter(run_dir)
+    ledger = LedgerProcess(run_dir)  # parsing and hashing off the sessions' event loop
     model_for = getattr(info, "model_for", None)
     eps = {name: Endpoint(name=name, base_url=url,
                           model=model_for(name) if model_for else getattr(info, "model", None),

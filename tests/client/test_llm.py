@@ -269,6 +269,30 @@ async def test_large_token_id_event_parsed_after_stream(server, tmp_path):
     assert rec["n_prompt_blocks"] == 5000 // 16 and led.adds[0][3] == list(range(5000))
 
 
+class JsonLedger(Ledger):
+    def __init__(self):
+        super().__init__()
+        self.raw = []
+
+    def add_json(self, t, session_id, call_id, ids_json):
+        self.raw.append((session_id, call_id, ids_json))
+
+
+async def test_large_token_ids_go_unparsed_to_a_ledger_with_add_json(server, tmp_path):
+    server.behaviours = ["bigids"]
+    rd = RunDir.create("r", base=tmp_path)
+    led = JsonLedger()
+    async with LLMClient([Endpoint("coder", server.url, model="m1")], clock=RunClock(),
+                         run_dir=rd, ledger=led) as c:
+        res = await c.chat("coder", [{"role": "user", "content": "x"}], session_id="s",
+                           call_id="c")
+    assert res.content == "AB" and res.prompt_tokens == 5000
+    assert led.adds == [] and [(a, b) for a, b, _ in led.raw] == [("s", "c")]
+    assert json.loads(led.raw[0][2]) == list(range(5000))  # the event's array, byte for byte
+    (rec,) = rd.read("calls")
+    assert rec["n_prompt_blocks"] == 5000 // 16
+
+
 async def test_token_ids_asked_only_for_a_ledger(server, tmp_path):
     async with LLMClient([Endpoint("coder", server.url, model="m1")], clock=RunClock()) as c:
         res = await c.chat("coder", [{"role": "user", "content": "x"}])

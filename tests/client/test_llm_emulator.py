@@ -14,7 +14,7 @@ pytestmark = pytest.mark.integration
 ADEV_KEYS = {"request_id", "t_arrival_mono", "t_first_token_mono", "t_end_mono", "queue_s",
              "lookup_s", "load_s", "read_path_s", "prefill_s", "ttft_s", "tokens",
              "store_keys_looked_up", "store_hit_blocks", "put_blocks", "put_refused_blocks",
-             "store_errors", "preemptions"}
+             "store_errors", "preemptions", "t_first_byte_sent_mono", "t_first_token_sent_mono"}
 
 
 class Ledger:
@@ -57,6 +57,12 @@ async def test_client_on_emulator(embedded_stack, tmp_path):
         assert clock.to_model(srv["t_arrival_mono"]) >= rec["t_sent"] - 1e-3
         assert rec["t_first_content"] >= clock.to_model(srv["t_first_token_mono"]) - 1e-3
         assert rec["t_end"] >= clock.to_model(srv["t_end_mono"]) - 1e-3
+        # the server's send stamps: first event, then the first token event, each before the
+        # client saw it
+        assert srv["t_arrival_mono"] <= srv["t_first_byte_sent_mono"] <= \
+            srv["t_first_token_mono"] <= srv["t_first_token_sent_mono"] <= srv["t_end_mono"]
+        assert rec["t_first_byte"] >= clock.to_model(srv["t_first_byte_sent_mono"]) - 1e-3
+        assert rec["t_first_content"] >= clock.to_model(srv["t_first_token_sent_mono"]) - 1e-3
         assert rec["n_prompt_blocks"] == rec["prompt_tokens"] // 16
     assert led.adds == [("s", "c1", recs[0]["prompt_tokens"]),
                         ("s", "c2", recs[1]["prompt_tokens"])]

@@ -1,0 +1,66 @@
+"""The ledger in its own process writes exactly what the in-process writer writes."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from adev.analysis.ledger import LedgerWriter
+from adev.analysis.ledger_worker import LedgerProcess
+
+
+def _prompts():
+    rng = np.random.default_rng(7)
+    lead = rng.integers(0, 150_000, 3000).tolist()
+    out = []
+    for s in range(3):
+        ctx = list(lead)
+        for c in range(4):
+            ctx += rng.integers(0, 150_000, 500 + 37 * c).tolist()
+            out.append((10.0 * len(out), f"s{s}", f"s{s}/{c}", list(ctx)))
+    return out
+
+
+def _files(d):
+    led = d / "ledger"
+    calls = [{k: v for k, v in json.loads(line).items() if k != "hash_s"}  # hash_s: CPU time
+             for line in (led / "calls.jsonl").read_text().splitlines()]
+    return calls, (led / "touches.bin").read_bytes(), json.loads((led / "meta.json").read_text())
+
+
+@pytest.mark.parametrize("algo", ["fast", "sha256_cbor"])
+def test_process_writes_what_the_writer_writes(tmp_path, algo):
+    a, b = tmp_path / "a", tmp_path / "b"
+    with LedgerWriter(a, algo=algo) as w:
+        for t, sid, cid, ids in _prompts():
+            w.add(t, sid, cid, ids)
+        w.forget("s0")
+    with LedgerProcess(b, algo=algo) as p:
+        for i, (t, sid, cid, ids) in enumerate(_prompts()):
+            if i % 2:  # both ways in: raw JSON text (the LLM client's) and a list
+                p.add_json(t, sid, cid, json.dumps(ids, separators=(",", ":")).encode())
+            else:
+                p.add(t, sid, cid, ids)
+        p.forget("s0")
+    fa, fb = _files(a), _files(b)
+    assert fa[0] == fb[0] and len(fa[0]) == 12
+    assert fa[1] == fb[1] and len(fa[1]) > 0
+    assert fa[2] == fb[2]
+    if algo == "sha256_cbor":
+        assert (a / "ledger" / "hashes.bin").read_bytes() == (b / "ledger" / "hashes.bin").read_bytes()
+
+
+def test_errors_in_the_process_surface_at_close_and_after(tmp_path):
+    p = LedgerProcess(tmp_path, algo="fast")
+    p.add_json(0.0, "s", "c0", b"[1,2,3")  # malformed: the process fails on it
+    with pytest.raises(RuntimeError, match="ledger process"):
+        p.close()
+    with pytest.raises(ValueError, match="closed"):
+        p.add(1.0, "s", "c1", [1, 2, 3])
+
+
+def test_bad_arguments_are_reported(tmp_path):
+    p = LedgerProcess(tmp_path, algo="nope")
+    with pytest.raises(RuntimeError, match="algo"):
+        p.close()

@@ -107,6 +107,7 @@ async def run_scenario(a, scenario: str) -> None:
             async with LLMClient(eps, clock=clock, run_dir=rd, pool_size=4 * a.sessions,
                                  ledger=ledger) as llm:
                 await llm.discover()
+                await llm.warm(a.sessions)  # as a fleet does: a connection per session
                 names = list(info.endpoints)
                 tools = schemas(["list_files", "read_file", "write_file", "finish"])
                 lags: list[float] = []

@@ -32,6 +32,9 @@ call in flight (a torn tail record is ignored by the reader and cut off by a res
 - ``hashes.bin`` (sha256_cbor only): 40-byte records :data:`HASH_DTYPE` ``(key, digest)`` for every
   block the writer hashed (duplicates possible; dedupe on read).
 
+A fleet runs the writer in its own process (:class:`adev.analysis.ledger_worker.LedgerProcess`,
+same files), so parsing and hashing never hold up the sessions' event loop.
+
 The reader (:func:`read_ledger`, :func:`classify`, :func:`reuse_profile`) classifies every touch
 as new, same-session reuse or cross-session reuse with its reuse distance (model seconds since the
 last touch of that block, by anyone) and flags aged reuse (distance > lease TTL).

@@ -99,15 +99,19 @@ class LedgerProcess:
             return
         self._closed = True
         if self._p.is_alive():
-            self._q.put(None)
-        self._q.close()
-        self._q.join_thread()
+            self._q.put(None)  # after everything queued: the process drains the queue first
         self._p.join(timeout_s)
         if self._p.is_alive():
             self._p.terminate()
             self._p.join(5)
+            self._q.cancel_join_thread()  # nobody reads the pipe any more: do not wait on it
+            self._q.close()
             raise RuntimeError(f"ledger process did not finish within {timeout_s:g} s")
         err = self._error()
+        if err or self._p.exitcode:
+            self._q.cancel_join_thread()
+        self._q.close()
+        self._q.join_thread()
         if err or self._p.exitcode:
             raise RuntimeError(f"ledger process failed (exit code {self._p.exitcode}): "
                                f"{err or 'no error reported'}")

@@ -203,7 +203,7 @@ class LLMClient:
                                                keepalive_timeout=300.0),
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s,
                                               sock_read=self.timeout_s),
-                trace_configs=[trace], auto_decompress=False)
+                trace_configs=[trace])
         return s
 
     async def discover(self) -> None:

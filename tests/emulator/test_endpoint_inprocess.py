@@ -97,7 +97,8 @@ async def test_recompute_counts_no_hits(endpoint):
 
 async def test_preemption_when_running_requests_exceed_pool(endpoint):
     # pool of 100 blocks; 9 requests of ~200 tokens (13 blocks) generating 300 tokens cannot all fit
-    ep, url = await endpoint(gpu_pool_tokens=1600, time_scale=200.0)
+    # (at S=20 each decodes for ~0.2 s of wall: all 9 overlap however slowly the client sends them)
+    ep, url = await endpoint(gpu_pool_tokens=1600, time_scale=20.0)
     async with httpx.AsyncClient(timeout=60) as c:
         async def one(i):
             body = {"model": MODEL, "messages": prompt_messages(200, chr(97 + i)), "max_tokens": 300}

@@ -12,6 +12,7 @@ and ``typing.Literal[...]`` for enumerations.
 from __future__ import annotations
 
 import dataclasses
+import os
 import tomllib
 import types
 import typing
@@ -309,8 +310,12 @@ class StackConfig:
     state_dir: str = ".adev/stack"
     endpoints: list[EndpointSpec] = field(default_factory=_default_endpoints)
     store: StoreSpec = field(default_factory=StoreSpec)
+    # CPU cores the stack's processes run on (Linux affinity, via taskset); [] = any core. Keep
+    # the fleet's client (fleet.client_cpus) on other cores so the two never wait for each other.
+    cpus: list[int] = field(default_factory=list)
 
     def validate(self, where: str) -> None:
+        check_cpus(self.cpus, f"{where}.cpus")
         names = [e.name for e in self.endpoints]
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}.endpoints: endpoint names must be unique, got {names}")
@@ -320,6 +325,34 @@ class StackConfig:
             missing = [e.name for e in self.endpoints if not e.base_url]
             if missing:
                 raise ConfigError(f"{where}.endpoints: mode 'external' needs base_url for {missing}")
+
+
+# The cores this process could run on when adev was imported (before any pinning of its own).
+HOST_CPUS: list[int] = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else []
+
+
+def check_cpus(cpus: list[int], where: str) -> None:
+    """A CPU list names cores this process may use (:data:`HOST_CPUS`), each once."""
+    allowed = HOST_CPUS
+    if cpus and not allowed:
+        raise ConfigError(f"{where}: CPU affinity is not supported on this system; use []")
+    bad = [c for c in cpus if not isinstance(c, int) or isinstance(c, bool) or c not in allowed]
+    if bad or len(set(cpus)) != len(cpus):
+        raise ConfigError(f"{where}: {cpus!r} is not allowed; allowed values: distinct cores "
+                          f"among {allowed} (or [] for any core)")
+
+
+def parse_cpu_list(text: str, where: str) -> list[int]:
+    """``"0,2-3"`` -> ``[0, 2, 3]`` (taskset's list syntax, for command-line options)."""
+    out: list[int] = []
+    try:
+        for part in text.split(","):
+            lo, _, hi = part.strip().partition("-")
+            out += list(range(int(lo), int(hi or lo) + 1))
+    except ValueError:
+        raise ConfigError(f"{where}: {text!r} is not a CPU list; allowed values: e.g. 1 or "
+                          "0,2-3") from None
+    return out
 
 
 def load_stack(path: str | Path | None = None, **overrides: Any) -> StackConfig:

@@ -15,6 +15,10 @@ Two scenarios (``--scenario``, default both):
   with no think time: about 20x a fleet's call rate, which saturates this 2-core host (the stack's
   own CPU is printed alongside).
 
+``--stack-cpus 0 --client-cpus 1`` runs the stack and this client on separate cores
+(``stack.cpus`` / ``fleet.client_cpus``), as load generators are usually kept apart from the
+system under test.
+
 Printed figures (wall milliseconds, from the CallRecords and the emulator's contract-1 stamps,
 all on the host's CLOCK_MONOTONIC):
 - dispatch delay = t_sent - t_scheduled (client queueing + request build + pool wait), p50/p99;
@@ -87,9 +91,10 @@ async def run_scenario(a, scenario: str) -> None:
     from adev.stack import process_usage, running_stack, small_config
     tmp = Path(tempfile.mkdtemp(prefix="adev-bench-client-"))
     if a.stack:
-        cfg = load_stack(a.stack, policy="length")
+        cfg = load_stack(a.stack, policy="length", cpus=a.stack_cpus)
     else:
-        cfg = small_config(tmp / "stack", policy="length", time_scale=a.time_scale)
+        cfg = small_config(tmp / "stack", policy="length", time_scale=a.time_scale,
+                           cpus=a.stack_cpus or [])
     task = load_task(a.task or list_tasks()[0])
     lead = task.shared_prefix(load_roles().system_prompt)
     code = "\n".join(task.reference.values())
@@ -151,12 +156,18 @@ async def run_scenario(a, scenario: str) -> None:
                     lag = (((r["t_first_content"] / s + clock.t0) - sv["t_first_token_sent_mono"])
                            * 1e3 if r.get("t_first_content") and sv.get("t_first_token_sent_mono")
                            else None)
-                    print(f"    {r['call_id']:>8} prompt {r['prompt_tokens']:>6} cached "
+                    fbl = (((r["t_first_byte"] / s + clock.t0) - sv["t_first_byte_sent_mono"]) * 1e3
+                           if r.get("t_first_byte") and sv.get("t_first_byte_sent_mono") else None)
+                    print(f"    {r['call_id']:>8} first byte lag "
+                          f"{fbl if fbl is None else round(fbl, 3)} ms, t_first_byte "
+                          f"{r['t_first_byte'] / s:.4f} prompt {r['prompt_tokens']:>6} cached "
                           f"{r['cached_tokens']} dispatch "
                           f"{(r['t_sent'] - r['t_scheduled']) / s * 1e3:8.3f} ms, first content "
                           f"lag {lag if lag is None else round(lag, 3)} ms, t_first_content "
                           f"{r['t_first_content'] / s:.3f}")
-            print(f"bench_client, scenario {scenario} (max_tokens {max_tokens}"
+            pin = (f", stack on cores {cfg.cpus}, client on {sorted(os.sched_getaffinity(0))}"
+                   if cfg.cpus or a.client_cpus else ", unpinned")
+            print(f"bench_client, scenario {scenario}{pin} (max_tokens {max_tokens}"
                   f"{f' x U(1 +- {a.spread:g})' if scenario == 'paced' and a.spread > 0 else ''}, "
                   f"{'no ledger, no token ids' if a.no_ledger else 'with ledger'}, "
                   f"think time U(0, {a.jitter_ms:g}) ms): "
@@ -203,7 +214,15 @@ def main() -> None:
                          "the worst case)")
     ap.add_argument("--no-ledger", action="store_true",
                     help="no reuse ledger (then the client asks for no token ids)")
+    ap.add_argument("--stack-cpus", metavar="LIST",
+                    help="cores of the stack's processes (stack.cpus), e.g. 0")
+    ap.add_argument("--client-cpus", metavar="LIST",
+                    help="cores of this process (fleet.client_cpus), e.g. 1")
     a = ap.parse_args()
+    from adev.config import parse_cpu_list
+    a.stack_cpus = parse_cpu_list(a.stack_cpus, "--stack-cpus") if a.stack_cpus else None
+    if a.client_cpus:
+        os.sched_setaffinity(0, set(parse_cpu_list(a.client_cpus, "--client-cpus")))
     os.environ.setdefault("PYTHONHASHSEED", "0")
     asyncio.run(main_async(a))
 

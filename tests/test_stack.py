@@ -604,3 +604,39 @@ async def test_external_mode_uses_given_urls_and_starts_nothing(sdir, tmp_path):
         assert r.returncode == 1 and json.loads(r.stdout)["endpoints"]["coder"]["healthy"]
     finally:
         stop_stack(info)
+
+
+def test_cpus_are_validated_and_pinning_uses_taskset():
+    from adev.config import HOST_CPUS
+    from adev.stack.lifecycle import cpu_pin
+    with pytest.raises(ConfigError, match=r"stack\.cpus: \[9999\] is not allowed; allowed values"):
+        small_config("/tmp/x", cpus=[9999])
+    with pytest.raises(ConfigError, match="distinct"):
+        small_config("/tmp/x", cpus=[HOST_CPUS[0], HOST_CPUS[0]])
+    assert cpu_pin([]) == []  # this process is not pinned: nothing to undo
+    pin = cpu_pin([HOST_CPUS[0]])
+    assert Path(pin[0]).name == "taskset" and pin[1:] == ["--cpu-list", str(HOST_CPUS[0])]
+
+
+@pytest.mark.integration
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_stack_cpus_pin_every_process_and_a_pinned_parent_is_not_inherited(sdir):
+    from adev.config import HOST_CPUS
+    first, last = HOST_CPUS[0], HOST_CPUS[-1]
+    info = start_stack(small_config(sdir, cpus=[first]), endpoint_module=FAKE)
+    try:
+        assert {n: psutil.Process(p).cpu_affinity() for n, p in info.pids.items()} == \
+            {n: [first] for n in info.pids}
+    finally:
+        stop_stack(info)
+    # a fleet pinned to its client core starts a stack with cpus = []: every core, not the fleet's
+    os.sched_setaffinity(0, {last})
+    try:
+        info = start_stack(small_config(sdir), endpoint_module=FAKE)
+        try:
+            assert all(sorted(psutil.Process(p).cpu_affinity()) == HOST_CPUS
+                       for p in info.pids.values())
+        finally:
+            stop_stack(info)
+    finally:
+        os.sched_setaffinity(0, set(HOST_CPUS))

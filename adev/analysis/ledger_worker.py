@@ -8,7 +8,8 @@ therefore passes the event's raw ``prompt_token_ids`` JSON text (:meth:`LedgerPr
 to a :class:`multiprocessing.Queue` (its feeder thread writes the pipe, so ``put`` never blocks
 the loop); a spawned process parses it and calls :meth:`LedgerWriter.add` with the same
 arguments, in the same order, writing the same files. ``close()`` drains the queue and waits for
-the process; an error in the process is re-raised there. Killing the fleet loses at most the
+the process; an error in the process is re-raised there. The process runs at niceness +10: on a
+busy host the client's event loop, whose stamps are the measurement, preempts it. Killing the fleet loses at most the
 prompts still in the queue (milliseconds of calls), like the calls in flight.
 """
 from __future__ import annotations
@@ -22,9 +23,17 @@ import numpy as np
 
 __all__ = ["LedgerProcess"]
 
+NICE = 10  # the ledger process's niceness increment (it only has to keep up on average)
+
 
 def _serve(q: Any, errors: Any, run_dir: str, kw: dict[str, Any]) -> None:
+    import os
+
     import orjson
+    try:  # background work: the client's event loop (and the stack) preempt it on wake-up
+        os.nice(NICE)
+    except OSError:
+        pass
 
     from .ledger import LedgerWriter
     try:

@@ -26,8 +26,8 @@ preempted (its blocks freed, recomputed later from the prefix cache), counted in
 
 CPU: the engine does not tick per token. While only decodes run (no prefill, no first token due),
 it plans a *macro step* of k identical-composition decode steps up to the next event (earliest
-finish, block exhaustion, or a wall horizon of 20 ms), sleeps until its end and emits the k tokens
-per request at once. An arrival or a finished store read that falls inside a plan truncates it at the
+finish, block exhaustion, or a wall horizon), sleeps until its end and emits the k tokens per
+request at once. An arrival or a finished store read that falls inside a plan truncates it at the
 step in progress (or re-plans it, if the event precedes the plan's start: nothing of a plan is
 emitted before its end, so it may be re-planned). Store I/O therefore does not delay the model
 clock as long as it finishes before the step the request would join has ended; when it finishes
@@ -80,10 +80,11 @@ class EngineConfig:
     ram_tier: TierCost | None = None
     disk_tier: TierCost | None = None
     disk_only: bool = False          # every store hit is charged (and reported) at the disk tier
-    # longest macro step, wall seconds: a stream's tokens leave in bunches at most this far
-    # apart (vLLM sends one event per step); longer bunches cost less CPU here but arrive at a
-    # client as bursts of hundreds of events that hold up its other streams' first bytes
-    horizon_wall_s: float = 0.02
+    # longest macro step, wall seconds. A stream's tokens leave in bunches at most this far apart
+    # (vLLM sends one event per step). Measured (bench_client.py, paced, 18 sessions): 20 ms
+    # instead of 0.3 s cost the stack 0.48 -> 0.64 cores and the client 17 -> 22 ms CPU per
+    # call, and left the client's first-byte delay unchanged.
+    horizon_wall_s: float = 0.3
 
 
 @dataclass

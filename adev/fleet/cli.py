@@ -42,6 +42,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="steady: wait at most this long for the last window's calls to finish")
     p.add_argument("--scrape-interval", type=float, metavar="S")
     p.add_argument("--results-dir", metavar="DIR")
+    p.add_argument("--client-cpus", metavar="LIST",
+                   help="cores of the fleet process, e.g. 1 or 2-3,6 (fleet.client_cpus)")
+    p.add_argument("--stack-cpus", metavar="LIST",
+                   help="cores of the embedded stack's processes (stack.cpus)")
     p.add_argument("--live", choices=["auto", "rich", "plain", "off"],
                    help="progress display (auto: rich on a terminal, plain lines otherwise)")
     p.add_argument("--no-report", action="store_true", help="do not write the full report")
@@ -51,6 +55,7 @@ def register(sub: argparse._SubParsersAction) -> None:
 
 
 def overrides_from_args(args: argparse.Namespace) -> dict:
+    from ..config import parse_cpu_list
     ov = {key: getattr(args, dest, None) for dest, key in OVERRIDES.items()}
     if getattr(args, "tasks", None):
         ov["tasks"] = [t.strip() for t in args.tasks.split(",") if t.strip()]
@@ -58,6 +63,9 @@ def overrides_from_args(args: argparse.Namespace) -> dict:
         ov["report"] = False
     if getattr(args, "live", None):
         ov["live"] = args.live
+    for dest in ("client_cpus", "stack_cpus"):
+        if getattr(args, dest, None):
+            ov[dest] = parse_cpu_list(getattr(args, dest), "--" + dest.replace("_", "-"))
     return {k: v for k, v in ov.items() if v is not None}
 
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from ..config import ROOT, ConfigError, StackConfig, from_dict, load_stack, load_toml
+from ..config import ROOT, ConfigError, StackConfig, check_cpus, from_dict, load_stack, load_toml
 
 DEFAULT_FLEET = ROOT / "fleets" / "default.toml"
 
@@ -91,8 +91,13 @@ class FleetConfig:
     keep_workspaces: bool = False  # keep each session's workspace under <run>/workspaces/
     live: Literal["auto", "rich", "plain", "off"] = "auto"
     report: bool = True
+    # CPU cores of the fleet process (sessions, LLM client, scrapes; Linux affinity); [] = any.
+    # With stack.cpus on other cores the client's stamps never wait for the stack's CPU work.
+    client_cpus: list[int] = field(default_factory=list)
+    stack_cpus: list[int] | None = None  # overrides the stack's own ``cpus`` when set
 
     def validate(self, where: str) -> None:
+        check_cpus(self.client_cpus, f"{where}.client_cpus")
         if self.protocol == "steady" and self.runs != 1:
             raise ConfigError(f"{where}.runs: {self.runs} applies to protocol 'batch' only "
                               "(steady state cuts windows from one run)")
@@ -106,11 +111,13 @@ class FleetConfig:
         """The stack this fleet runs on (file or inline), with the fleet's time scale applied."""
         if isinstance(self.stack, StackConfig):
             st = self.stack
-            if self.time_scale is not None:
-                st = from_dict(StackConfig, {**_asdict(st), "time_scale": self.time_scale}, "stack")
+            over = {k: v for k, v in (("time_scale", self.time_scale),
+                                      ("cpus", self.stack_cpus)) if v is not None}
+            if over:
+                st = from_dict(StackConfig, {**_asdict(st), **over}, "stack")
             return st
         path = resolve_path(self.stack, base)
-        return load_stack(path, time_scale=self.time_scale)
+        return load_stack(path, time_scale=self.time_scale, cpus=self.stack_cpus)
 
 
 def _asdict(obj: Any) -> Any:

@@ -465,11 +465,25 @@ class FleetRun:
 # --------------------------------------------------------------------------------------------
 
 
+def pin_client(cfg: FleetConfig, stack_cfg: Any) -> None:
+    """Run this process (the sessions' event loop and the threads and processes it starts) on
+    ``fleet.client_cpus``; a stack this fleet starts still gets ``stack.cpus`` (or every core)."""
+    if not cfg.client_cpus:
+        return
+    shared = sorted(set(cfg.client_cpus) & set(getattr(stack_cfg, "cpus", None) or []))
+    if shared:
+        raise ConfigError(f"fleet.client_cpus: {cfg.client_cpus} shares cores {shared} with "
+                          f"stack.cpus {stack_cfg.cpus}; allowed values: cores apart from the "
+                          "stack's (or [] for any core)")
+    os.sched_setaffinity(0, set(cfg.client_cpus))
+
+
 def run_fleet(cfg: FleetConfig, *, base: Path | None = None, deps: Deps | None = None,
               out=None, live: str | None = None, run_path: Path | None = None) -> RunOutcome:
     """Run one fleet in a new run directory (``run_path``, default results_dir/<new id>)."""
     deps = deps or real_deps()
     stack_cfg = cfg.stack_config(base)
+    pin_client(cfg, stack_cfg)
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=False)
     run = FleetRun(cfg, stack_cfg, deps, out=out, live=live, run_path=run_path)
@@ -489,5 +503,7 @@ def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
     st = json.loads((p / FLEET_STATE).read_text())
     cfg = fleet_from_dict(st["fleet"])
     deps = deps or real_deps()
-    fr = FleetRun(cfg, cfg.stack_config(), deps, run_path=p, resume=True, out=out, live=live)
+    stack_cfg = cfg.stack_config()
+    pin_client(cfg, stack_cfg)
+    fr = FleetRun(cfg, stack_cfg, deps, run_path=p, resume=True, out=out, live=live)
     return asyncio.run(fr.run())

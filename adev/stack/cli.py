@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, get_args
 
-from ..config import Configuration, ConfigError, StackConfig, from_dict, load_stack
+from ..config import Configuration, ConfigError, StackConfig, from_dict, load_stack, parse_cpu_list
 
 LEASE_WARN_MS = 50
 """Below this real lease, store reads of a loaded 2-core machine may outlive their lease."""
@@ -36,6 +36,8 @@ def _add_config_args(p: argparse.ArgumentParser, *, overrides: bool = False) -> 
     p.add_argument("--policy", choices=("length", "oracle", "replay"),
                    help="what the emulated model says (stack.policy)")
     p.add_argument("--seed", type=int, help="stack.seed")
+    p.add_argument("--cpus", metavar="LIST",
+                   help="cores of the stack's processes, e.g. 0 or 0-1 (stack.cpus)")
 
 
 def load_from_args(args: argparse.Namespace) -> StackConfig:
@@ -44,7 +46,9 @@ def load_from_args(args: argparse.Namespace) -> StackConfig:
            "configuration": getattr(args, "configuration", None),
            "payload_scale": getattr(args, "payload_scale", None),
            "policy": getattr(args, "policy", None), "seed": getattr(args, "seed", None),
-           "state_dir": getattr(args, "state_dir", None)}
+           "state_dir": getattr(args, "state_dir", None),
+           "cpus": (parse_cpu_list(args.cpus, "--cpus") if getattr(args, "cpus", None)
+                    else None)}
     cfg = load_stack(getattr(args, "config", None), **top)
     store = {"lease_ttl_s": getattr(args, "lease_ttl", None), "ram_gb": getattr(args, "ram_gb", None)}
     store = {k: v for k, v in store.items() if v is not None}

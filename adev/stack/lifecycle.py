@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import ROOT, ConfigError, EndpointSpec, StackConfig, StoreSpec, from_dict, \
+from ..config import HOST_CPUS, ROOT, ConfigError, EndpointSpec, check_cpus, StackConfig, StoreSpec, from_dict, \
     load_model_profile, load_stack
 from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, StackError,
                     check_master_binary, find_master_binary, free_port, library_error_in_log,
@@ -80,6 +80,22 @@ def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
     elif config.configuration == "disk-only":
         flags += ["--enable_offload=true"]
     return flags
+
+
+def cpu_pin(cpus: list[int]) -> list[str]:
+    """The command prefix that runs a process on ``cpus`` (``stack.cpus``): util-linux's
+    ``taskset``, which execs the command (same pid) with the affinity set before it starts any
+    thread. [] = any core: no prefix, unless this process was itself pinned since start-up (a
+    fleet's ``client_cpus``), whose affinity the stack must not inherit."""
+    if not cpus:
+        if not HOST_CPUS or sorted(os.sched_getaffinity(0)) == HOST_CPUS:
+            return []
+        cpus = HOST_CPUS
+    check_cpus(cpus, "stack.cpus")
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise StackError("stack.cpus needs taskset (Debian package util-linux); not found on PATH")
+    return [taskset, "--cpu-list", ",".join(str(c) for c in cpus)]
 
 
 def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str,
@@ -333,6 +349,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
         used.add(port)
         return port
 
+    pin = cpu_pin(config.cpus)
     logs = sdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
     for old in logs.glob("*.log"):  # keep the previous stack's logs once, start fresh ones
@@ -351,7 +368,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
             rpc_port, metrics_port = pick(config.store.master_port), pick(config.store.metrics_port)
             flags = master_flags(config, rpc_port=rpc_port, metrics_port=metrics_port,
                                  lease_ms=lease_ms)
-            proc = spawn("master", [str(binary), *flags], logs / "master.log", cwd=sdir,
+            proc = spawn("master", [*pin, str(binary), *flags], logs / "master.log", cwd=sdir,
                          ports={"rpc": rpc_port, "metrics": metrics_port})
             started.append(proc)
             metrics_url = f"http://{host}:{metrics_port}/metrics"
@@ -399,8 +416,8 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
         procs: dict[str, Proc] = {}
 
         def launch(name: str) -> Proc:
-            cmd = endpoint_command(module, stack_json, name, ports[name], master_addr,
-                                   disk_dirs[name])
+            cmd = [*pin, *endpoint_command(module, stack_json, name, ports[name], master_addr,
+                                           disk_dirs[name])]
             p = spawn(name, cmd, logs / f"{name}.log", env=endpoint_env(config, disk_dirs[name]),
                       cwd=ROOT, ports={"http": ports[name]})
             started.append(p)

@@ -57,3 +57,29 @@ def test_nightly_campaign_file_is_valid():
     assert len(names) == len(set(names))
     widths = sorted({p.fleet.get("width") for p in camp.points if p.fleet.get("width")})
     assert widths == [1, 2, 6, 12, 18]
+
+
+def test_client_and_stack_cpus(monkeypatch):
+    import os
+
+    from adev.config import HOST_CPUS
+    from adev.fleet import runner
+    from adev.fleet.cli import overrides_from_args, register
+    import argparse
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers())
+    a = ap.parse_args(["fleet", "--client-cpus", f"{HOST_CPUS[-1]}", "--stack-cpus",
+                       f"{HOST_CPUS[0]}"])
+    cfg, base = load_fleet(None, overrides_from_args(a))
+    assert cfg.client_cpus == [HOST_CPUS[-1]] and cfg.stack_config(base).cpus == [HOST_CPUS[0]]
+    with pytest.raises(ConfigError, match="--client-cpus: 'x' is not a CPU list"):
+        overrides_from_args(ap.parse_args(["fleet", "--client-cpus", "x"]))
+    with pytest.raises(ConfigError, match=r"fleet\.client_cpus: \[9999\] is not allowed"):
+        load_fleet(None, {"client_cpus": [9999]})
+    pinned = []
+    monkeypatch.setattr(os, "sched_setaffinity", lambda pid, cpus: pinned.append(cpus))
+    runner.pin_client(cfg, cfg.stack_config(base))
+    assert pinned == [{HOST_CPUS[-1]}]
+    clash, _ = load_fleet(None, {"client_cpus": [HOST_CPUS[0]], "stack_cpus": [HOST_CPUS[0]]})
+    with pytest.raises(ConfigError, match="shares cores"):
+        runner.pin_client(clash, clash.stack_config(base))

@@ -10,7 +10,8 @@ The stack is started with :func:`adev.stack.running_stack` and driven through TH
 2. Load at S=10: a real Mooncake master + two endpoints (coder, reasoner), default profile
    (166,512-token GPU pool, 65,536 context, store-ram+disk, 32 GB RAM tier), 18 and 12
    concurrent streaming sessions whose contexts grow ~2.2K tokens per turn up to 65,536 tokens,
-   replies of 50-400 tokens, think time Exp(5 model s); observed vs the endpoint's own modelled
+   replies of U(0.5, 1.5) x 850 tokens (the default fleet's median reply; ``--reply-tokens``,
+   ``--spread``), think time Exp(5 model s); observed vs the endpoint's own modelled
    TTFT (``adev.ttft_s``): error p50/p99 (target p99 < 5%), split into where the wall time went.
 3. CPU used by the stack processes (``adev.stack.process_usage``) at each width (target < 1 core
    at width 12), per request and per 1M prompt tokens; the master's counters.
@@ -106,7 +107,8 @@ class Session:
         self.msgs.append({"role": "user", "content": words})
 
 
-async def load_run(llm: LLMClient, info, S: float, width: int, seconds: float, seed: int = 1):
+async def load_run(llm: LLMClient, info, S: float, width: int, seconds: float, reply: int,
+                   spread: float, seed: int = 1):
     rng = random.Random(seed)
     names = list(info.endpoints)
     recs: list[dict] = []
@@ -118,7 +120,8 @@ async def load_run(llm: LLMClient, info, S: float, width: int, seconds: float, s
         s = Session(i, random.Random(seed * 1000 + i))
         await asyncio.sleep(rng.random() * 2.0)
         while time.monotonic() < stop_at:
-            res = await llm.chat(names[i % len(names)], s.msgs, max_tokens=s.rng.randint(50, 400),
+            n_out = max(1, round(reply * s.rng.uniform(1 - spread, 1 + spread)))
+            res = await llm.chat(names[i % len(names)], s.msgs, max_tokens=n_out,
                                  session_id=f"s{i}", call_id=f"s{i}/{len(recs)}")
             recs.append(dict(res.record.__dict__))
             if res.prompt_tokens + 2 * 2200 + 1000 > 65536:
@@ -150,14 +153,16 @@ async def load(a, base: Path) -> None:
             await llm.discover()
             await llm.warm(18)
             for width in ((18, 12) if not a.quick else (12,)):
-                recs, cpu, per, wall = await load_run(llm, info, S, width, a.seconds)
-                report(recs, cpu, per, wall, S, width, a.verbose)
+                recs, cpu, per, wall = await load_run(llm, info, S, width, a.seconds,
+                                                      a.reply_tokens, a.spread)
+                report(recs, cpu, per, wall, S, width, a.verbose,
+                       f"{a.reply_tokens} x U(1 +- {a.spread:g}) tokens")
         samples = scrape_sync(info.master_metrics_url)
         print("   master counters (cumulative):", {n: total(samples, n) for n in MASTER_COUNTERS})
 
 
 def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width: int,
-           verbose: bool) -> None:
+           verbose: bool, reply_desc: str) -> None:
     ok = [r for r in res if observed(r) and r["server"] and r["server"]["ttft_s"]]
     errs = [(observed(r) - r["server"]["ttft_s"]) / r["server"]["ttft_s"] for r in ok]
     aerr = [abs(x) for x in errs]
@@ -168,7 +173,8 @@ def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width:
     prompts = [r["prompt_tokens"] for r in res]
     cached = [r["cached_tokens"] or 0 for r in res]
     tiers = {k: sum(r["server"]["tokens"][k] for r in res) for k in ("gpu", "store_ram", "store_disk", "computed")}
-    print(f"== S={S:g}, 2 endpoints, width {width}, {wall:.0f} s wall ({wall * S:.0f} model s): "
+    print(f"== S={S:g}, 2 endpoints, width {width}, replies {reply_desc}, {wall:.0f} s wall "
+          f"({wall * S:.0f} model s): "
           f"{len(res)} requests, prompt tokens p50 {pct(prompts, 50)} max {max(prompts)}")
     print(f"   TTFT error observed vs modelled: p50 {pct(errs, 50) * 100:+.2f}%  p99 {pct(errs, 99) * 100:+.2f}%  "
           f"|err| p50 {pct(aerr, 50) * 100:.2f}%  p99 {pct(aerr, 99) * 100:.2f}%  max {max(aerr) * 100:.2f}%   "
@@ -202,6 +208,10 @@ async def main() -> int:
     ap.add_argument("--skip-idle", action="store_true")
     ap.add_argument("--skip-load", action="store_true")
     ap.add_argument("--verbose", action="store_true")
+    ap.add_argument("--reply-tokens", type=int, default=850,
+                    help="load: median reply length (default: the default fleet's median reply)")
+    ap.add_argument("--spread", type=float, default=0.5,
+                    help="load: reply lengths are U(1 - spread, 1 + spread) x the median")
     ap.add_argument("--configuration", default="store-ram+disk")
     ap.add_argument("--payload-scale", type=int, default=StackConfig().payload_scale)
     ap.add_argument("--placement", default="local", choices=("local", "random"))

@@ -5,31 +5,41 @@ A fleet's event loop is shared by every session; a prompt's token ids (tens of t
 integers, the first event of each streamed answer) cost about 2 ms of that loop to parse and
 hash in place (``bench/bench_client.py``), and calls of a round end together. The LLM client
 therefore passes the event's raw ``prompt_token_ids`` JSON text (:meth:`LedgerProcess.add_json`)
-to a :class:`multiprocessing.Queue` (its feeder thread writes the pipe, so ``put`` never blocks
-the loop); a spawned process parses it and calls :meth:`LedgerWriter.add` with the same
-arguments, in the same order, writing the same files. ``close()`` drains the queue and waits for
-the process; an error in the process is re-raised there. The process runs at niceness +10: on a
-busy host the client's event loop, whose stamps are the measurement, preempts it. Killing the fleet loses at most the
-prompts still in the queue (milliseconds of calls), like the calls in flight.
+to a spawned process, which parses it and calls :meth:`LedgerWriter.add` with the same
+arguments, in the same order, writing the same files.
+
+The hand-over is a pipe written without blocking and without a helper thread: each message is
+one length-prefixed frame (the framing of :meth:`multiprocessing.connection.Connection.send_bytes`)
+appended to a buffer that is written as far as the pipe takes it; the rest is written by the
+event loop when the pipe becomes writable (``loop.add_writer``), or, with no running loop, at
+once. (A :class:`multiprocessing.Queue` has a feeder thread that pickles and writes in the
+client's process; its GIL hand-offs with the event loop delayed the loop's stamps by
+milliseconds.) ``close()`` writes what is left, sends the end frame and waits for the process; an
+error in the process is re-raised there. The process runs at niceness +10 (on a busy host the
+client's event loop, whose stamps are the measurement, preempts it) and, when the fleet is pinned
+to its own cores (``fleet.client_cpus``), on the host's other cores. Killing the fleet loses at
+most the prompts not yet read by the process (milliseconds of calls), like the calls in flight.
 """
 from __future__ import annotations
 
+import asyncio
 import multiprocessing as mp
+import os
 import queue as _queue
+import select
+import struct
 from pathlib import Path
 from typing import Any, Sequence
 
 import numpy as np
+import orjson
 
 __all__ = ["LedgerProcess"]
 
 NICE = 10  # the ledger process's niceness increment (it only has to keep up on average)
 
 
-def _serve(q: Any, errors: Any, run_dir: str, kw: dict[str, Any]) -> None:
-    import os
-
-    import orjson
+def _serve(conn: Any, errors: Any, run_dir: str, kw: dict[str, Any]) -> None:
     try:  # background work: the client's event loop (and the stack) preempt it on wake-up
         os.nice(NICE)
     except OSError:
@@ -43,58 +53,132 @@ def _serve(q: Any, errors: Any, run_dir: str, kw: dict[str, Any]) -> None:
         return
     try:
         while True:
-            msg = q.get()
-            if msg is None:
+            try:
+                body = conn.recv_bytes()
+            except EOFError:  # the fleet is gone: keep what was read
                 break
-            op = msg[0]
+            if not body:  # the end frame
+                break
+            head, _, payload = body.partition(b"\n")
+            op, *args = orjson.loads(head)
             if op == "add":
-                _, t, sid, cid, ids = msg
-                w.add(t, sid, cid, orjson.loads(ids) if isinstance(ids, bytes) else ids)
+                t, sid, cid = args
+                w.add(t, sid, cid, orjson.loads(payload))
             elif op == "forget":
-                w.forget(msg[1])
+                w.forget(args[0])
     except Exception as e:  # noqa: BLE001
         errors.put(f"{type(e).__name__}: {e}")
     finally:
         w.close()
 
 
+def _away_from_client() -> set[int] | None:
+    """Cores for the ledger process when this process is pinned (``fleet.client_cpus``): the
+    host's other cores, so its hashing never shares a core with the client's event loop."""
+    from ..config import HOST_CPUS
+    if not hasattr(os, "sched_getaffinity"):
+        return None
+    mine = os.sched_getaffinity(0)
+    rest = set(HOST_CPUS) - mine
+    return rest if rest and mine != set(HOST_CPUS) else None
+
+
 class LedgerProcess:
     """The :class:`~adev.analysis.ledger.LedgerWriter` hook, run in a spawned process.
 
     ``LedgerProcess(run_dir, **LedgerWriter kwargs)``; ``add`` / ``add_json`` / ``forget`` /
-    ``close`` as the writer's. Use as a context manager or call ``close()``."""
+    ``close`` as the writer's. Use as a context manager or call ``close()``. Not thread-safe:
+    call it from one thread (the event loop's)."""
 
     def __init__(self, run_dir: Any, **kw: Any):
         ctx = mp.get_context("spawn")  # the fleet process has threads: no fork
-        self._q = ctx.Queue()
+        reader, self._conn = ctx.Pipe(duplex=False)
         self._errors = ctx.Queue()
         self.dir = Path(getattr(run_dir, "path", run_dir))
-        self._p = ctx.Process(target=_serve, args=(self._q, self._errors, str(self.dir), kw),
+        self._p = ctx.Process(target=_serve, args=(reader, self._errors, str(self.dir), kw),
                               name="adev-ledger", daemon=True)
         self._p.start()
+        reader.close()
+        self._fd = self._conn.fileno()
+        os.set_blocking(self._fd, False)
+        self._buf = bytearray()
+        self._loop: asyncio.AbstractEventLoop | None = None  # a writer is registered on it
         self._closed = False
+        away = _away_from_client()
+        if away:
+            try:
+                os.sched_setaffinity(self._p.pid, away)
+            except OSError:
+                pass
 
     def add(self, t: float, session_id: str, call_id: str,
             token_ids: Sequence[int] | np.ndarray) -> None:
         """As :meth:`LedgerWriter.add` (returns nothing: the block count is known later)."""
-        ids = np.asarray(token_ids, dtype=np.uint32) if not isinstance(token_ids, np.ndarray) \
-            else token_ids
-        self._put(("add", float(t), str(session_id), str(call_id), ids))
+        self._send(["add", float(t), str(session_id), str(call_id)],
+                   orjson.dumps(token_ids, option=orjson.OPT_SERIALIZE_NUMPY))
 
     def add_json(self, t: float, session_id: str, call_id: str, ids_json: bytes) -> None:
         """One prompt's token ids as the JSON array text of a ``prompt_token_ids`` field."""
-        self._put(("add", float(t), str(session_id), str(call_id), bytes(ids_json)))
+        self._send(["add", float(t), str(session_id), str(call_id)], bytes(ids_json))
 
     def forget(self, session_id: str) -> None:
-        self._put(("forget", str(session_id)))
+        self._send(["forget", str(session_id)], b"")
 
-    def _put(self, msg: tuple) -> None:
+    def _send(self, head: list, payload: bytes) -> None:
         if self._closed:
             raise ValueError("ledger writer is closed")
         if not self._p.is_alive():
             raise RuntimeError(f"ledger process ended (exit code {self._p.exitcode}): "
                                f"{self._error() or 'no error reported'}")
-        self._q.put(msg)
+        body = orjson.dumps(head) + b"\n" + payload
+        self._buf += struct.pack("!i", len(body))
+        self._buf += body
+        self._flush()
+
+    def _flush(self) -> None:
+        """Write as much of the buffer as the pipe takes now; leave the rest to the loop."""
+        while self._buf:
+            try:
+                n = os.write(self._fd, self._buf)
+            except BlockingIOError:
+                n = 0
+            except OSError:  # the process is gone (EPIPE): the next add or close() says why
+                self._buf.clear()
+                n = 0
+            if n <= 0:
+                break
+            del self._buf[:n]
+        if self._buf and self._loop is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:  # no loop in this thread: wait for the reader here
+                while self._buf and self._p.is_alive():
+                    if select.select([], [self._fd], [], 1.0)[1]:
+                        self._flush_once()
+                return
+            loop.add_writer(self._fd, self._on_writable)
+            self._loop = loop
+        elif not self._buf and self._loop is not None:
+            self._loop.remove_writer(self._fd)
+            self._loop = None
+
+    def _flush_once(self) -> None:
+        try:
+            n = os.write(self._fd, self._buf)
+        except BlockingIOError:
+            return
+        except OSError:
+            self._buf.clear()
+            return
+        del self._buf[:n]
+
+    def _on_writable(self) -> None:
+        if not self._p.is_alive():  # nobody reads any more: stop trying (close() reports it)
+            if self._loop is not None:
+                self._loop.remove_writer(self._fd)
+                self._loop = None
+            return
+        self._flush()
 
     def _error(self) -> str | None:
         try:
@@ -107,20 +191,26 @@ class LedgerProcess:
         if self._closed:
             return
         self._closed = True
+        if self._loop is not None:
+            self._loop.remove_writer(self._fd)
+            self._loop = None
         if self._p.is_alive():
-            self._q.put(None)  # after everything queued: the process drains the queue first
+            try:
+                os.set_blocking(self._fd, True)
+                self._buf += struct.pack("!i", 0)  # the end frame
+                while self._buf and self._p.is_alive():
+                    ready = select.select([], [self._fd], [], 1.0)[1]
+                    if ready:
+                        del self._buf[:os.write(self._fd, self._buf)]
+            except OSError:
+                pass
+        self._conn.close()
         self._p.join(timeout_s)
         if self._p.is_alive():
             self._p.terminate()
             self._p.join(5)
-            self._q.cancel_join_thread()  # nobody reads the pipe any more: do not wait on it
-            self._q.close()
             raise RuntimeError(f"ledger process did not finish within {timeout_s:g} s")
         err = self._error()
-        if err or self._p.exitcode:
-            self._q.cancel_join_thread()
-        self._q.close()
-        self._q.join_thread()
         if err or self._p.exitcode:
             raise RuntimeError(f"ledger process failed (exit code {self._p.exitcode}): "
                                f"{err or 'no error reported'}")

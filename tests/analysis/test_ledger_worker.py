@@ -64,3 +64,23 @@ def test_bad_arguments_are_reported(tmp_path):
     p = LedgerProcess(tmp_path, algo="nope")
     with pytest.raises(RuntimeError, match="algo"):
         p.close()
+
+
+async def test_large_prompts_from_the_event_loop_never_block_it(tmp_path):
+    import asyncio
+
+    prompts = _prompts()
+    big = [(t, sid, cid, json.dumps(ids * 8).encode()) for t, sid, cid, ids in prompts]
+    p = LedgerProcess(tmp_path)
+    try:
+        for t, sid, cid, raw in big:  # ~3 MB: far more than a pipe holds
+            p.add_json(t, sid, cid, raw)
+        pending = len(p._buf)  # what the pipe did not take yet: returned without waiting
+        while p._buf:  # the loop writes the rest as the process reads
+            await asyncio.sleep(0.01)
+    finally:
+        p.close()
+    assert pending > 0
+    calls = [json.loads(x) for x in (tmp_path / "ledger" / "calls.jsonl").read_text().splitlines()]
+    assert [c["call_id"] for c in calls] == [cid for _, _, cid, _ in big]
+    assert [c["n_tokens"] for c in calls] == [8 * len(ids) for *_, ids in prompts]

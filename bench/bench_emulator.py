@@ -37,18 +37,7 @@ from adev.client.scrape import scrape_sync, total  # noqa: E402
 from adev.clock import RunClock  # noqa: E402
 from adev.config import StackConfig, load_model_profile  # noqa: E402
 from adev.stack import process_usage, running_stack, small_config  # noqa: E402
-
-
-def prompt_messages(n_tokens: int, tag: str = "a") -> list[dict]:
-    """A user message of about ``n_tokens`` tokens (the emulator's tokenizer: one token per
-    4-letter word)."""
-    def word(i: int) -> str:
-        s = ""
-        for _ in range(4):
-            s += chr(97 + i % 26)
-            i //= 26
-        return tag[0] + s
-    return [{"role": "user", "content": " ".join(word(i) for i in range(n_tokens))}]
+from tests.emulator.helpers import prompt_messages  # noqa: E402  (prompts of n tokens)
 
 
 def pct(xs, q):

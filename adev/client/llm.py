@@ -8,9 +8,10 @@ Every call streams with ``stream_options.include_usage`` and (when a ledger is a
 (:class:`adev.clock.RunClock`, model seconds):
 
 - ``t_scheduled``: the call became ready (``chat()`` entered, or the caller's stamp);
-- ``t_sent``: the request's first bytes were written on a connection (aiohttp's
-  ``on_request_headers_sent`` trace signal, which fires when the buffered headers are flushed with
-  the body: after the pool wait and any connection set-up);
+- ``t_sent``: the request's first bytes are handed to a connection's socket (aiohttp's
+  ``on_request_chunk_sent`` trace signal for the first body chunk, which goes out together with
+  the buffered headers; ``on_request_headers_sent`` for a request without a body): after the
+  pool wait and any connection set-up;
 - ``t_first_byte``: the first bytes of the response body arrived (usually the role-only chunk,
   which vLLM and the emulator send with the prompt's token ids);
 - ``t_first_content``: the first event carrying content, reasoning or a tool-call delta (TTFT);
@@ -197,7 +198,8 @@ class LLMClient:
         s = self._session
         if s is None or s.closed:
             trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(_stamp_sent)
+            trace.on_request_headers_sent.append(_stamp_headers)
+            trace.on_request_chunk_sent.append(_stamp_body)
             s = self._session = aiohttp.ClientSession(
                 connector=aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=0,
                                                keepalive_timeout=300.0),
@@ -325,7 +327,7 @@ class LLMClient:
                        rec: CallRecord) -> ChatResult:
         clock = self.clock
         payload = _dumps({**body, **xb})
-        box = [0.0]  # t_sent, stamped by _stamp_sent (aiohttp's request-headers-sent trace)
+        box = [0.0, 0.0]  # headers serialised, first body bytes written (aiohttp's traces)
         st = _StreamState()
         try:
             try:
@@ -367,7 +369,8 @@ class LLMClient:
                 raise _Retryable(f"{type(e).__name__}: {e}") from None
         finally:
             t_end = time.monotonic()
-            rec.t_sent = clock.to_model(box[0]) if box[0] else rec.t_scheduled
+            sent = box[1] or box[0]
+            rec.t_sent = clock.to_model(sent) if sent else rec.t_scheduled
             rec.t_first_byte = clock.to_model(st.first_byte) if st.first_byte else None
             rec.t_first_content = (clock.to_model(st.first_content) if st.first_content
                                    else None)
@@ -420,11 +423,19 @@ class LLMClient:
             self.run_dir.append(rec)
 
 
-async def _stamp_sent(session: Any, ctx: Any, params: Any) -> None:
-    """aiohttp trace hook: the request's headers went out on a connection (``t_sent``)."""
+async def _stamp_headers(session: Any, ctx: Any, params: Any) -> None:
+    """aiohttp trace hook: the request's headers were serialised on a connection."""
     box = ctx.trace_request_ctx
     if box is not None and not box[0]:
         box[0] = time.monotonic()
+
+
+async def _stamp_body(session: Any, ctx: Any, params: Any) -> None:
+    """aiohttp trace hook: the first body chunk (with the buffered headers) is being handed to
+    the connection's transport, which writes it to the socket at once (``t_sent``)."""
+    box = ctx.trace_request_ctx
+    if box is not None and not box[1]:
+        box[1] = time.monotonic()
 
 
 class _StreamState:

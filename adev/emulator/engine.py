@@ -52,6 +52,16 @@ log = logging.getLogger("adev.emulator.engine")
 
 WAITING, LOADING, PREFILL, DECODE, DONE = "waiting", "loading", "prefill", "decode", "done"
 
+SPIN_WALL_S = 0.0015
+"""The last stretch before a plan that emits first tokens ends is waited for by yielding to the
+loop (``asyncio.sleep(0)``) instead of a timer: asyncio's epoll timers round up to whole
+milliseconds. Costs at most this much CPU per such plan (one per request)."""
+
+
+async def _spin_until(deadline: float) -> None:
+    while time.monotonic() < deadline:
+        await asyncio.sleep(0)
+
 
 @dataclass
 class TierCost:
@@ -264,10 +274,18 @@ class Engine:
                 delay = self.wall(plan.end) - time.monotonic()
                 if delay <= 0:
                     break
+                # a plan that ends with first tokens is waited for precisely: the loop's timers
+                # wake up to a millisecond late (epoll), which at S=10 is 10 model ms of TTFT
+                margin = SPIN_WALL_S if any(r.n_gen == 0 for r in plan.decode) else 0.0
+                if delay <= margin:
+                    await _spin_until(self.wall(plan.end))
+                    break
                 self._wake.clear()
                 try:
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                    await asyncio.wait_for(self._wake.wait(), delay - margin)
                 except asyncio.TimeoutError:
+                    if margin:
+                        continue
                     break
                 pending = [e for e in self._events if e < plan.end]
                 if not pending:

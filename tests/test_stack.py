@@ -44,6 +44,8 @@ def sdir():
 
 
 def children() -> set[int]:
+    # compared as ``children() <= before``: nothing new is left running; a child of an earlier
+    # test (a ledger or resource-tracker process) may end meanwhile
     return {p.pid for p in psutil.Process().children(recursive=True)
             if p.status() != psutil.STATUS_ZOMBIE}
 
@@ -184,7 +186,7 @@ def test_missing_binary_env_is_a_clear_error(monkeypatch, sdir):
     before = children()
     with pytest.raises(MissingBinaryError, match=MASTER_ENV):
         start_stack(small_config(sdir), endpoint_module=FAKE)
-    assert children() == before and read_state(sdir) is None
+    assert children() <= before and read_state(sdir) is None
 
 
 def test_read_state_missing_or_corrupt(sdir):
@@ -230,7 +232,7 @@ def test_up_status_down_leaves_nothing_running(sdir):
         res = stop_stack(info)
     assert res == {"coder": "stopped", "reasoner": "stopped", "master": "stopped"}
     assert not any(running(p) for p in info.pids.values())
-    assert children() == before
+    assert children() <= before
     assert read_state(sdir) is None and not stack_status(cfg)["running"]
     assert not any(Path(d).exists() for d in disks.values())
 
@@ -265,7 +267,7 @@ def test_port_in_use_is_a_clear_error_and_nothing_runs(sdir):
         cfg = small_config(sdir, store={"metrics_port": port})
         with pytest.raises(PortInUseError, match="stack.store.metrics_port"):
             start_stack(cfg, endpoint_module=FAKE)
-        assert children() == before and read_state(sdir) is None
+        assert children() <= before and read_state(sdir) is None
 
 
 @pytest.mark.integration
@@ -274,7 +276,7 @@ def test_endpoint_failure_stops_the_master_too(sdir, monkeypatch):
     before = children()
     with pytest.raises(StackError, match=r"reasoner exited during start-up \(exit status 3\)"):
         start_stack(small_config(sdir), endpoint_module=FAKE)
-    assert children() == before and read_state(sdir) is None
+    assert children() <= before and read_state(sdir) is None
 
 
 @pytest.mark.integration
@@ -284,7 +286,7 @@ def test_endpoint_missing_library_names_the_packages(sdir, monkeypatch):
     with pytest.raises(MissingLibraryError) as e:
         start_stack(small_config(sdir, endpoints=["coder"]), endpoint_module=FAKE)
     assert "libibverbs.so.1" in str(e.value) and "libibverbs1 librdmacm1 libnuma1" in str(e.value)
-    assert children() == before and read_state(sdir) is None
+    assert children() <= before and read_state(sdir) is None
 
 
 @pytest.mark.integration
@@ -329,7 +331,7 @@ def test_missing_system_library_is_a_clear_error(sdir, tmp_path, monkeypatch):
     monkeypatch.setenv(MASTER_ENV, str(binary))
     with pytest.raises(MissingLibraryError, match="libibverbs1 librdmacm1 libnuma1"):
         start_stack(small_config(sdir), endpoint_module=FAKE)
-    assert children() == before and read_state(sdir) is None
+    assert children() <= before and read_state(sdir) is None
 
 
 @pytest.mark.integration
@@ -366,7 +368,7 @@ async def test_running_stack_cancelled_during_startup_leaves_nothing(sdir, monke
     task.cancel()
     with pytest.raises(asyncio.CancelledError):
         await task
-    assert children() == before and read_state(sdir) is None
+    assert children() <= before and read_state(sdir) is None
 
 
 @pytest.mark.integration
@@ -594,7 +596,7 @@ async def test_external_mode_uses_given_urls_and_starts_nothing(sdir, tmp_path):
         async with running_stack(ext) as got:
             assert got.endpoints["coder"] == info.endpoints["coder"] and not got.started_here
             assert got.master_metrics_url == info.master_metrics_url
-        assert children() == before
+        assert children() <= before
         st = stack_status(ext)
         assert st["mode"] == "external" and st["master"]["healthy"]
         assert st["endpoints"]["coder"]["healthy"] and not st["endpoints"]["reasoner"]["healthy"]

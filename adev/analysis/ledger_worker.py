@@ -135,42 +135,40 @@ class LedgerProcess:
         self._buf += body
         self._flush()
 
+    def _write_some(self) -> None:
+        """One write of what the pipe takes now; a gone process (EPIPE) drops the buffer (the
+        next add or close() says why)."""
+        try:
+            del self._buf[:os.write(self._fd, self._buf)]
+        except BlockingIOError:
+            pass
+        except OSError:
+            self._buf.clear()
+
+    def _drain(self) -> None:
+        """Wait here until the process has taken the whole buffer (or is gone)."""
+        while self._buf and self._p.is_alive():
+            if select.select([], [self._fd], [], 1.0)[1]:
+                self._write_some()
+
     def _flush(self) -> None:
         """Write as much of the buffer as the pipe takes now; leave the rest to the loop."""
         while self._buf:
-            try:
-                n = os.write(self._fd, self._buf)
-            except BlockingIOError:
-                n = 0
-            except OSError:  # the process is gone (EPIPE): the next add or close() says why
-                self._buf.clear()
-                n = 0
-            if n <= 0:
+            before = len(self._buf)
+            self._write_some()
+            if len(self._buf) == before:
                 break
-            del self._buf[:n]
         if self._buf and self._loop is None:
             try:
                 loop = asyncio.get_running_loop()
             except RuntimeError:  # no loop in this thread: wait for the reader here
-                while self._buf and self._p.is_alive():
-                    if select.select([], [self._fd], [], 1.0)[1]:
-                        self._flush_once()
+                self._drain()
                 return
             loop.add_writer(self._fd, self._on_writable)
             self._loop = loop
         elif not self._buf and self._loop is not None:
             self._loop.remove_writer(self._fd)
             self._loop = None
-
-    def _flush_once(self) -> None:
-        try:
-            n = os.write(self._fd, self._buf)
-        except BlockingIOError:
-            return
-        except OSError:
-            self._buf.clear()
-            return
-        del self._buf[:n]
 
     def _on_writable(self) -> None:
         if not self._p.is_alive():  # nobody reads any more: stop trying (close() reports it)
@@ -194,16 +192,8 @@ class LedgerProcess:
         if self._loop is not None:
             self._loop.remove_writer(self._fd)
             self._loop = None
-        if self._p.is_alive():
-            try:
-                os.set_blocking(self._fd, True)
-                self._buf += struct.pack("!i", 0)  # the end frame
-                while self._buf and self._p.is_alive():
-                    ready = select.select([], [self._fd], [], 1.0)[1]
-                    if ready:
-                        del self._buf[:os.write(self._fd, self._buf)]
-            except OSError:
-                pass
+        self._buf += struct.pack("!i", 0)  # the end frame
+        self._drain()
         self._conn.close()
         self._p.join(timeout_s)
         if self._p.is_alive():

@@ -13,11 +13,12 @@ import socket
 import sys
 from typing import Any
 
+from . import event_loop
 from .config import ROOT, to_dict
 
 PACKAGES = ("adev", "mooncake-transfer-engine-non-cuda", "openai", "httpx", "aiohttp", "pandas",
             "pyarrow", "numpy", "asyncssh", "libvirt-python", "gitpython", "rich", "matplotlib",
-            "prometheus_client")
+            "prometheus_client", "uvloop", "orjson")
 _SECRET_MARKERS = ("key", "token", "secret", "password", "passwd")
 
 
@@ -66,6 +67,7 @@ def build_manifest(run_id: str, *, command: list[str] | None = None, config: Any
         "seeds": seeds or {},
         "packages": package_versions(),
         "python": sys.version.split()[0],
+        "event_loop": event_loop.loop_name(),
         "git": git_state(),
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "cpus": os.cpu_count()},

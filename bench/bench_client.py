@@ -49,6 +49,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import numpy as np  # noqa: E402
 
+from adev import event_loop  # noqa: E402
 from adev.client.llm import Endpoint, LLMClient  # noqa: E402
 from adev.clock import RunClock  # noqa: E402
 from adev.records import RunDir  # noqa: E402
@@ -125,12 +126,13 @@ async def run_scenario(a, scenario: str) -> None:
                         lags.append((time.monotonic() - t - 0.001) * 1e3)
                 pr = asyncio.create_task(probe())
                 u0 = process_usage(info)
-                t0, c0 = time.monotonic(), time.process_time()
-                await asyncio.gather(*(session(llm, names[i % len(names)], i, a.calls, lead,
-                                               chunks, max_tokens, tools, a.jitter_ms,
-                                               a.spread if scenario == "paced" else 0.0)
-                                       for i in range(a.sessions)))
-                wall, cpu = time.monotonic() - t0, time.process_time() - c0
+                with event_loop.quiet_gc():  # as a fleet runs its sessions
+                    t0, c0 = time.monotonic(), time.process_time()
+                    await asyncio.gather(*(session(llm, names[i % len(names)], i, a.calls, lead,
+                                                   chunks, max_tokens, tools, a.jitter_ms,
+                                                   a.spread if scenario == "paced" else 0.0)
+                                           for i in range(a.sessions)))
+                    wall, cpu = time.monotonic() - t0, time.process_time() - c0
                 u1 = process_usage(info)
                 stack_cores = sum(u1[k]["cpu_s"] - u0[k]["cpu_s"] for k in u1 if k in u0) / wall
                 stop.set()
@@ -224,7 +226,7 @@ def main() -> None:
     if a.client_cpus:
         os.sched_setaffinity(0, set(parse_cpu_list(a.client_cpus, "--client-cpus")))
     os.environ.setdefault("PYTHONHASHSEED", "0")
-    asyncio.run(main_async(a))
+    event_loop.run(main_async(a))
 
 
 if __name__ == "__main__":

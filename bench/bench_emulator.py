@@ -32,6 +32,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from adev import event_loop  # noqa: E402
 from adev.client.llm import Endpoint, LLMClient  # noqa: E402
 from adev.client.scrape import scrape_sync, total  # noqa: E402
 from adev.clock import RunClock  # noqa: E402
@@ -225,4 +226,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(asyncio.run(main()))
+    sys.exit(event_loop.run(main()))

@@ -40,11 +40,6 @@ NICE = 10  # the ledger process's niceness increment (it only has to keep up on 
 
 
 def _serve(conn: Any, errors: Any, run_dir: str, kw: dict[str, Any]) -> None:
-    try:  # background work: the client's event loop (and the stack) preempt it on wake-up
-        os.nice(NICE)
-    except OSError:
-        pass
-
     from .ledger import LedgerWriter
     try:
         w = LedgerWriter(run_dir, **kw)
@@ -98,6 +93,12 @@ class LedgerProcess:
         self._p = ctx.Process(target=_serve, args=(reader, self._errors, str(self.dir), kw),
                               name="adev-ledger", daemon=True)
         self._p.start()
+        try:  # background work, its start-up included (a spawned interpreter imports for
+            # hundreds of ms): the client's event loop (and the stack) preempt it on wake-up
+            os.setpriority(os.PRIO_PROCESS, self._p.pid,
+                           min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE))
+        except OSError:
+            pass
         reader.close()
         self._fd = self._conn.fileno()
         os.set_blocking(self._fd, False)

@@ -34,6 +34,7 @@ from aiohttp import web
 
 from adev.config import (ConfigError, ModelProfile, StackConfig, TierProfile, from_dict, load_model_profile,
                          load_tier_profile)
+from adev import event_loop
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
 from adev.emulator.metrics import Metrics
 from adev.emulator.policies.base import PolicyReply, PolicyRequest, load_policy
@@ -554,7 +555,8 @@ async def serve(stack: StackConfig, name: str, port: int, master: str | None, di
             loop.add_signal_handler(sig, stop.set)
         except (NotImplementedError, RuntimeError):
             pass
-    await stop.wait()
+    with event_loop.quiet_gc():  # the set-up (tokenizer, pools, store client) never rescanned
+        await stop.wait()
     await runner.cleanup()
     try:  # bounded: process exit does not need the store client's goodbye
         await asyncio.wait_for(ep.close(), 10.0)
@@ -579,7 +581,7 @@ def main(argv: list[str] | None = None) -> int:
         names = [e.name for e in stack.endpoints]
         if a.endpoint not in names:
             raise ConfigError(f"--endpoint: {a.endpoint!r} is not in stack.endpoints; allowed: {', '.join(names)}")
-        asyncio.run(serve(stack, a.endpoint, a.port, a.master, a.disk_dir, a.master_http))
+        event_loop.run(serve(stack, a.endpoint, a.port, a.master, a.disk_dir, a.master_http))
     except ConfigError as e:
         print(f"adev.emulator.server: {e}", file=sys.stderr)
         sys.stdout.flush()

@@ -28,6 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
+from .. import event_loop
 from ..clock import RunClock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
@@ -487,7 +488,7 @@ def run_fleet(cfg: FleetConfig, *, base: Path | None = None, deps: Deps | None =
     if run_path is not None:
         run_path.mkdir(parents=True, exist_ok=False)
     run = FleetRun(cfg, stack_cfg, deps, out=out, live=live, run_path=run_path)
-    return asyncio.run(run.run())
+    return event_loop.run(run.run())
 
 
 def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
@@ -506,4 +507,4 @@ def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
     stack_cfg = cfg.stack_config()
     pin_client(cfg, stack_cfg)
     fr = FleetRun(cfg, stack_cfg, deps, run_path=p, resume=True, out=out, live=live)
-    return asyncio.run(fr.run())
+    return event_loop.run(fr.run())

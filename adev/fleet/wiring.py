@@ -9,8 +9,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
+from typing import Any, AsyncIterator
 
+from .. import event_loop
 from ..client.llm import Endpoint, LLMClient
 
 
@@ -65,30 +66,6 @@ class CountingClient(LLMClient):
             st.call_finished(endpoint, tok)
 
 
-GC_THRESHOLDS = (20_000, 50, 100)
-"""Young-generation threshold 20,000 allocations (CPython's default 700). Measured at width 64
-(``bench_fleet.py --window-length 1200``, a loaded 2-core host): 53 collections longer than 2 ms
-in 89 s with the defaults (young ones up to 27 ms), 31 with these settings and the freeze."""
-
-
-@contextlib.contextmanager
-def quiet_gc() -> Iterator[None]:
-    """Keep the garbage collector off the sessions' event loop as far as is safe: everything
-    alive once the fleet is set up (imports, configs, tasks) is frozen out of every later
-    collection (``gc.freeze``), and young collections run less often (:data:`GC_THRESHOLDS`).
-    Reference cycles made later are still collected; on exit both are undone."""
-    import gc
-    old = gc.get_threshold()
-    gc.collect()
-    gc.freeze()
-    gc.set_threshold(*GC_THRESHOLDS)
-    try:
-        yield
-    finally:
-        gc.set_threshold(*old)
-        gc.unfreeze()
-
-
 @contextlib.asynccontextmanager
 async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: Any,
                         gate: Any) -> AsyncIterator[Any]:
@@ -130,7 +107,7 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
         for name in getattr(cfg, "tasks", None) or list_tasks():  # load before the clock matters
             if name not in tasks:
                 tasks[name] = await asyncio.to_thread(load_task, name)
-        with quiet_gc():
+        with event_loop.quiet_gc():
             yield launch
     finally:
         await llm.aclose()

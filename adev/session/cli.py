@@ -14,7 +14,6 @@ distribution of prompt tokens per call and per round.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
 from pathlib import Path
@@ -70,7 +69,8 @@ def make_gate(name: str) -> Any:
 
 
 def main(args: argparse.Namespace) -> int:
-    summary = asyncio.run(run(args))
+    from .. import event_loop
+    summary = event_loop.run(run(args))
     if args.json:
         print(json.dumps(summary, indent=2))
     else:

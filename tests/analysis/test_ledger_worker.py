@@ -84,3 +84,18 @@ async def test_large_prompts_from_the_event_loop_never_block_it(tmp_path):
     calls = [json.loads(x) for x in (tmp_path / "ledger" / "calls.jsonl").read_text().splitlines()]
     assert [c["call_id"] for c in calls] == [cid for _, _, cid, _ in big]
     assert [c["n_tokens"] for c in calls] == [8 * len(ids) for *_, ids in prompts]
+
+
+def test_the_process_is_niced_from_its_first_instruction(tmp_path):
+    """Its start-up (a spawned interpreter's imports, hundreds of ms) must not compete with the
+    client's event loop either: the parent lowers its priority right after the spawn."""
+    import os
+
+    from adev.analysis.ledger_worker import NICE
+    from adev.records import RunDir
+    lp = LedgerProcess(RunDir.create("nice", base=tmp_path))
+    try:
+        mine = os.getpriority(os.PRIO_PROCESS, 0)
+        assert os.getpriority(os.PRIO_PROCESS, lp._p.pid) == min(19, mine + NICE)
+    finally:
+        lp.close()

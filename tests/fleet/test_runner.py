@@ -197,17 +197,3 @@ def test_resume_of_a_complete_run_does_nothing(tmp_path):
     rd = RunDir(out.run_dir)
     assert len(rd.read("sessions")) == n and len(rd.read("windows")) == 1
     assert any(e["event"] == "resume_nothing_left" for e in rd.read("events"))
-
-
-def test_quiet_gc_freezes_the_set_up_and_undoes_it():
-    import gc
-
-    from adev.fleet.wiring import GC_THRESHOLDS, quiet_gc
-    before = gc.get_threshold()
-    with quiet_gc():
-        assert gc.get_threshold() == GC_THRESHOLDS and gc.get_freeze_count() > 0
-        a = []
-        a.append(a)  # a cycle made during the fleet is still collected
-        del a
-        assert gc.collect() >= 1
-    assert gc.get_threshold() == before and gc.get_freeze_count() == 0

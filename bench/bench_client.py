@@ -23,10 +23,11 @@ Printed figures (wall milliseconds, from the CallRecords and the emulator's cont
 all on the host's CLOCK_MONOTONIC):
 - dispatch delay = t_sent - t_scheduled (client queueing + request build + pool wait), p50/p99;
   target p99 < 10 ms;
-- first byte - the server's send stamp of the stream's first event
-  (``adev.t_first_byte_sent_mono``: the role-only chunk, with the prompt's token ids, handed to
-  the connection), p50/p99; target p99 < 2 ms (the issue's figure: the client's first-byte stamp
-  vs the emulator's own send stamp);
+- first byte - the server's send stamp of the stream's first bytes
+  (``adev.t_first_byte_sent_mono``: the headers and the role-only chunk, with the prompt's token
+  ids, handed to the connection; the client stamps the first socket read of the answer),
+  p50/p99; target p99 < 2 ms (the issue's figure: the client's first-byte stamp vs the
+  emulator's own send stamp);
 - first content - the server's send stamp of the first token event
   (``adev.t_first_token_sent_mono``), p50/p99: the same gap for the event that is TTFT;
 - context: the server's own delay from deciding the first token (``t_first_token_mono``) to

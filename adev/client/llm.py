@@ -12,8 +12,10 @@ Every call streams with ``stream_options.include_usage`` and (when a ledger is a
   ``on_request_chunk_sent`` trace signal for the first body chunk, which goes out together with
   the buffered headers; ``on_request_headers_sent`` for a request without a body): after the
   pool wait and any connection set-up;
-- ``t_first_byte``: the first bytes of the response body arrived (usually the role-only chunk,
-  which vLLM and the emulator send with the prompt's token ids);
+- ``t_first_byte``: the first bytes of the response were read from the socket (the event loop's
+  ``data_received`` on the connection, before any parsing or task switch: what a packet capture
+  would show, give or take the loop's wake-up); the headers come with, or just before, the
+  role-only chunk that vLLM and the emulator send with the prompt's token ids;
 - ``t_first_content``: the first event carrying content, reasoning or a tool-call delta (TTFT);
 - ``t_end``: the stream ended (``[DONE]`` or EOF).
 
@@ -44,6 +46,7 @@ cut out of the event as raw bytes and, for a ledger with ``add_json``, handed ov
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import random
 import re
@@ -52,6 +55,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
+from aiohttp.client_proto import ResponseHandler
 import openai
 
 from ..clock import RunClock
@@ -200,9 +204,13 @@ class LLMClient:
             trace = aiohttp.TraceConfig()
             trace.on_request_headers_sent.append(_stamp_headers)
             trace.on_request_chunk_sent.append(_stamp_body)
+            connector = aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=0,
+                                             keepalive_timeout=300.0)
+            # every pooled connection stamps its first received bytes per request (t_first_byte);
+            # aiohttp has no public hook at the socket read, so its protocol factory is swapped
+            connector._factory = functools.partial(_StampedHandler, loop=connector._loop)
             s = self._session = aiohttp.ClientSession(
-                connector=aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=0,
-                                               keepalive_timeout=300.0),
+                connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s,
                                               sock_read=self.timeout_s),
                 trace_configs=[trace])
@@ -345,6 +353,8 @@ class LLMClient:
                         cls = (ContextLengthError if resp.status == 400 and
                                any(m in msg.lower() for m in _CONTEXT_MARKERS) else LLMError)
                         raise cls(f"HTTP {resp.status}: {msg}", status=resp.status)
+                    conn = resp.connection
+                    st.first_byte = getattr(conn and conn.protocol, "t_first_rx", None)
                     buf = b""
                     # read to the end even after [DONE]: a response released before its last
                     # byte costs the pooled keep-alive connection (and a TCP set-up next call)
@@ -421,6 +431,22 @@ class LLMClient:
     def _record(self, rec: CallRecord) -> None:
         if self.run_dir is not None:
             self.run_dir.append(rec)
+
+
+class _StampedHandler(ResponseHandler):
+    """aiohttp's client protocol, plus ``t_first_rx``: when the current request's first response
+    bytes were read from the socket (reset as each request on the connection starts)."""
+
+    t_first_rx: float | None = None
+
+    def set_response_params(self, **kw: Any) -> None:
+        self.t_first_rx = None
+        super().set_response_params(**kw)
+
+    def data_received(self, data: bytes) -> None:
+        if self.t_first_rx is None:
+            self.t_first_rx = time.monotonic()
+        super().data_received(data)
 
 
 async def _stamp_headers(session: Any, ctx: Any, params: Any) -> None:

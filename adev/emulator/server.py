@@ -280,9 +280,9 @@ class Endpoint:
 
     def adev_field(self, r: Request, t_first_mono: float | None, t_end_mono: float,
                    sent: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
-        """Contract 1. ``sent``: when the stream's first event and its first token event were
-        handed to the connection (``t_first_byte_sent_mono``, ``t_first_token_sent_mono``;
-        None for a non-streamed response)."""
+        """Contract 1. ``sent``: when the stream's first bytes (headers, then the first event)
+        and its first token event were handed to the connection (``t_first_byte_sent_mono``,
+        ``t_first_token_sent_mono``; None for a non-streamed response)."""
         bs = self.profile.block_size
         t_admit = r.t_admit if r.t_admit is not None else r.t_arrival
         t_ready = r.t_ready if r.t_ready is not None else t_admit
@@ -391,7 +391,6 @@ class Endpoint:
     async def _stream(self, request: web.Request, r: Request, plan: OutputPlan, want_ids: bool,
                       include_usage: bool) -> web.StreamResponse:
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        await resp.prepare(request)
         created = int(time.time())
         base = {"id": r.rid, "object": "chat.completion.chunk", "created": created, "model": self.model}
 
@@ -406,7 +405,8 @@ class Endpoint:
 
         first = {"role": "assistant", "content": ""}
         first_event = chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {}))
-        t_byte_sent = time.monotonic()
+        t_byte_sent = time.monotonic()  # before the headers go: no byte of the answer precedes it
+        await resp.prepare(request)
         await resp.write(first_event)
         t_token_sent = None
         started: set[int] = set()

@@ -317,3 +317,21 @@ async def test_warm_against_a_dead_endpoint_costs_nothing(tmp_path):
     c, _, _ = _client(tmp_path, "http://127.0.0.1:9/v1")
     async with c:
         assert await c.warm(3) == 0
+
+
+async def test_first_byte_is_stamped_at_the_socket_read_and_reset_per_request(server, tmp_path):
+    """t_first_byte comes from the connection's first data_received of each request (not from
+    the task that later parses it): a pooled connection re-arms it for every request."""
+    c, rd, _ = _client(tmp_path, server.url, pool_size=1)
+    async with c:
+        await c.chat("coder", [{"role": "user", "content": "a"}], call_id="c1")
+        await c.chat("coder", [{"role": "user", "content": "b"}], call_id="c2")
+        proto = next(iter(c._pool().connector._conns.values()))[0][0]
+    assert len(server.peers) == 1  # both calls on one connection
+    r1, r2 = rd.read("calls")
+    for r in (r1, r2):
+        assert r["t_sent"] <= r["t_first_byte"] < r["t_first_content"] <= r["t_end"]
+    assert r2["t_first_byte"] > r1["t_end"]  # re-armed, not the first request's stamp
+    # the role-only chunk comes 50 ms before the content: the first byte is the first read
+    assert r1["t_first_content"] - r1["t_first_byte"] >= 0.04
+    assert proto.t_first_rx is not None and type(proto).__name__ == "_StampedHandler"

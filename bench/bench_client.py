@@ -227,6 +227,7 @@ def main() -> None:
     if a.client_cpus:
         os.sched_setaffinity(0, set(parse_cpu_list(a.client_cpus, "--client-cpus")))
     os.environ.setdefault("PYTHONHASHSEED", "0")
+    print(f"({event_loop.describe()})")
     event_loop.run(main_async(a))
 
 

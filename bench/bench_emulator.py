@@ -226,4 +226,5 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
+    print(f"({event_loop.describe()})")
     sys.exit(event_loop.run(main()))

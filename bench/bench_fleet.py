@@ -125,6 +125,8 @@ def main() -> int:
     ap.add_argument("--scrape-interval", type=float, default=5.0, help="model seconds")
     ap.add_argument("--skip-overhead", action="store_true")
     a = ap.parse_args()
+    from adev import event_loop
+    print(f"({event_loop.describe()})")
     if not a.skip_overhead:
         scheduler_overhead(a.width, a.time_scale, a.window_length, a.policy, a.keep,
                            a.scrape_interval)

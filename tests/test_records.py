@@ -107,7 +107,7 @@ def _writer(path: str) -> None:
 
 
 def test_killed_writer_leaves_readable_records(tmp_path):
-    ctx = multiprocessing.get_context("fork")
+    ctx = multiprocessing.get_context("spawn")  # the test process has threads (no fork)
     p = ctx.Process(target=_writer, args=(str(tmp_path),))
     p.start()
     deadline = time.monotonic() + 10

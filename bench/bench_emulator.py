@@ -191,6 +191,23 @@ def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width:
           f"({cpu * wall / max(1, tiers['store_ram'] + tiers['store_disk']) * 1e6:.1f} s per 1M store-served)")
 
 
+def print_growth(S: float, rows: list[tuple[int, float, float, float]]) -> None:
+    """How TTFT grows with uncached tokens: least-squares lines through (prompt tokens, observed)
+    and (prompt tokens, modelled). The slope ratio is the prefill rate's error as a client sees
+    it; the intercepts' difference is the fixed per-request cost outside the model (HTTP hops,
+    process wake-ups, the real store lookup), in model ms and in wall ms."""
+    import numpy as np
+    x = np.array([r[0] for r in rows], dtype=float)
+    if len(x) < 2:
+        return
+    so, io = np.polyfit(x, [r[1] for r in rows], 1)
+    sm, im = np.polyfit(x, [r[3] for r in rows], 1)
+    print(f"S={S:>4}: TTFT growth with uncached tokens, observed vs modelled slope "
+          f"{(so / sm - 1) * 100:+.2f}% (implied prefill rate {1 / so:,.0f} vs modelled "
+          f"{1 / sm:,.0f} tokens/s)   [target within 5%]; fixed cost outside the model "
+          f"{(io - im) * 1e3:+.1f} model ms = {(io - im) / S * 1e3:+.2f} wall ms per request")
+
+
 async def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--seconds", type=float, default=60.0, help="wall seconds per load run")
@@ -218,6 +235,7 @@ async def main() -> int:
                 for p, obs, rep, mod in rows:
                     print(f"S={S:>4}: prompt {p:>6} tok  modelled {mod:8.4f}s  reported {rep:8.4f}s "
                           f"({(rep - mod) / mod * 100:+6.2f}%)  observed {obs:8.4f}s ({(obs - mod) / mod * 100:+6.2f}%)")
+                print_growth(S, rows)
         if not a.skip_load:
             await load(a, base)
     finally:

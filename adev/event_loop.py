@@ -3,7 +3,8 @@
 One place decides it, so the fleet, the emulated endpoints and the benchmarks measure the same
 loop. ``ADEV_EVENT_LOOP=asyncio`` forces asyncio's loop (to compare, or to rule uvloop out);
 ``ADEV_EVENT_LOOP=uvloop`` requires uvloop and fails clearly without it. The loop a run used is
-written to its manifest (:func:`loop_name`).
+written to its manifest (:func:`loop_name`). :func:`quiet_gc` keeps the garbage collector's long
+pauses off a loop whose stamps are measurements.
 """
 
 from __future__ import annotations

@@ -1,15 +1,10 @@
 """Typed config: errors name the field and the allowed values; profiles and stack files load."""
 from __future__ import annotations
 
-import dataclasses
-from dataclasses import dataclass, field
-from typing import Literal
-
 import pytest
 
-from adev.config import (ConfigError, EndpointSpec, ModelProfile, StackConfig, StoreSpec,
-                         from_dict, load, load_model_profile, load_stack, load_tier_profile,
-                         resolve, to_dict)
+from adev.config import (ConfigError, ModelProfile, StackConfig, StoreSpec, from_dict, load,
+                         load_model_profile, load_stack, load_tier_profile, to_dict)
 
 
 def test_unknown_key_names_field_and_allowed_keys():

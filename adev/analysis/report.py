@@ -27,7 +27,7 @@ import pandas as pd
 
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .run import Run, load_run
-from .windows import ALL, ttft_from_schedule, ttft_from_send, window_table
+from .windows import ttft_from_schedule, ttft_from_send, window_table
 
 OP_WIDTH = 12
 

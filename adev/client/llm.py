@@ -55,8 +55,8 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import aiohttp
-from aiohttp.client_proto import ResponseHandler
 import openai
+from aiohttp.client_proto import ResponseHandler
 
 from ..clock import RunClock
 from ..records import CallRecord

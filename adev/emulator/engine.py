@@ -39,7 +39,6 @@ from __future__ import annotations
 import asyncio
 import bisect
 import logging
-import math
 import time
 from collections import deque
 from dataclasses import dataclass, field
@@ -506,8 +505,6 @@ class Engine:
 
     # ------------------------------------------------------------------ commit
     def _commit(self, plan: _Plan) -> None:
-        c = self.cfg
-        bs = c.block_size
         k = len(plan.ends)
         end = plan.end
         for r, take in plan.prefill:

@@ -32,9 +32,9 @@ from typing import Any
 import orjson
 from aiohttp import web
 
-from adev.config import (ConfigError, ModelProfile, StackConfig, TierProfile, from_dict, load_model_profile,
-                         load_tier_profile)
 from adev import event_loop
+from adev.config import (ConfigError, ModelProfile, StackConfig, from_dict, load_model_profile,
+                         load_tier_profile)
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
 from adev.emulator.metrics import Metrics
 from adev.emulator.policies.base import PolicyReply, PolicyRequest, load_policy

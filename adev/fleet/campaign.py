@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ROOT, ConfigError, StackConfig, from_dict
-from .config import (CampaignConfig, CampaignPoint, FleetConfig, fleet_from_dict, load_campaign,
+from .config import (CampaignConfig, CampaignPoint, FleetConfig, load_campaign,
                      load_fleet, resolve_path, set_dotted)
 
 DEFAULT_CAMPAIGN = ROOT / "fleets" / "nightly.toml"

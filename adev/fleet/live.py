@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections import Counter, defaultdict
+from collections import Counter
 from typing import Any, Callable
 
 from ..records import RunDir

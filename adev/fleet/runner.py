@@ -221,7 +221,6 @@ class FleetRun:
                 self.path.rmdir()  # leave no empty run directory behind a config error
             raise
         self.signals = _Signals(asyncio.current_task())
-        display: LiveDisplay | None = None
         try:
             with self.signals:
                 async with self._gate() as gate:

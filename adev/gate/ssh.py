@@ -23,7 +23,7 @@ import re
 import shlex
 import tarfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Awaitable, Callable
 

@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any, AsyncIterator, Iterator
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import HOST_CPUS, ROOT, ConfigError, EndpointSpec, StackConfig, StoreSpec, \
+from ..config import HOST_CPUS, ROOT, ConfigError, StackConfig, \
     check_cpus, from_dict, load_model_profile, load_stack
 from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, StackError,
                     check_master_binary, find_master_binary, free_port, library_error_in_log,

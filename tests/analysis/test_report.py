@@ -1,9 +1,7 @@
 """adev report (markdown + self-contained HTML), --compare, summaries, notebooks."""
 from __future__ import annotations
 
-import os
 import re
-from pathlib import Path
 
 import pytest
 

@@ -1,7 +1,7 @@
 import pytest
 
 from adev.config import ConfigError, StackConfig
-from adev.fleet.config import (FleetConfig, fleet_from_dict, load_campaign, load_fleet)
+from adev.fleet.config import fleet_from_dict, load_campaign, load_fleet
 from adev.config import ROOT
 
 

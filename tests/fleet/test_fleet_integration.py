@@ -9,7 +9,6 @@ and the measurement stage reads every run.
 from __future__ import annotations
 
 import dataclasses
-import json
 import os
 import shutil
 import signal

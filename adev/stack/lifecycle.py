@@ -98,12 +98,14 @@ def cpu_pin(cpus: list[int]) -> list[str]:
     return [taskset, "--cpu-list", ",".join(str(c) for c in cpus)]
 
 
-def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str,
+def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str | None,
                      disk_dir: Path | None) -> list[str]:
-    """Contract 2: the emulator process command line (``module`` may also be a ``.py`` path)."""
+    """Contract 2: the emulator process command line (``module`` may also be a ``.py`` path;
+    ``master`` None: no store, for the recompute and gpu-only configurations)."""
     run = [sys.executable, module] if module.endswith(".py") else [sys.executable, "-m", module]
-    cmd = [*run, "--config", str(stack_json), "--endpoint", name, "--port", str(port),
-           "--master", master]
+    cmd = [*run, "--config", str(stack_json), "--endpoint", name, "--port", str(port)]
+    if master is not None:
+        cmd += ["--master", master]
     if disk_dir is not None:
         cmd += ["--disk-dir", str(disk_dir)]
     return cmd

@@ -1,12 +1,15 @@
-"""Start a real mooncake_master and emulator processes on free ports (for tests and the bench)."""
+"""Start a real mooncake_master and emulator processes on free ports (for tests and the bench).
+
+The command lines, flags and environments are the stack's own (``adev.stack.lifecycle``:
+:func:`master_flags`, :func:`endpoint_command`, :func:`endpoint_env`), so these processes are
+the ones ``adev stack up`` runs; only their lifetimes are the tests' (a master killed and
+restarted on the same ports, a lease given in real milliseconds)."""
 from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import socket
 import subprocess
-import sys
 import tempfile
 import time
 from pathlib import Path
@@ -14,8 +17,10 @@ from pathlib import Path
 import httpx
 
 from adev.config import ROOT, StackConfig, from_dict
+from adev.stack.lifecycle import endpoint_command, endpoint_env, master_flags
+from adev.stack.procs import find_master_binary
 
-MASTER_BIN = Path(sys.executable).parent / "mooncake_master"
+DISK_CONFIGS = ("store-ram+disk", "disk-only")
 
 
 def free_port() -> int:
@@ -38,11 +43,15 @@ def write_profile(folder: Path, **over) -> str:
 
 
 class Master:
-    def __init__(self, lease_ms: int, offload: bool, workdir: Path) -> None:
+    """``configuration`` picks the disk-tier flags as the stack does (default: store-ram+disk
+    with ``offload``, store-ram without)."""
+
+    def __init__(self, lease_ms: int, offload: bool, workdir: Path,
+                 configuration: str | None = None) -> None:
         self.rpc = free_port()
         self.http = free_port()
         self.lease_ms = lease_ms
-        self.offload = offload
+        self.configuration = configuration or ("store-ram+disk" if offload else "store-ram")
         self.workdir = workdir
         self.proc: subprocess.Popen | None = None
 
@@ -55,11 +64,9 @@ class Master:
         return f"http://127.0.0.1:{self.http}/metrics"
 
     def start(self) -> "Master":
-        cmd = [str(MASTER_BIN), f"--rpc_port={self.rpc}", "--rpc_address=127.0.0.1",
-               f"--metrics_port={self.http}", "--metrics_host=127.0.0.1",
-               f"--default_kv_lease_ttl={self.lease_ms}"]
-        if self.offload:
-            cmd += ["--enable_offload=true", "--offload_on_evict=true"]
+        cfg = from_dict(StackConfig, {"configuration": self.configuration}, "stack")
+        cmd = [str(find_master_binary()), *master_flags(
+            cfg, rpc_port=self.rpc, metrics_port=self.http, host="127.0.0.1", lease_ms=self.lease_ms)]
         log = open(self.workdir / f"master-{self.rpc}.log", "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 15
@@ -101,14 +108,15 @@ class Emulator:
     def start(self, timeout: float = 30) -> "Emulator":
         cfg = self.workdir / f"stack-{self.name}.json"
         cfg.write_text(json.dumps(dataclasses.asdict(self.stack)))
-        cmd = [sys.executable, "-m", "adev.emulator.server", "--config", str(cfg), "--endpoint", self.name,
-               "--port", str(self.port)]
-        if self.master is not None:
-            cmd += ["--master", self.master.addr, "--master-http", f"127.0.0.1:{self.master.http}"]
+        disk = None
+        if self.master is not None and self.stack.configuration in DISK_CONFIGS:
             disk = self.workdir / f"disk-{self.name}"
             disk.mkdir(exist_ok=True)
-            cmd += ["--disk-dir", str(disk)]
-        env = dict(os.environ, GLOG_minloglevel="2", ADEV_EMULATOR_LOG="WARNING")
+        cmd = endpoint_command("adev.emulator.server", cfg, self.name, self.port,
+                               self.master.addr if self.master is not None else None, disk)
+        if self.master is not None:
+            cmd += ["--master-http", f"127.0.0.1:{self.master.http}"]
+        env = dict(endpoint_env(self.stack, disk), GLOG_minloglevel="2", ADEV_EMULATOR_LOG="WARNING")
         log = open(self.workdir / f"emulator-{self.name}.log", "ab")
         self.proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, env=env, cwd=str(ROOT))
         deadline = time.monotonic() + timeout

@@ -112,7 +112,7 @@ def test_ram_evicted_then_served_from_disk(workdir):
 def test_disk_only_charges_every_hit_at_the_disk_tier(workdir):
     w, procs = workdir
     prof = write_profile(w, gpu_pool_tokens=9000)
-    m = Master(lease_ms=500, offload=True, workdir=w)
+    m = Master(lease_ms=500, offload=True, workdir=w, configuration="disk-only")
     m.start()
     procs.append(m)
     e = Emulator(make_stack(prof, "disk-only", 20.0, ram_gb=32.0), "coder", m, w).start()

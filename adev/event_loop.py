@@ -4,7 +4,9 @@ One place decides it, so the fleet, the emulated endpoints and the benchmarks me
 loop. ``ADEV_EVENT_LOOP=asyncio`` forces asyncio's loop (to compare, or to rule uvloop out);
 ``ADEV_EVENT_LOOP=uvloop`` requires uvloop and fails clearly without it. The loop a run used is
 written to its manifest (:func:`loop_name`). :func:`quiet_gc` keeps the garbage collector's long
-pauses off a loop whose stamps are measurements.
+pauses off a loop whose stamps are measurements; :func:`set_realtime` keeps the operating
+system's CPU queue off them (``fleet.client_realtime``), and :func:`scheduling` says how the
+loop's thread is scheduled (also in the manifest).
 """
 
 from __future__ import annotations
@@ -44,9 +46,64 @@ def loop_name() -> str:
 
 
 def describe() -> str:
-    """``"Python 3.12.1, uvloop 0.23.0"``: what a benchmark's figures were measured on."""
+    """``"Python 3.12.1, uvloop 0.23.0"``: what a benchmark's figures were measured on (plus
+    the loop thread's scheduling when it is not the default, e.g. ``", SCHED_FIFO 1"``)."""
     import platform
-    return f"Python {platform.python_version()}, {loop_name()}"
+    sched = scheduling()
+    return (f"Python {platform.python_version()}, {loop_name()}"
+            + ("" if sched.startswith("SCHED_OTHER") else f", {sched}"))
+
+
+REALTIME_PRIORITY = 1
+"""SCHED_FIFO priority of a realtime client loop: the lowest, above every normal task and below
+the kernel's own realtime threads."""
+
+_POLICIES = {getattr(os, n): n for n in ("SCHED_OTHER", "SCHED_BATCH", "SCHED_IDLE", "SCHED_FIFO",
+                                          "SCHED_RR") if hasattr(os, n)}
+
+
+def scheduling() -> str:
+    """How this thread is scheduled: ``"SCHED_OTHER nice 0"``, ``"SCHED_FIFO 1"``, or
+    ``"unknown"`` where the system cannot say."""
+    try:
+        pol = os.sched_getscheduler(0) & ~getattr(os, "SCHED_RESET_ON_FORK", 0)
+        name = _POLICIES.get(pol, f"policy {pol}")
+        if name in ("SCHED_FIFO", "SCHED_RR"):
+            return f"{name} {os.sched_getparam(0).sched_priority}"
+        return f"{name} nice {os.getpriority(os.PRIO_PROCESS, 0)}"
+    except (AttributeError, OSError):
+        return "unknown"
+
+
+def set_realtime(where: str) -> str:
+    """Schedule this thread (the one that runs the event loop) under SCHED_FIFO at
+    :data:`REALTIME_PRIORITY`, so that when a response's bytes arrive it runs at once instead of
+    waiting for a CPU behind the stack's processes. Threads and processes it starts later (the
+    ledger process, executors, a stack, the gate) are scheduled normally (SCHED_RESET_ON_FORK).
+
+    Why: on a shared host the kernel often wakes the loop on a CPU that is busy with an endpoint
+    or the master and lets it wait there for milliseconds; those milliseconds land in its
+    first-byte stamps (measured on this project's 2-core hosts with ``bench/bench_client.py``).
+    Raising the loop's nice value, or its own autogroup's, did not remove them; SCHED_FIFO did.
+    The loop's CPU time then takes precedence over the stack's: at most one core (a fleet's
+    client uses about a tenth of one at width 12), less the share the kernel keeps for normal
+    tasks (``kernel.sched_rt_runtime_us``, 5% by default).
+
+    Needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least 1 (and, under a cgroup v1
+    hierarchy with realtime group scheduling, a realtime budget for this cgroup). Without them a
+    :class:`ConfigError` names ``where``. Returns :func:`scheduling` after the change."""
+    fifo = getattr(os, "SCHED_FIFO", None)
+    if fifo is None or not hasattr(os, "sched_setscheduler"):
+        raise ConfigError(f"{where}: realtime scheduling (SCHED_FIFO) is not supported on this "
+                          "system; allowed values: false")
+    try:
+        os.sched_setscheduler(0, fifo | getattr(os, "SCHED_RESET_ON_FORK", 0),
+                              os.sched_param(REALTIME_PRIORITY))
+    except PermissionError:
+        raise ConfigError(f"{where}: true needs root, CAP_SYS_NICE or an RLIMIT_RTPRIO of at least "
+                          f"{REALTIME_PRIORITY} (SCHED_FIFO was refused); allowed values: false, or "
+                          "run with that privilege") from None
+    return scheduling()
 
 
 def run(main: Coroutine[Any, Any, T]) -> T:

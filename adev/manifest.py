@@ -68,6 +68,7 @@ def build_manifest(run_id: str, *, command: list[str] | None = None, config: Any
         "packages": package_versions(),
         "python": sys.version.split()[0],
         "event_loop": event_loop.loop_name(),
+        "loop_scheduling": event_loop.scheduling(),
         "git": git_state(),
         "host": {"hostname": socket.gethostname(), "platform": platform.platform(),
                  "cpus": os.cpu_count()},

@@ -17,7 +17,9 @@ Two scenarios (``--scenario``, default both):
 
 ``--stack-cpus 0 --client-cpus 1`` runs the stack and this client on separate cores
 (``stack.cpus`` / ``fleet.client_cpus``), as load generators are usually kept apart from the
-system under test.
+system under test. ``--client-realtime`` schedules this client's event loop SCHED_FIFO
+(``fleet.client_realtime``): on a shared host the kernel otherwise often wakes it on a CPU busy
+with the stack and lets it wait there for milliseconds, which land in its first-byte stamps.
 
 Printed figures (wall milliseconds, from the CallRecords and the emulator's contract-1 stamps,
 all on the host's CLOCK_MONOTONIC):
@@ -221,11 +223,16 @@ def main() -> None:
                     help="cores of the stack's processes (stack.cpus), e.g. 0")
     ap.add_argument("--client-cpus", metavar="LIST",
                     help="cores of this process (fleet.client_cpus), e.g. 1")
+    ap.add_argument("--client-realtime", action="store_true",
+                    help="schedule this process's event loop SCHED_FIFO (fleet.client_realtime; "
+                         "root or CAP_SYS_NICE)")
     a = ap.parse_args()
     from adev.config import parse_cpu_list
     a.stack_cpus = parse_cpu_list(a.stack_cpus, "--stack-cpus") if a.stack_cpus else None
     if a.client_cpus:
         os.sched_setaffinity(0, set(parse_cpu_list(a.client_cpus, "--client-cpus")))
+    if a.client_realtime:
+        event_loop.set_realtime("--client-realtime")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     print(f"({event_loop.describe()})")
     event_loop.run(main_async(a))

@@ -36,6 +36,7 @@ def test_includes_git_commit_versions_host_seeds(tmp_path):
     assert m["packages"]["adev"] and m["packages"]["mooncake-transfer-engine-non-cuda"]
     assert m["host"]["hostname"] and m["host"]["cpus"] >= 1
     assert m["event_loop"] == event_loop.loop_name()  # the loop the run's stamps come from
+    assert m["loop_scheduling"] == event_loop.scheduling()  # and how its thread was scheduled
     assert m["seeds"] == {"fleet": 11} and m["time_scale"] == 10.0
     assert m["config"]["store"]["lease_ttl_s"] == 5.0  # dataclass config -> plain dict
     rd = RunDir(tmp_path)

@@ -10,6 +10,7 @@ OVERRIDES = {  # CLI option dest -> dotted fleet key
     "time_scale": "time_scale", "gate": "gate", "stagger": "stagger_s", "seed": "seed",
     "stack": "stack", "warmup_max": "warmup.max_s", "scrape_interval": "scrape_interval_s",
     "results_dir": "results_dir", "drain": "drain_s", "min_completed": "warmup.min_completed",
+    "client_realtime": "client_realtime",
 }
 
 
@@ -44,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--results-dir", metavar="DIR")
     p.add_argument("--client-cpus", metavar="LIST",
                    help="cores of the fleet process, e.g. 1 or 2-3,6 (fleet.client_cpus)")
+    p.add_argument("--client-realtime", action="store_true", default=None,
+                   help="schedule the sessions' event loop SCHED_FIFO (needs root or "
+                        "CAP_SYS_NICE; fleet.client_realtime)")
     p.add_argument("--stack-cpus", metavar="LIST",
                    help="cores of the embedded stack's processes (stack.cpus)")
     p.add_argument("--live", choices=["auto", "rich", "plain", "off"],

@@ -95,6 +95,9 @@ class FleetConfig:
     # With stack.cpus on other cores the client's stamps never wait for the stack's CPU work.
     client_cpus: list[int] = field(default_factory=list)
     stack_cpus: list[int] | None = None  # overrides the stack's own ``cpus`` when set
+    # Run the sessions' event loop under SCHED_FIFO (adev.event_loop.set_realtime): its stamps
+    # then never wait for a CPU behind the stack's processes. Needs root or CAP_SYS_NICE.
+    client_realtime: bool = False
 
     def validate(self, where: str) -> None:
         check_cpus(self.client_cpus, f"{where}.client_cpus")

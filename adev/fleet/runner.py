@@ -467,7 +467,11 @@ class FleetRun:
 
 def pin_client(cfg: FleetConfig, stack_cfg: Any) -> None:
     """Run this process (the sessions' event loop and the threads and processes it starts) on
-    ``fleet.client_cpus``; a stack this fleet starts still gets ``stack.cpus`` (or every core)."""
+    ``fleet.client_cpus``; a stack this fleet starts still gets ``stack.cpus`` (or every core).
+    With ``fleet.client_realtime`` the loop's thread is scheduled SCHED_FIFO
+    (:func:`adev.event_loop.set_realtime`; what it starts is not)."""
+    if cfg.client_realtime:
+        event_loop.set_realtime("fleet.client_realtime")
     if not cfg.client_cpus:
         return
     shared = sorted(set(cfg.client_cpus) & set(getattr(stack_cfg, "cpus", None) or []))

@@ -83,3 +83,23 @@ def test_client_and_stack_cpus(monkeypatch):
     clash, _ = load_fleet(None, {"client_cpus": [HOST_CPUS[0]], "stack_cpus": [HOST_CPUS[0]]})
     with pytest.raises(ConfigError, match="shares cores"):
         runner.pin_client(clash, clash.stack_config(base))
+
+
+def test_client_realtime_from_file_cli_and_applied_by_pin_client(monkeypatch):
+    import argparse
+
+    from adev import event_loop
+    from adev.fleet import runner
+    from adev.fleet.cli import overrides_from_args, register
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers())
+    cfg, base = load_fleet(None, overrides_from_args(ap.parse_args(["fleet"])))
+    assert cfg.client_realtime is False  # the default: normal scheduling
+    cfg, base = load_fleet(None, overrides_from_args(ap.parse_args(["fleet", "--client-realtime"])))
+    assert cfg.client_realtime is True
+    with pytest.raises(ConfigError, match=r"fleet\.client_realtime"):
+        load_fleet(None, {"client_realtime": "yes"})
+    calls = []
+    monkeypatch.setattr(event_loop, "set_realtime", lambda where: calls.append(where))
+    runner.pin_client(cfg, cfg.stack_config(base))
+    assert calls == ["fleet.client_realtime"]

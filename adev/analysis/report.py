@@ -293,7 +293,8 @@ def _fmt(v: Any, pctg: bool = False) -> str:
 PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full", "gpu_hit_share",
             "store_hit_share", "store_hit_rate", "refused_share", "disk_share_of_saving",
             "busy_share", "gross_saving_quiet", "gross_saving_lo", "gross_saving_hi",
-            "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share"}
+            "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
+            "ttft_model_err_p50", "ttft_model_err_p99"}
 
 
 def md_table(df: pd.DataFrame, cols: Sequence[str] | None = None) -> str:
@@ -309,7 +310,8 @@ def md_table(df: pd.DataFrame, cols: Sequence[str] | None = None) -> str:
 WINDOW_COLS = ["window", "endpoint", "valid", "calls", "busy_s", "busy_share", "gpu_hit_share",
                "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
                "net_saving_full", "store_hit_rate", "refused_share", "preemptions",
-               "ttft_send_p50", "ttft_send_p99", "counter_resets", "scrape_gaps",
+               "ttft_send_p50", "ttft_send_p99", "ttft_model_err_p50", "ttft_model_err_p99",
+               "counter_resets", "scrape_gaps",
                "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel", "store_load_failed_tokens"]
 SWEEP_COLS = ["operating_point", "width", "runs", "interval_basis", "gross_saving", "gross_saving_lo",
               "gross_saving_hi", "gross_saving_quiet", "net_saving", "gross_saving_disk",
@@ -577,6 +579,9 @@ def summarise_run(path: str | Path) -> str:
            line("GPU hit share", "gpu_hit_share"), line("store hit share", "store_hit_share"),
            line("store hit rate", "store_hit_rate"), line("refused writes", "refused_share"),
            line("TTFT p50 (s)", "ttft_send_p50", False)]
+    if (s.stats.get("ttft_model_err_p99") or {}).get("n"):  # emulated stack: how far the client's TTFT drifted
+        out += [line("TTFT over the emulator's model, p50", "ttft_model_err_p50"),
+                line("TTFT over the emulator's model, p99", "ttft_model_err_p99")]
     if s.burst_windows and s.quiet["gross_saving"]["n"]:
         out.append(f"  gross saving, quiet windows: {_fmt(s.quiet['gross_saving']['mean'], True)}")
     if s.reuse:

@@ -175,6 +175,18 @@ def ttft_from_schedule(c: pd.DataFrame) -> np.ndarray:
     return (c["t_first_content"] - c["t_scheduled"]).to_numpy(dtype=float)
 
 
+def ttft_model_error(observed_s, modelled_s) -> np.ndarray:
+    """Emulator fidelity per call: (TTFT from send - the endpoint's modelled TTFT) / modelled
+    TTFT, both in model seconds (``adev.ttft_s``: arrival -> first token on the engine's model
+    clock). What a client saw beyond the model: the HTTP hops and process wake-ups, and real
+    store I/O slower than its tier profile (at time scale S each wall millisecond is S model
+    ms). Only the emulated endpoint models TTFT; NaN where a call has no such figure."""
+    o = np.asarray(observed_s, dtype=float)
+    m = np.asarray(modelled_s, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m > 0, (o - m) / m, np.nan)
+
+
 def dispatch_delay(c: pd.DataFrame) -> np.ndarray:
     """Dispatch delay = t_sent - t_scheduled (call ready -> request written)."""
     return (c["t_sent"] - c["t_scheduled"]).to_numpy(dtype=float)
@@ -259,6 +271,8 @@ class WindowFigures:
     ttft_sched_p90: float = NAN
     ttft_sched_p99: float = NAN
     ttfb_send_p50: float = NAN
+    ttft_model_err_p50: float = NAN   # emulated stack only: ttft_model_error, fraction
+    ttft_model_err_p99: float = NAN
     dispatch_p50: float = NAN
     dispatch_p90: float = NAN
     dispatch_p99: float = NAN
@@ -316,7 +330,17 @@ def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
                "per-request store figures)" if len(c) else "no calls in the window")
         for k in ("store_keys_per_call", "put_refused_blocks", "preemptions_server"):
             fig.missing[k] = why
+        for k in ("ttft_model_err_p50", "ttft_model_err_p99"):
+            fig.missing[k] = ("no call in the window carries the emulator's `adev` field (only the "
+                              "emulated endpoint models TTFT)" if len(c) else "no calls in the window")
         return
+    ok = srv[srv["status"] == "ok"]
+    err = ttft_model_error(ttft_from_send(ok), ok["srv_ttft_s"]) if len(ok) else np.array([])
+    if np.isnan(err).all():
+        fig.missing["ttft_model_err_p50"] = fig.missing["ttft_model_err_p99"] = (
+            "no OK call in the window with both a first-content stamp and a modelled TTFT")
+    else:
+        fig.ttft_model_err_p50, fig.ttft_model_err_p99 = pct(err, 50), pct(err, 99)
     keys = srv["srv_store_keys_looked_up"].sum()
     fig.store_keys_per_call = float(keys / len(srv))
     fig.put_blocks = float(srv["srv_put_blocks"].sum())

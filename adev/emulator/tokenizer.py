@@ -24,6 +24,8 @@ import zlib
 from collections import OrderedDict
 from typing import Any
 
+import orjson
+
 ENDOFTEXT = 151643
 IM_START = 151644
 IM_END = 151645
@@ -120,7 +122,7 @@ class Tokenizer:
         first_system = bool(msgs) and msgs[0].get("role") == "system"
         if tools or first_system:
             sys_text = _content_text(msgs[0].get("content")) if first_system else ""
-            tools_key = json.dumps(tools, sort_keys=True) if tools else ""
+            tools_key = _key(tools) if tools else b""
             out.extend(self._cached(("sys", sys_text, tools_key),
                                     lambda: self._render_system(sys_text, tools)))
             if first_system:
@@ -137,7 +139,7 @@ class Tokenizer:
             elif role == "assistant":
                 content = _content_text(m.get("content"))
                 calls = m.get("tool_calls") or []
-                ck = json.dumps(calls, sort_keys=True) if calls else ""
+                ck = _key(calls) if calls else b""
                 out.extend(self._cached(("assistant", content, ck),
                                         lambda: self._render_assistant(content, calls)))
             else:
@@ -183,6 +185,16 @@ class Tokenizer:
                 args = json.dumps(args, ensure_ascii=False)
             text += ("\n" if (j or content) else "") + self.render_tool_call(str(fn.get("name", "")), args)
         return [IM_START] + self.encode(text) + [IM_END] + self.encode("\n")
+
+
+def _key(obj: Any) -> bytes:
+    """A cache key for JSON-like ``obj`` (tool schemas, tool calls with their arguments): its
+    canonical JSON. orjson, not ``json.dumps``: a conversation's assistant turns carry whole
+    files as write_file arguments and every request re-keys all of them."""
+    try:
+        return orjson.dumps(obj, option=orjson.OPT_SORT_KEYS)
+    except TypeError:  # not JSON-serialisable as is (e.g. a non-str dict key)
+        return json.dumps(obj, sort_keys=True, default=str).encode()
 
 
 def _content_text(content: Any) -> str:

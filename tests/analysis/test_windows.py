@@ -9,7 +9,8 @@ import pytest
 
 from adev.analysis import counters as C
 from adev.analysis.run import Scrape, load_run
-from adev.analysis.windows import (ALL, analyse_window, busy_time, in_flight, window_table)
+from adev.analysis.windows import (ALL, analyse_window, busy_time, in_flight, ttft_model_error,
+                                   window_table)
 from adev.config import StackConfig, StoreSpec, load_model_profile
 from adev.records import CallRecord, RunDir, ScrapeRecord, WindowRecord
 
@@ -310,3 +311,22 @@ def test_admission_from_server_stamps(tmp_path):
     w2 = t[(t.window == 2) & (t.endpoint == "coder")].iloc[0]
     assert w1.srv_requests == 0 and w2.srv_requests == 1
     assert w2.xcheck_gpu_rel == 0.0 and w1.xcheck_gpu_rel == 0.0
+
+
+def test_ttft_over_the_emulators_model(tmp_path):
+    """(TTFT from send - the endpoint's modelled TTFT) / modelled, per OK call: how far what the
+    client saw drifted from the emulator's model; missing, with the reason, without the field."""
+    sa, sb = _srv(0, 0, 0, 0, 0, 1000), _srv(0, 0, 0, 0, 0, 1000)
+    sa["ttft_s"], sb["ttft_s"] = 0.8, 1.0
+    calls = [_call("a", 1.0, 5.0, sa, t_fc=2.0), _call("b", 3.0, 9.0, sb, t_fc=4.0)]
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(0, 0, 2000))]
+    run = make_hand_run(tmp_path, calls, scr, [(0.0, 10.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.ttft_model_err_p50 == pytest.approx((0.25 + 0.0) / 2)   # 1.0 observed vs 0.8; 1.0 vs 1.0
+    assert f.ttft_model_err_p99 == pytest.approx(0.25 * 0.99)
+    np.testing.assert_allclose(ttft_model_error([1.0, 2.0, 1.0], [0.8, 0.0, float("nan")]),
+                               [0.25, np.nan, np.nan])
+    (tmp_path / "real").mkdir()
+    real = make_hand_run(tmp_path / "real", [_call("a", 0.0, 10.0, None)], scr, [(0.0, 10.0)])
+    g = {r.endpoint: r for r in analyse_window(real, real.measurement_windows()[0])}["coder"]
+    assert math.isnan(g.ttft_model_err_p99) and "models TTFT" in g.missing["ttft_model_err_p99"]

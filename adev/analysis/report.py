@@ -579,7 +579,7 @@ def summarise_run(path: str | Path) -> str:
            line("GPU hit share", "gpu_hit_share"), line("store hit share", "store_hit_share"),
            line("store hit rate", "store_hit_rate"), line("refused writes", "refused_share"),
            line("TTFT p50 (s)", "ttft_send_p50", False)]
-    if (s.stats.get("ttft_model_err_p99") or {}).get("n"):  # emulated stack: how far the client's TTFT drifted
+    if (s.stats.get("ttft_model_err_p99") or {}).get("n"):  # emulated stack only
         out += [line("TTFT over the emulator's model, p50", "ttft_model_err_p50"),
                 line("TTFT over the emulator's model, p99", "ttft_model_err_p99")]
     if s.burst_windows and s.quiet["gross_saving"]["n"]:

@@ -17,10 +17,9 @@ from pathlib import Path
 import httpx
 
 from adev.config import ROOT, StackConfig, from_dict
+from adev.emulator.server import DISK_CONFIGS
 from adev.stack.lifecycle import endpoint_command, endpoint_env, master_flags
 from adev.stack.procs import find_master_binary
-
-DISK_CONFIGS = ("store-ram+disk", "disk-only")
 
 
 def free_port() -> int:

@@ -69,6 +69,7 @@ class Metrics:
     def __init__(self, model_name: str, block_size: int, num_gpu_blocks: int,
                  enable_prefix_caching: bool, max_model_len: int) -> None:
         self.registry = r = CollectorRegistry()
+        self._exposition = Exposition(r)  # compiles at the first render, once every metric exists
         ln = ["model_name", "engine"]
         self.labels = lv = {"model_name": model_name, "engine": "0"}
 
@@ -179,10 +180,7 @@ class Metrics:
     def render(self) -> bytes:
         """The ``/metrics`` text: exactly ``generate_latest(self.registry)``, from
         :class:`Exposition` (a scrape must not hold the endpoint's loop for milliseconds)."""
-        ex = getattr(self, "_exposition", None)
-        if ex is None:
-            ex = self._exposition = Exposition(self.registry)
-        return ex.render()
+        return self._exposition.render()
 
 
 class Exposition:

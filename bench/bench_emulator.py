@@ -7,7 +7,7 @@ The stack is started with :func:`adev.stack.running_stack` and driven through TH
 1. Idle-engine TTFT vs the model: fresh prompts on an idle endpoint at S=1 and S=10 (store-ram);
    observed and endpoint-reported TTFT against
    modelled = lookup latency + uncached tokens / prefill rate + decode step(1, prompt).
-2. Load at S=10: a real Mooncake master + two endpoints (coder, reasoner), default profile
+2. Load at S=10 (``--load-time-scale``): a real Mooncake master + two endpoints (coder, reasoner), default profile
    (166,512-token GPU pool, 65,536 context, store-ram+disk, 32 GB RAM tier), 18 and 12
    concurrent streaming sessions whose contexts grow ~2.2K tokens per turn up to 65,536 tokens,
    replies of U(0.5, 1.5) x 850 tokens (the default fleet's median reply; ``--reply-tokens``,
@@ -133,7 +133,7 @@ MASTER_COUNTERS = ("master_attempted_evictions_total", "master_successful_evicti
 
 
 async def load(a, base: Path) -> None:
-    S = 10.0
+    S = a.load_time_scale
     cfg = small_config(base / "load", time_scale=S, configuration=a.configuration,
                        payload_scale=a.payload_scale, endpoints=["coder", "reasoner"],
                        store={"ram_gb": 32.0, "lease_ttl_s": 5.0, "placement": a.placement})
@@ -174,6 +174,7 @@ def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width:
           f"p99 {pct(big, 99) * 100:+.2f}%")
     print(f"   observed - modelled in wall ms: p50 {pct(wall_ms, 50):.2f}  p99 {pct(wall_ms, 99):.2f};  "
           f"endpoint's own stamps vs modelled: p50 {pct(srv_err, 50) * 100:+.2f}%  p99 {pct(srv_err, 99) * 100:+.2f}%")
+    print_late(ok, errs, S)
     print(f"   modelled TTFT p50 {pct([r['server']['ttft_s'] for r in ok], 50):.3f}s  "
           f"p99 {pct([r['server']['ttft_s'] for r in ok], 99):.3f}s; preemptions "
           f"{sum(r['server']['preemptions'] for r in res)}; cached share "
@@ -190,6 +191,26 @@ def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width:
     print(f"   stack CPU per unit of work: {cpu * wall / max(1, len(res)) * 1000:.1f} ms per request, "
           f"{cpu * wall / max(1, served) * 1e6:.1f} s per 1M prompt tokens "
           f"({cpu * wall / max(1, tiers['store_ram'] + tiers['store_disk']) * 1e6:.1f} s per 1M store-served)")
+
+
+def print_late(ok: list[dict], errs: list[float], S: float) -> None:
+    """Where the requests over the 5% target lost their time, in wall ms: at the endpoint (its
+    first token after its modelled time: a real store read slower than the tier profile, or the
+    endpoint's loop busy or without a CPU) or on the hops (client send -> endpoint arrival, first
+    token sent -> client; stamps of contract 1). Split by whether the request read store hits."""
+    late = [(r, e) for r, e in zip(ok, errs) if e > 0.05]
+    for label, group in (("read store hits", [(r, e) for r, e in late if r["server"]["store_hit_blocks"]]),
+                         ("no store hits", [(r, e) for r, e in late if not r["server"]["store_hit_blocks"]])):
+        if not group:
+            continue
+        srv = [((r["server"]["t_first_token_mono"] - r["server"]["t_arrival_mono"]) * S
+                - r["server"]["ttft_s"]) / S * 1e3 for r, _ in group]
+        hops = [(observed(r) - (r["server"]["t_first_token_mono"] - r["server"]["t_arrival_mono"]) * S)
+                / S * 1e3 for r, _ in group]
+        mod = [r["server"]["ttft_s"] / S * 1e3 for r, _ in group]
+        print(f"   over 5%, {label}: {len(group)} of {len(ok)} requests; endpoint late p50 "
+              f"{pct(srv, 50):.2f} p99 {pct(srv, 99):.2f} wall ms, hops p50 {pct(hops, 50):.2f} "
+              f"p99 {pct(hops, 99):.2f} wall ms; their modelled TTFT p50 {pct(mod, 50):.1f} wall ms")
 
 
 def print_growth(S: float, rows: list[tuple[int, float, float, float]]) -> None:
@@ -223,7 +244,16 @@ async def main() -> int:
     ap.add_argument("--configuration", default="store-ram+disk")
     ap.add_argument("--payload-scale", type=int, default=StackConfig().payload_scale)
     ap.add_argument("--placement", default="local", choices=("local", "random"))
+    ap.add_argument("--load-time-scale", type=float, default=10.0,
+                    help="time scale S of the load runs (bench/bench_store_io.py prints the largest S "
+                         "at which this host's real store reads keep pace with the tier profiles)")
+    ap.add_argument("--client-realtime", action="store_true",
+                    help="schedule this process's event loop SCHED_FIFO (fleet.client_realtime; "
+                         "root or CAP_SYS_NICE)")
     a = ap.parse_args()
+    if a.client_realtime:
+        event_loop.set_realtime("--client-realtime")
+    print(f"({event_loop.describe()})")
     os.environ.setdefault("PYTHONHASHSEED", "0")
     base = Path(tempfile.mkdtemp(prefix="adev-bench-emu-"))
     try:
@@ -245,5 +275,4 @@ async def main() -> int:
 
 
 if __name__ == "__main__":
-    print(f"({event_loop.describe()})")
     sys.exit(event_loop.run(main()))

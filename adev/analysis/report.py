@@ -311,7 +311,7 @@ WINDOW_COLS = ["window", "endpoint", "valid", "calls", "busy_s", "busy_share", "
                "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
                "net_saving_full", "store_hit_rate", "refused_share", "preemptions",
                "ttft_send_p50", "ttft_send_p99", "ttft_model_err_p50", "ttft_model_err_p99",
-               "counter_resets", "scrape_gaps",
+               "store_read_over_p50", "store_read_over_p99", "counter_resets", "scrape_gaps",
                "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel", "store_load_failed_tokens"]
 SWEEP_COLS = ["operating_point", "width", "runs", "interval_basis", "gross_saving", "gross_saving_lo",
               "gross_saving_hi", "gross_saving_quiet", "net_saving", "gross_saving_disk",
@@ -582,6 +582,9 @@ def summarise_run(path: str | Path) -> str:
     if (s.stats.get("ttft_model_err_p99") or {}).get("n"):  # emulated stack only
         out += [line("TTFT over the emulator's model, p50", "ttft_model_err_p50"),
                 line("TTFT over the emulator's model, p99", "ttft_model_err_p99")]
+    if (s.stats.get("store_read_over_p99") or {}).get("n"):  # emulated stack with a store
+        out += [line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
+                line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False)]
     if s.burst_windows and s.quiet["gross_saving"]["n"]:
         out.append(f"  gross saving, quiet windows: {_fmt(s.quiet['gross_saving']['mean'], True)}")
     if s.reuse:

@@ -187,6 +187,20 @@ def ttft_model_error(observed_s, modelled_s) -> np.ndarray:
         return np.where(m > 0, (o - m) / m, np.nan)
 
 
+def store_read_over_profile(host_s, modelled_s) -> np.ndarray:
+    """Real store reads against the tier profile, per call that loaded store hits: the endpoint's
+    read path as it ran on this host (``adev.read_path_host_s``: store lookup through the end of
+    the real load, wall seconds x S) / its modelled read path (``adev.read_path_s`` = lookup +
+    load from the tier profiles), both in model seconds. Above 1 the host's real Mooncake reads
+    were slower than the profile says at this time scale; the engine waits for them, so the
+    excess shows up in TTFT over the model (:func:`ttft_model_error`). ``bench/bench_store_io.py``
+    prints the largest S at which each read path keeps pace. NaN where a call has no figure."""
+    h = np.asarray(host_s, dtype=float)
+    m = np.asarray(modelled_s, dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.where(m > 0, h / m, np.nan)
+
+
 def dispatch_delay(c: pd.DataFrame) -> np.ndarray:
     """Dispatch delay = t_sent - t_scheduled (call ready -> request written)."""
     return (c["t_sent"] - c["t_scheduled"]).to_numpy(dtype=float)
@@ -273,6 +287,8 @@ class WindowFigures:
     ttfb_send_p50: float = NAN
     ttft_model_err_p50: float = NAN   # emulated stack only: ttft_model_error, fraction
     ttft_model_err_p99: float = NAN
+    store_read_over_p50: float = NAN   # emulated stack only: store_read_over_profile, ratio
+    store_read_over_p99: float = NAN
     dispatch_p50: float = NAN
     dispatch_p90: float = NAN
     dispatch_p99: float = NAN
@@ -330,9 +346,10 @@ def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
                "per-request store figures)" if len(c) else "no calls in the window")
         for k in ("store_keys_per_call", "put_refused_blocks", "preemptions_server"):
             fig.missing[k] = why
-        for k in ("ttft_model_err_p50", "ttft_model_err_p99"):
+        for k in ("ttft_model_err_p50", "ttft_model_err_p99", "store_read_over_p50", "store_read_over_p99"):
             fig.missing[k] = ("no call in the window carries the emulator's `adev` field (only the "
-                              "emulated endpoint models TTFT)" if len(c) else "no calls in the window")
+                              "emulated endpoint models TTFT and store reads)" if len(c)
+                              else "no calls in the window")
         return
     ok = srv[srv["status"] == "ok"]
     err = ttft_model_error(ttft_from_send(ok), ok["srv_ttft_s"]) if len(ok) else np.array([])
@@ -341,6 +358,15 @@ def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
             "no OK call in the window with both a first-content stamp and a modelled TTFT")
     else:
         fig.ttft_model_err_p50, fig.ttft_model_err_p99 = pct(err, 50), pct(err, 99)
+    loaded = ok[ok["srv_store_hit_blocks"] > 0] if len(ok) else ok
+    over = store_read_over_profile(loaded["srv_read_path_host_s"], loaded["srv_read_path_s"]) \
+        if len(loaded) else np.array([])
+    if np.isnan(over).all():
+        fig.missing["store_read_over_p50"] = fig.missing["store_read_over_p99"] = (
+            "no OK call in the window loaded store hits" if not len(loaded) else
+            "no call in the window carries `read_path_host_s` (an emulator from before it was added)")
+    else:
+        fig.store_read_over_p50, fig.store_read_over_p99 = pct(over, 50), pct(over, 99)
     keys = srv["srv_store_keys_looked_up"].sum()
     fig.store_keys_per_call = float(keys / len(srv))
     fig.put_blocks = float(srv["srv_put_blocks"].sum())

@@ -126,6 +126,7 @@ class Request:
     preemptions: int = 0
     lookup_s: float = 0.0
     load_s: float = 0.0
+    read_host_s: float | None = None   # the real read path on this host, wall x time scale
     t_admit: float | None = None
     t_ready: float | None = None
     t_prefill_done: float | None = None
@@ -357,7 +358,7 @@ class Engine:
         keys = self.store.keys(r.hashes[hit:max_hit_blocks(p, bs)])
         r.store_keys_looked_up = len(keys)
         n_ext = 0
-        granted_at = time.monotonic()
+        granted_at = started = time.monotonic()
         ex = await self.store.exists(keys) if keys else []
         self.m.store_lookups.inc()
         self.m.store_keys_looked_up.inc(len(keys))
@@ -403,6 +404,7 @@ class Engine:
             load_m += c.disk_tier.load_s(disk, c.bytes_per_block)
         r.ram_blocks, r.disk_blocks = ram, disk
         r.lookup_s, r.load_s = lookup_m, load_m
+        r.read_host_s = (time.monotonic() - started) * c.time_scale
         ready = t_admit + lookup_m + load_m
         now = self.now()
         self.m.read_path.observe(lookup_m + load_m)

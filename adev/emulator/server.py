@@ -298,6 +298,7 @@ class Endpoint:
             "lookup_s": r.lookup_s,
             "load_s": r.load_s,
             "read_path_s": r.lookup_s + r.load_s,
+            "read_path_host_s": r.read_host_s,
             "prefill_s": max(0.0, prefill_end - t_ready),
             "ttft_s": (r.t_first - r.t_arrival) if r.t_first is not None else None,
             "tokens": r.tokens_split(bs),

@@ -9,8 +9,8 @@ import pytest
 
 from adev.analysis import counters as C
 from adev.analysis.run import Scrape, load_run
-from adev.analysis.windows import (ALL, analyse_window, busy_time, in_flight, ttft_model_error,
-                                   window_table)
+from adev.analysis.windows import (ALL, analyse_window, busy_time, in_flight, store_read_over_profile,
+                                   ttft_model_error, window_table)
 from adev.config import StackConfig, StoreSpec, load_model_profile
 from adev.records import CallRecord, RunDir, ScrapeRecord, WindowRecord
 
@@ -330,3 +330,27 @@ def test_ttft_over_the_emulators_model(tmp_path):
     real = make_hand_run(tmp_path / "real", [_call("a", 0.0, 10.0, None)], scr, [(0.0, 10.0)])
     g = {r.endpoint: r for r in analyse_window(real, real.measurement_windows()[0])}["coder"]
     assert math.isnan(g.ttft_model_err_p99) and "models TTFT" in g.missing["ttft_model_err_p99"]
+
+
+def test_real_store_reads_over_the_tier_profile(tmp_path):
+    """read_path_host_s / read_path_s over the OK calls that loaded store hits: how much slower
+    this host's real Mooncake reads ran than the tier profile; calls without hits do not count;
+    missing, with the reason, when no call loaded hits or the emulator predates the field."""
+    sa = _srv(0, 0.010, 0, 160, 0, 40, keys=12, hits=10)     # 10 store blocks, modelled 10 ms
+    sb = _srv(0, 0.020, 0, 0, 320, 40, keys=22, hits=20)
+    sc = _srv(0, 0.0005, 0, 0, 0, 200, keys=12, hits=0)       # lookup only: not a load
+    sa["read_path_host_s"], sb["read_path_host_s"], sc["read_path_host_s"] = 0.030, 0.020, 0.5
+    calls = [_call("a", 1.0, 5.0, sa), _call("b", 3.0, 9.0, sb), _call("c", 4.0, 9.0, sc)]
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(0, 0, 2000))]
+    run = make_hand_run(tmp_path, calls, scr, [(0.0, 10.0)])
+    f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
+    assert f.store_read_over_p50 == pytest.approx((3.0 + 1.0) / 2)   # 30 ms real vs 10; 20 vs 20
+    assert f.store_read_over_p99 == pytest.approx(1.0 + 2.0 * 0.99)
+    np.testing.assert_allclose(store_read_over_profile([0.03, 0.01, float("nan")], [0.01, 0.0, 0.01]),
+                               [3.0, np.nan, np.nan])
+    for sub, srv, why in (("old", _srv(0, 0.01, 0, 160, 0, 40, keys=12, hits=10), "read_path_host_s"),
+                          ("nohits", sc, "loaded store hits")):
+        (tmp_path / sub).mkdir()
+        r = make_hand_run(tmp_path / sub, [_call("a", 1.0, 5.0, srv)], scr, [(0.0, 10.0)])
+        g = {x.endpoint: x for x in analyse_window(r, r.measurement_windows()[0])}["coder"]
+        assert math.isnan(g.store_read_over_p50) and why in g.missing["store_read_over_p50"]

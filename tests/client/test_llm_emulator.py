@@ -12,7 +12,7 @@ from adev.session.tools import schemas
 pytestmark = pytest.mark.integration
 
 ADEV_KEYS = {"request_id", "t_arrival_mono", "t_first_token_mono", "t_end_mono", "queue_s",
-             "lookup_s", "load_s", "read_path_s", "prefill_s", "ttft_s", "tokens",
+             "lookup_s", "load_s", "read_path_s", "read_path_host_s", "prefill_s", "ttft_s", "tokens",
              "store_keys_looked_up", "store_hit_blocks", "put_blocks", "put_refused_blocks",
              "store_errors", "preemptions", "t_first_byte_sent_mono", "t_first_token_sent_mono"}
 

@@ -585,6 +585,12 @@ def summarise_run(path: str | Path) -> str:
     if (s.stats.get("store_read_over_p99") or {}).get("n"):  # emulated stack with a store
         out += [line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
                 line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False)]
+        over = s.mean("store_read_over_p50")
+        if over > 1:
+            out.append(f"  note: this host's real store reads took {over:.3g}x the tier profile's time "
+                       f"(median call; time scale {_fmt(run.time_scale)}); first tokens wait for them, "
+                       "so TTFT and busy time include host time. bench/bench_store_io.py prints the "
+                       "largest time scale at which each read path keeps pace on this host.")
     if s.burst_windows and s.quiet["gross_saving"]["n"]:
         out.append(f"  gross saving, quiet windows: {_fmt(s.quiet['gross_saving']['mean'], True)}")
     if s.reuse:

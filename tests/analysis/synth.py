@@ -118,6 +118,7 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
                           "t_first_token_mono": T0_MONO + (t_fc - 0.002) / TIME_SCALE,
                           "t_end_mono": T0_MONO + (t_end - 0.002) / TIME_SCALE, "queue_s": queue,
                           "lookup_s": lookup, "load_s": load, "read_path_s": lookup + load,
+                          "read_path_host_s": 3.0 * (lookup + load),   # the host 3x the profile
                           "prefill_s": prefill, "ttft_s": ttft,
                           "tokens": {"gpu": gpu, "store_ram": ram, "store_disk": disk,
                                      "computed": computed},

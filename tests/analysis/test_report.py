@@ -67,6 +67,9 @@ def test_summarise_run(night):
     s = summarise_run(run)
     assert s.startswith("run ") and "gross saving:" in s and "reuse: same-session" in s
     assert "max rel. diff" in s
+    # the synthetic host read 3x slower than the tier profile: said, with where to look next
+    assert re.search(r"real store reads / tier profile, p50 \(x\): 3(\.0+)? ", s), s
+    assert "bench/bench_store_io.py" in s
 
 
 NOTEBOOKS = sorted((ROOT / "results").glob("*.ipynb"))

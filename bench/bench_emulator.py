@@ -7,9 +7,9 @@ The stack is started with :func:`adev.stack.running_stack` and driven through TH
 1. Idle-engine TTFT vs the model: fresh prompts on an idle endpoint at S=1 and S=10 (store-ram);
    observed and endpoint-reported TTFT against
    modelled = lookup latency + uncached tokens / prefill rate + decode step(1, prompt).
-2. Load at S=10 (``--load-time-scale``): a real Mooncake master + two endpoints (coder, reasoner), default profile
-   (166,512-token GPU pool, 65,536 context, store-ram+disk, 32 GB RAM tier), 18 and 12
-   concurrent streaming sessions whose contexts grow ~2.2K tokens per turn up to 65,536 tokens,
+2. Load at S=10 (``--load-time-scale``): a real Mooncake master + two endpoints (coder,
+   reasoner), default profile (166,512-token GPU pool, 65,536 context, store-ram+disk, 32 GB RAM
+   tier), 18 and 12 concurrent streaming sessions whose contexts grow ~2.2K tokens per turn up to 65,536 tokens,
    replies of U(0.5, 1.5) x 850 tokens (the default fleet's median reply; ``--reply-tokens``,
    ``--spread``), think time Exp(5 model s); observed vs the endpoint's own modelled
    TTFT (``adev.ttft_s``): error p50/p99 (target p99 < 5%), split into where the wall time went.

@@ -9,7 +9,8 @@ alongside it with the real Mooncake client. Where the real read takes longer tha
 the request's first token comes out late (``adev_emulator_read_path_overrun_seconds``; the fleet
 report's "TTFT over the emulator's model"). This benchmark runs each read path the emulator's store
 tier takes (:class:`adev.emulator.store.MooncakeTier`, the code the endpoints run, on a real
-``mooncake_master`` with the stack's own flags) on ``--blocks`` blocks at the stack's payload size:
+``mooncake_master`` with the stack's own flags and its lease at ``--time-scale``) on ``--blocks``
+blocks at the stack's payload size:
 
 - ``lookup``: ``batch_is_exist`` over keys that are present (it grants their leases);
 - ``ram, own segment``: a load of blocks this client put (the default ``local`` placement: reads
@@ -34,6 +35,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -97,9 +99,8 @@ async def _holder(master_addr: str, http: str, payload: int, n: int) -> None:
     await t.close()
 
 
-async def _phase(phase: str, n: int, repeats: int, payload: int) -> list[dict]:
+async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="adev-bench-io-"))
-    lease_ms = 200
     master = Master(lease_ms=lease_ms, offload=phase == "disk", workdir=work).start()
     me, mp = os.getpid(), master.proc.pid
     out: list[dict] = []
@@ -172,6 +173,7 @@ async def _phase(phase: str, n: int, repeats: int, payload: int) -> list[dict]:
                 holder.kill()
         master.proc.terminate()
         master.proc.wait(10)
+        shutil.rmtree(work, ignore_errors=True)
     return out
 
 
@@ -203,7 +205,9 @@ def main() -> int:
         event_loop.run(_holder(a.holder[0], a.holder[1], payload, a.blocks))
         return 0
     if a.phase:
-        rows = event_loop.run(_phase(a.phase, a.blocks, a.repeats, payload))
+        # the stack's lease at this time scale (Mooncake counts it in real milliseconds)
+        lease_ms = max(1, round(stack.store.lease_ttl_s / a.time_scale * 1000))
+        rows = event_loop.run(_phase(a.phase, a.blocks, a.repeats, payload, lease_ms))
         print("ROWS " + json.dumps(rows), flush=True)
         sys.stdout.flush()
         os._exit(0)  # Mooncake's threads must not hold the interpreter at exit
@@ -219,7 +223,8 @@ def main() -> int:
     rows: list[dict] = []
     for phase in ("local", "remote", "disk"):
         p = subprocess.run([sys.executable, __file__, "--phase", phase, "--blocks", str(a.blocks),
-                            "--repeats", str(a.repeats), "--payload", str(payload)],
+                            "--repeats", str(a.repeats), "--payload", str(payload),
+                            "--time-scale", str(a.time_scale)],
                            capture_output=True, text=True, timeout=600)
         got = [ln for ln in p.stdout.splitlines() if ln.startswith("ROWS ")]
         if not got:

@@ -22,8 +22,8 @@ from ..config import ConfigError, ModelProfile, from_dict, load_model_profile
 from ..records import RunDir
 
 SERVER_SCALARS = ("t_arrival_mono", "t_first_token_mono", "t_end_mono", "queue_s", "lookup_s", "load_s",
-                  "read_path_s", "read_path_host_s", "prefill_s", "ttft_s", "store_keys_looked_up", "store_hit_blocks", "put_blocks", "put_refused_blocks",
-                  "store_errors", "preemptions")
+                  "read_path_s", "read_path_host_s", "prefill_s", "ttft_s", "store_keys_looked_up",
+                  "store_hit_blocks", "put_blocks", "put_refused_blocks", "store_errors", "preemptions")
 SERVER_TIERS = ("gpu", "store_ram", "store_disk", "computed")
 
 

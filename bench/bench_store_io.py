@@ -7,7 +7,7 @@ The emulated endpoint models a load of n store blocks as ``lookup_latency_s + n 
 read_bytes_per_s`` (the tier profile, model seconds; /S on the wall) and does the real read
 alongside it with the real Mooncake client. Where the real read takes longer than the modelled one,
 the request's first token comes out late (``adev_emulator_read_path_overrun_seconds``; the fleet
-report's "TTFT over the emulator's model"). This benchmark runs each read path the emulator's store
+report's "TTFT over the emulator's model" and "real store reads / tier profile"). This benchmark runs each read path the emulator's store
 tier takes (:class:`adev.emulator.store.MooncakeTier`, the code the endpoints run, on a real
 ``mooncake_master`` with the stack's own flags and its lease at ``--time-scale``) on ``--blocks``
 blocks at the stack's payload size:

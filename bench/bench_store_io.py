@@ -2,6 +2,7 @@
 store reads keep pace with the modelled ones (prints figures; not a test).
 
     .venv/bin/python bench/bench_store_io.py [--blocks 2000] [--repeats 3] [--time-scale 10]
+                                             [--payload BYTES] [--batch-keys 128]
 
 The emulated endpoint models a load of n store blocks as ``lookup_latency_s + n * bytes_per_block /
 read_bytes_per_s`` (the tier profile, model seconds; /S on the wall) and does the real read
@@ -67,11 +68,11 @@ def _cpu(pid: int) -> float:
 
 
 def _tier(master: str, http: str, payload: int, segment: int, disk: Path | None,
-          lease_s: float) -> MooncakeTier:
+          lease_s: float, batch_keys: int = StoreSettings.batch_keys) -> MooncakeTier:
     return MooncakeTier(StoreSettings(master=master, model_name="bench", payload_bytes=payload,
                                       segment_bytes=segment, disk_dir=str(disk) if disk else None,
                                       master_http=http, lease_s=lease_s,
-                                      batch_keys=int(os.environ.get("BENCH_BATCH_KEYS", 128))))
+                                      batch_keys=batch_keys))
 
 
 async def _timed(label: str, n: int, pids: list[int], fn, repeats: int) -> dict:
@@ -99,7 +100,8 @@ async def _holder(master_addr: str, http: str, payload: int, n: int) -> None:
     await t.close()
 
 
-async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int) -> list[dict]:
+async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
+                 batch_keys: int) -> list[dict]:
     work = Path(tempfile.mkdtemp(prefix="adev-bench-io-"))
     master = Master(lease_ms=lease_ms, offload=phase == "disk", workdir=work).start()
     me, mp = os.getpid(), master.proc.pid
@@ -108,9 +110,10 @@ async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int) 
     try:
         http = f"127.0.0.1:{master.http}"
         if phase == "disk":   # a small segment: older blocks leave RAM and stay readable from disk
-            t = _tier(master.addr, http, payload, MIN_SEGMENT, work / "disk", lease_ms / 1000)
+            t = _tier(master.addr, http, payload, MIN_SEGMENT, work / "disk", lease_ms / 1000, batch_keys)
         else:
-            t = _tier(master.addr, http, payload, max(MIN_SEGMENT, 8 * n * payload), None, lease_ms / 1000)
+            t = _tier(master.addr, http, payload, max(MIN_SEGMENT, 8 * n * payload), None,
+                      lease_ms / 1000, batch_keys)
         await t.start()
         keys = t.keys(list(range(1, n + 1)))
         if phase == "local":
@@ -195,6 +198,8 @@ def main() -> int:
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--time-scale", type=float, default=StackConfig().time_scale)
     ap.add_argument("--payload", type=int, default=0, help="bytes per block (default: the stack's)")
+    ap.add_argument("--batch-keys", type=int, default=StoreSettings.batch_keys,
+                    help="keys per load / put batch (default: the emulator's)")
     ap.add_argument("--phase", choices=("local", "remote", "disk"), help=argparse.SUPPRESS)
     ap.add_argument("--holder", nargs=2, metavar=("MASTER", "HTTP_PORT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -207,7 +212,7 @@ def main() -> int:
     if a.phase:
         # the stack's lease at this time scale (Mooncake counts it in real milliseconds)
         lease_ms = max(1, round(stack.store.lease_ttl_s / a.time_scale * 1000))
-        rows = event_loop.run(_phase(a.phase, a.blocks, a.repeats, payload, lease_ms))
+        rows = event_loop.run(_phase(a.phase, a.blocks, a.repeats, payload, lease_ms, a.batch_keys))
         print("ROWS " + json.dumps(rows), flush=True)
         sys.stdout.flush()
         os._exit(0)  # Mooncake's threads must not hold the interpreter at exit
@@ -224,7 +229,7 @@ def main() -> int:
     for phase in ("local", "remote", "disk"):
         p = subprocess.run([sys.executable, __file__, "--phase", phase, "--blocks", str(a.blocks),
                             "--repeats", str(a.repeats), "--payload", str(payload),
-                            "--time-scale", str(a.time_scale)],
+                            "--time-scale", str(a.time_scale), "--batch-keys", str(a.batch_keys)],
                            capture_output=True, text=True, timeout=600)
         got = [ln for ln in p.stdout.splitlines() if ln.startswith("ROWS ")]
         if not got:

@@ -276,18 +276,22 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     lines.append(f"recompute: {mp.prefill_tokens_per_s:g} tok/s ({mp.name}); TTFT in model "
                  "seconds; speed-up = recompute TTFT / read-back TTFT")
     tier_of = {"ram": profs[0], "disk": profs[1], "ram+disk": profs[0]}
+    lines.append("columns: speed-up (endpoint TTFT), client (client-side TTFT), predicted (the "
+                 "tier profile, before the first decode step)")
     hdr = (f"{'context':>8s} {'recompute':>10s} | {'tier':5s} {'TTFT':>9s} {'speed-up':>8s} "
-           f"{'profile':>8s} {'read bw':>10s} {'host read':>10s} {'in flight':>9s}")
+           f"{'client':>7s} {'predicted':>9s} {'read bw':>10s} {'host read':>10s} "
+           f"{'in flight':>9s}")
     lines += [hdr, "-" * len(hdr)]
     for s in summ:
         for t, v in s.tiers.items():
             pred = cs.profile_speedup(s.context_tokens, tier_of[t], mp.prefill_tokens_per_s,
                                       mp.block_size, mp.bytes_per_block) if t in tier_of else None
             sp = f"{v['speedup']:.1f}x" if v["speedup"] else "n/a"
+            spc = f"{v['speedup_client']:.1f}x" if v["speedup_client"] else "n/a"
             lines.append(
                 f"{s.context_tokens:>8,} {s.recompute_ttft_s or float('nan'):>9.3f}s | {t:5s} "
-                f"{v['ttft_s'] or float('nan'):>8.3f}s {sp:>8s} "
-                f"{(f'{pred:.1f}x' if pred else 'n/a'):>8s} {_bw(v['read_bw_bytes_per_s']):>10s} "
+                f"{v['ttft_s'] or float('nan'):>8.3f}s {sp:>8s} {spc:>7s} "
+                f"{(f'{pred:.1f}x' if pred else 'n/a'):>9s} {_bw(v['read_bw_bytes_per_s']):>10s} "
                 f"{_bw(v['host_read_bw_bytes_per_s']):>10s} "
                 f"{(v['reads_in_flight'] or 0):>9.0f}")
     not_evicted = [r for r in rows if r.evicted is False]

@@ -241,7 +241,9 @@ async def run_embedded(contexts: list[int], *, parallel: int = 1, time_scale: fl
 class Summary:
     context_tokens: int
     recompute_ttft_s: float | None
-    tiers: dict[str, dict[str, float | None]]  # tier -> ttft_s, speedup, read_bw, host_bw, in_flight, profile_speedup
+    tiers: dict[str, dict[str, float | None]]
+    """tier -> ttft_s, speedup, ttft_client_s, speedup_client, read_bw_bytes_per_s,
+    host_read_bw_bytes_per_s, reads_in_flight"""
 
 
 def profile_speedup(L: int, tier: TierProfile, prefill_tokens_per_s: float, block_size: int,
@@ -263,18 +265,23 @@ def _med(v: list[float | None]) -> float | None:
 
 def summarize(rows: list[Reactivation]) -> list[Summary]:
     """Per context length (median over sessions): recompute TTFT, each tier's TTFT and speed-up
-    (recompute TTFT / tier TTFT), bandwidths and the most reads in flight."""
+    (recompute TTFT / tier TTFT; the endpoint's and the client's), bandwidths and the most reads
+    in flight."""
     out = []
     for L in sorted({r.context_tokens for r in rows}):
         at = [r for r in rows if r.context_tokens == L]
         rec = _med([r.ttft_s for r in at if r.tier == "recompute"])
+        rec_c = _med([r.ttft_client_s for r in at if r.tier == "recompute"])
         tiers: dict[str, dict[str, float | None]] = {}
         for t in sorted({r.tier for r in at if r.tier != "recompute"}):
             tr = [r for r in at if r.tier == t]
             ttft = _med([r.ttft_s for r in tr])
+            ttft_c = _med([r.ttft_client_s for r in tr])
             fl = [r.reads_in_flight for r in tr if r.reads_in_flight is not None]
             tiers[t] = {"ttft_s": ttft,
                         "speedup": rec / ttft if rec and ttft else None,
+                        "ttft_client_s": ttft_c,
+                        "speedup_client": rec_c / ttft_c if rec_c and ttft_c else None,
                         "read_bw_bytes_per_s": _med([r.read_bw_bytes_per_s for r in tr]),
                         "host_read_bw_bytes_per_s": _med([r.host_read_bw_bytes_per_s for r in tr]),
                         "reads_in_flight": float(max(fl)) if fl else None}

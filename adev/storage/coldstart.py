@@ -139,7 +139,8 @@ def _row(conf: str, L: int, i: int, res, time_scale: float, bpt: int,
         row.read_bw_bytes_per_s = store_tok * bpt / row.load_s
     host = srv.get("read_path_host_s")
     if store_tok and host and payload_bytes:
-        row.host_read_bw_bytes_per_s = srv.get("store_hit_blocks", 0) * payload_bytes / (host / time_scale)
+        real_bytes = srv.get("store_hit_blocks", 0) * payload_bytes
+        row.host_read_bw_bytes_per_s = real_bytes / (host / time_scale)
     t0 = srv.get("t_arrival_mono")
     if t0 is not None:
         start = t0 + (srv.get("queue_s") or 0.0) / time_scale
@@ -200,7 +201,8 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
             if np.isfinite(starts).any():
                 n = in_flight(starts, ends + 1e-9, starts)
                 for b, nb in zip(batch, n):
-                    b.reads_in_flight = int(nb) if np.isfinite(b.read_start_mono or np.nan) else None
+                    ok = np.isfinite(b.read_start_mono or np.nan)
+                    b.reads_in_flight = int(nb) if ok else None
             if cycle:  # the first cycle warms connections and the store client up; not reported
                 rows += batch
     return rows

@@ -75,7 +75,8 @@ class FioResult:
     @classmethod
     def from_json(cls, d: dict[str, Any], where: str = "fio result") -> "FioResult":
         try:
-            return cls(**{**d, "read": FioDirection(**d["read"]), "write": FioDirection(**d["write"])})
+            return cls(**{**d, "read": FioDirection(**d["read"]),
+                          "write": FioDirection(**d["write"])})
         except (KeyError, TypeError) as e:
             raise ConfigError(f"{where}: not an adev fio result ({e})") from None
 
@@ -103,7 +104,8 @@ def _direction(d: dict[str, Any]) -> FioDirection:
     ios = int(d.get("total_ios", 0))
     return FioDirection(ios=ios, p50_s=p("50") if ios else None, p99_s=p("99") if ios else None,
                         mean_s=float(clat["mean"]) / 1e9 if ios and "mean" in clat else None,
-                        bw_bytes_per_s=float(d.get("bw_bytes", 0.0)), iops=float(d.get("iops", 0.0)))
+                        bw_bytes_per_s=float(d.get("bw_bytes", 0.0)),
+                        iops=float(d.get("iops", 0.0)))
 
 
 def parse_fio_json(text: str) -> tuple[FioDirection, FioDirection, str]:
@@ -190,7 +192,8 @@ def run_fio(target: str, *, block_bytes: int, runtime_s: float = 60.0,
                               iodepth=iodepth, rwmixread=rwmixread, fio=fio)
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=runtime_s + 300)
         if proc.returncode != 0:
-            raise FioError(f"fio exited {proc.returncode}: {_first_error(proc.stdout + proc.stderr)}")
+            raise FioError(f"fio exited {proc.returncode}: "
+                           f"{_first_error(proc.stdout + proc.stderr)}")
         read, write, version = parse_fio_json(proc.stdout)
     finally:
         if created and not keep_file:

@@ -106,7 +106,8 @@ def dtype_bytes(kv_dtype: str, cfg: dict[str, Any], where: str) -> int:
     if kv_dtype in DTYPE_BYTES:
         return DTYPE_BYTES[kv_dtype]
     if kv_dtype != "auto":
-        raise ConfigError(f"--kv-dtype: {kv_dtype!r} is not allowed; allowed values: bf16, fp8, auto")
+        raise ConfigError(f"--kv-dtype: {kv_dtype!r} is not allowed; allowed values: bf16, fp8, "
+                          "auto")
     td = cfg.get("torch_dtype", cfg.get("dtype"))
     if td is None:
         raise ConfigError(f"{where}: --kv-dtype auto needs field torch_dtype (or pass --kv-dtype "
@@ -147,8 +148,9 @@ def kv_profile(cfg: dict[str, Any], *, tp: int = 1, kv_dtype: str = "auto",
     layers = _int(c, "num_hidden_layers", where, prefix)
     b = dtype_bytes(kv_dtype, c, where)
     w = Path(where)
-    name = str(c.get("_name_or_path") or (w.parent.name if w.name == "config.json" and w.parent.name
-                                          else w.name.removesuffix(".json").removesuffix(".config")))
+    stem = w.name.removesuffix(".json").removesuffix(".config")
+    name = str(c.get("_name_or_path")
+               or (w.parent.name if w.name == "config.json" and w.parent.name else stem))
     if c.get("kv_lora_rank") is not None:  # multi-head latent attention
         rank = _int(c, "kv_lora_rank", where, prefix)
         rope = _int(c, "qk_rope_head_dim", where, prefix)
@@ -188,7 +190,8 @@ def kv_profile(cfg: dict[str, Any], *, tp: int = 1, kv_dtype: str = "auto",
                      head_dim_source=src,
                      rule=f"2 * L * (H_kv / TP) * d_head * b = 2 * {layers} * {per_rank} * "
                           f"{head_dim} * {b} = {mp.bytes_per_token}"
-                          + (" (KV heads replicated: one per rank)" if prof_heads != kv_heads else ""))
+                          + (" (KV heads replicated: one per rank)"
+                             if prof_heads != kv_heads else ""))
 
 
 def kv_profile_file(path: str | Path, **kw: Any) -> KVProfile:

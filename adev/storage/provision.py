@@ -66,7 +66,8 @@ def _fs_steps(dev: str, fs: str, mountpoint: str, disk_dir: str) -> list[Step]:
     mkfs = ["mkfs.xfs", "-f", dev] if fs == "xfs" else ["mkfs.ext4", "-F", dev]
     return [Step(f"make a {fs} filesystem on {dev}", mkfs),
             Step(f"create the mount point {mountpoint}", ["mkdir", "-p", mountpoint]),
-            Step(f"mount {dev} on {mountpoint} (noatime)", ["mount", "-o", "noatime", dev, mountpoint]),
+            Step(f"mount {dev} on {mountpoint} (noatime)",
+                 ["mount", "-o", "noatime", dev, mountpoint]),
             Step(f"create Mooncake's offload directory {disk_dir}", ["mkdir", "-p", disk_dir]),
             Step(f'point the store at it: under [stack.store] set disk_dir = "{disk_dir}" (the '
                  f"embedded stack gives each endpoint {disk_dir}/<endpoint> as {OFFLOAD_ENV}); "

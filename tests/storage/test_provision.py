@@ -79,7 +79,8 @@ def test_refusals_name_the_reason(tmp_path, monkeypatch):
     assert prob["fe"] == [f"{paths['fe']}: /dev/fe is in use as swap"]
     assert prob["ff"] == [f"{paths['ff']}: is not a block device"]
     assert prob["fg"] == []  # free
-    assert pv.device_problems(str(devs / "missing"), **checks) == [f"{devs}/missing: does not exist"]
+    missing = str(devs / "missing")
+    assert pv.device_problems(missing, **checks) == [f"{missing}: does not exist"]
 
 
 def test_check_apply_refuses_missing_devices_tools_and_non_root(tmp_path):

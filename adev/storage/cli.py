@@ -180,7 +180,7 @@ def cmd_fio(args: argparse.Namespace) -> int:
         res = run_fio(args.target, block_bytes=bpb, runtime_s=args.runtime,
                       size_bytes=parse_bytes(args.size, "--size"), direct=not args.no_direct,
                       numjobs=args.numjobs, allow_block_device=args.allow_block_device,
-                      keep_file=args.keep_file)
+                      keep_file=args.keep_file, block_source=src)
     except FioError as e:
         print(f"adev storage fio: {e}", file=sys.stderr)
         return 1
@@ -226,7 +226,9 @@ def cmd_crossover(args: argparse.Namespace) -> int:
            "crossover_tokens": x.crossover_tokens, "block_bytes": res.block_bytes,
            "direct": res.direct,
            "contexts": [{"tokens": n, "recompute_s": r, "gains": g} for n, r, g in x.contexts]}
-    lines = [f"T_p99 ({args.direction}, {res.block_bytes:,} B blocks, {res.target}): "
+    blocks = f"{res.block_bytes:,} B blocks" + (f" of {res.block_source}" if res.block_source
+                                                 else "")
+    lines = [f"T_p99 ({args.direction}, {blocks}, {res.target}): "
              f"{x.t_p99_s * 1e3:.2f} ms" + ("" if res.direct else " [buffered I/O]"),
              f"t_prefill: {x.t_prefill_s_per_token * 1e6:.2f} us/token ({src})",
              f"L_crossover = T_p99 / t_prefill = {x.crossover_tokens:,.0f} tokens: contexts "

@@ -68,6 +68,7 @@ class FioResult:
     command: list[str]
     date: str
     host: str = field(default_factory=platform.node)
+    block_source: str = ""         # what gave the block size (a model profile, a config.json)
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -165,7 +166,7 @@ def _direct_refused_run(proc: subprocess.CompletedProcess) -> bool:
 def run_fio(target: str, *, block_bytes: int, runtime_s: float = 60.0,
             size_bytes: int = 1 << 30, direct: bool = True, numjobs: int = 16,
             iodepth: int = 1, rwmixread: int = 75, allow_block_device: bool = False,
-            keep_file: bool = False) -> FioResult:
+            keep_file: bool = False, block_source: str = "") -> FioResult:
     """Run the job (see the module doc) and parse its report."""
     if block_bytes <= 0 or block_bytes % 512:
         raise ConfigError(f"--block-bytes: {block_bytes} must be a positive multiple of 512 "
@@ -205,7 +206,7 @@ def run_fio(target: str, *, block_bytes: int, runtime_s: float = 60.0,
                      size_bytes=size_bytes, numjobs=numjobs, iodepth=iodepth, rwmixread=rwmixread,
                      direct=direct, direct_note=note, read=read, write=write, fio_version=version,
                      command=cmd, date=datetime.datetime.now(datetime.timezone.utc).isoformat(
-                         timespec="seconds"))
+                         timespec="seconds"), block_source=block_source)
 
 
 def _first_error(out: str) -> str:

@@ -85,3 +85,33 @@ def test_coldstart_embedded_tiers_beat_recompute_more_with_length(tmp_path, caps
         assert short["tiers"][t]["speedup"] > 1.0
         assert long_["tiers"][t]["speedup"] > short["tiers"][t]["speedup"]
     assert "tier profiles" in printed and "local-raid0" in printed and "speed-up" in printed
+
+
+async def test_emulator_reset_prefix_cache_route():
+    """POST /reset_prefix_cache on an in-process gpu-only endpoint: the same prompt hits the GPU
+    cache before the reset and not after it."""
+    import httpx
+    from aiohttp import web
+
+    from adev.emulator.server import Endpoint
+    from tests.emulator.helpers import free_port, make_stack, tmpdir, write_profile
+    ep = Endpoint(make_stack(write_profile(tmpdir()), "gpu-only", 50.0), "coder", None, None)
+    await ep.start()
+    runner = web.AppRunner(ep.app(), access_log=None)
+    await runner.setup()
+    port = free_port()
+    await web.TCPSite(runner, "127.0.0.1", port).start()
+    url = f"http://127.0.0.1:{port}"
+    body = {"model": "m", "messages": make_messages(1024, 7), "max_tokens": 2}
+    try:
+        async with httpx.AsyncClient(timeout=30) as c:
+            first = (await c.post(url + "/v1/chat/completions", json=body)).json()
+            again = (await c.post(url + "/v1/chat/completions", json=body)).json()
+            r = await c.post(url + "/reset_prefix_cache")
+            cold = (await c.post(url + "/v1/chat/completions", json=body)).json()
+    finally:
+        await runner.cleanup()
+    assert r.status_code == 200 and r.content == b""
+    assert first["adev"]["tokens"]["gpu"] == 0
+    assert again["adev"]["tokens"]["gpu"] == 1024  # (1025 - 1) // 16 full blocks
+    assert cold["adev"]["tokens"]["gpu"] == 0 and cold["adev"]["tokens"]["computed"] == 1025

@@ -38,6 +38,7 @@ import string
 import tempfile
 import time
 import urllib.request
+import zlib
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -171,7 +172,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
     async with client:
         await client.discover()
         for cycle, L in enumerate([WARMUP_TOKENS, *contexts]):
-            msgs = [make_messages(L, hash((seed, cfg.configuration, L, i)) & 0xFFFFFFFF)
+            msgs = [make_messages(L, zlib.crc32(f"{seed}:{cfg.configuration}:{L}:{i}".encode()))
                     for i in range(parallel)]
             mets = info.metrics_urls[name]
             before = sum(await asyncio.to_thread(_counters, mets, PUT_COUNTERS)) if store else 0.0

@@ -340,8 +340,11 @@ def _reuse_md(l: Loaded) -> str:
     if not ru:
         return f"- {l.summary.label}: reuse ledger missing — {l.summary.missing.get('reuse', 'no ledger')}"
     return (f"- {l.summary.label} (`{l.summary.run_id}`): {ru['touches']} touches, {ru['unique_blocks']} blocks; new "
-            f"{_fmt(ru['share_new'], True)}, same-session {_fmt(ru['share_same_session'], True)}, "
-            f"cross-session {_fmt(ru['share_cross_session'], True)}, aged (> lease "
+            f"{_fmt(ru['share_new'], True)}; ownership view: same-session "
+            f"{_fmt(ru.get('owner_share_same_session'), True)}, cross-session "
+            f"{_fmt(ru.get('owner_share_cross_session'), True)}; last-toucher view: same-session "
+            f"{_fmt(ru['share_same_session'], True)}, "
+            f"cross-session {_fmt(ru['share_cross_session'], True)}; aged (> lease "
             f"{_fmt(ru['lease_ttl_s'])} s) {_fmt(ru['aged_share'], True)}; reuse distance p50 "
             f"{_fmt(ru['distance_p50_s'])} s, p99 {_fmt(ru['distance_p99_s'])} s, max "
             f"{_fmt(ru['distance_max_s'])} s")
@@ -594,8 +597,11 @@ def summarise_run(path: str | Path) -> str:
     if s.burst_windows and s.quiet["gross_saving"]["n"]:
         out.append(f"  gross saving, quiet windows: {_fmt(s.quiet['gross_saving']['mean'], True)}")
     if s.reuse:
-        out.append(f"  reuse: same-session {_fmt(s.reuse['share_same_session'], True)}, "
-                   f"cross-session {_fmt(s.reuse['share_cross_session'], True)}, aged "
+        out.append(f"  reuse, ownership view: same-session "
+                   f"{_fmt(s.reuse.get('owner_share_same_session'), True)}, cross-session "
+                   f"{_fmt(s.reuse.get('owner_share_cross_session'), True)}; last-toucher view: "
+                   f"same-session {_fmt(s.reuse['share_same_session'], True)}, cross-session "
+                   f"{_fmt(s.reuse['share_cross_session'], True)}; aged "
                    f"{_fmt(s.reuse['aged_share'], True)}")
     xc = s.xcheck or {}
     vals = [xc.get(k) for k in ("xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel")]

@@ -89,13 +89,13 @@ def point_figures(run_path: Path) -> tuple[dict[str, float], str | None]:
     (:func:`adev.analysis.aggregate.summarise`): the mean over valid windows of each key figure
     and the reuse shares. A figure that is missing (NaN) is left out. (figures, why missing)."""
     try:
-        from ..analysis.aggregate import KEY_FIGURES, summarise
+        from ..analysis.aggregate import KEY_FIGURES, REUSE_KEYS, summarise
         from ..analysis.run import load_run
         s = summarise(load_run(run_path))
     except Exception as e:
         return {}, f"{type(e).__name__}: {e}"
     figs = {f: s.mean(f) for f in KEY_FIGURES}
-    for k in ("share_same_session", "share_cross_session", "aged_share"):
+    for k in REUSE_KEYS:
         figs[f"reuse_{k}"] = (s.reuse or {}).get(k)
     return _flatten(figs), (None if s.stats else "no figures")
 

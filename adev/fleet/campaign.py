@@ -122,6 +122,23 @@ def compare(new: dict[str, dict[str, float]], old: dict[str, dict[str, float]],
     return rows
 
 
+def source_beside_markdown(runs: list[str]) -> str:
+    """The source study's figures beside this night's (:mod:`adev.analysis.source`)."""
+    from ..analysis.aggregate import summarise
+    from ..analysis.run import load_run
+    from ..analysis.source import beside, beside_markdown
+    summaries, failed = [], []
+    for r in runs:
+        try:
+            summaries.append(summarise(load_run(r)))
+        except Exception as e:  # a point whose run cannot be read is listed, not fatal
+            failed.append(f"- `{r}`: {type(e).__name__}: {e}")
+    txt = "## The source study beside this night\n\n" + beside_markdown(beside(summaries))
+    if failed:
+        txt += "\nRuns that could not be read:\n\n" + "\n".join(failed) + "\n"
+    return txt
+
+
 def previous_night(root: Path, current: str) -> Path | None:
     nights = sorted(p for p in root.iterdir() if p.is_dir() and p.name < current
                     and (p / "night.json").exists()) if root.exists() else []
@@ -209,6 +226,7 @@ def run_campaign(path: str | Path | None = None, *, quick: bool = False, date: s
                                        "threshold": camp.threshold, "abs_floor": camp.abs_floor,
                                        "rows": rows})
     md = comparison_markdown(rows, prev.name if prev else None, night.name, camp.threshold)
+    md += "\n" + source_beside_markdown([v["run"] for v in doc["points"].values() if v.get("run")])
     (night / "comparison.md").write_text(md)
     flagged = [r for r in rows if r["flag"]]
     print(f"\nnight {night}: {len(doc['points'])} point(s); compared with "

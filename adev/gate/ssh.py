@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Awaitable, Callable
 
 from ..config import ROOT
-from .base import GateRequest, GateResult, parse_junit, summarise
+from .base import GateRequest, GateResult, parse_junit, parse_markers, summarise
 from .nvme import NvmeError, create_device, remove_device
 
 log = logging.getLogger("adev.gate.ssh")
@@ -129,16 +129,6 @@ def build_upload(workspace: Path, overlay: dict[str, bytes], max_bytes: int) -> 
             info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def parse_markers(stdout: str) -> dict[str, str]:
-    """``ADEV_KEY=value`` lines printed by the guest scripts."""
-    out: dict[str, str] = {}
-    for line in stdout.splitlines():
-        m = re.match(r"ADEV_([A-Z_]+)=(.*)$", line.strip())
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
 
 
 def compose_result(req: GateRequest, markers: dict[str, str], junit: bytes | None, output: str,

@@ -58,6 +58,10 @@ class SandboxError(RuntimeError):
 
 def check() -> None:
     """Raise SandboxError unless bwrap, setpriv and a usable cgroup are present."""
+    if os.geteuid() != 0:
+        raise SandboxError("the local gate's sandbox needs root (to switch to an unprivileged "
+                           "user, make cgroups and hand the workspace copy over); use --gate vm, "
+                           "or --gate local-unconfined for development")
     for tool in ("bwrap", "setpriv"):
         if shutil.which(tool) is None:
             raise SandboxError(f"{tool} not found: install Debian's "

@@ -44,7 +44,8 @@ async def main() -> None:
             wall[name].append(time.monotonic() - t0)
             tests[name].append(res.real_duration_s)
             if res.verdict != "pass":
-                raise SystemExit(f"{name}: verdict {res.verdict}: {res.error or res.output_tail[-500:]}")
+                why = res.error or res.output_tail[-500:]
+                raise SystemExit(f"{name}: verdict {res.verdict}: {why}")
     for name in gates:
         print(f"{name:17s} gate run median {statistics.median(wall[name]):.3f} s "
               f"(pytest process {statistics.median(tests[name]):.3f} s), n={a.runs}")

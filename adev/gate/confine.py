@@ -189,7 +189,8 @@ def _hidden_ancestor(path: Path) -> Path | None:
 
 def bwrap_argv(argv: list[str], *, work: Path, out: Path, limits: Limits,
                env: dict[str, str], python: str = sys.executable) -> list[str]:
-    """The command running ``argv`` in the sandbox, ``work`` at :data:`WS`, ``out`` at :data:`OUT`."""
+    """The command running ``argv`` in the sandbox: ``work`` at :data:`WS`, ``out`` at
+    :data:`OUT`."""
     args = ["bwrap", "--die-with-parent", "--new-session", "--unshare-pid", "--unshare-net",
             "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
             "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc"]

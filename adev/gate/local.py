@@ -118,9 +118,12 @@ class LocalGate:
             tail = bytearray()
             timed_out = False
 
+            stdout = proc.stdout
+            assert stdout is not None
+
             async def pump() -> None:
                 while True:
-                    chunk = await proc.stdout.read(65536)
+                    chunk = await stdout.read(65536)
                     if not chunk:
                         break
                     tail.extend(chunk)

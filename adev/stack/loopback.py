@@ -39,7 +39,7 @@ def numeric_host(host: str) -> str:
     except ValueError:
         pass
     try:
-        return socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0]
+        return str(socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)[0][4][0])
     except OSError as e:
         raise StackError(f"stack.host: cannot resolve {host!r} ({e})") from None
 

@@ -7,14 +7,13 @@ import socket
 import time
 import uuid
 
-import pytest
-
 from adev.config import ROOT
 from adev.gate import confine
 from adev.gate.base import GateRequest
 from adev.gate.registry import make_gate
 
 from .test_local import _ws, procs_with
+
 
 def _gate(**limits):
     g = make_gate("local")

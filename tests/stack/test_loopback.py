@@ -13,7 +13,6 @@ import psutil
 import pytest
 
 from adev.stack.loopback import bind_env, host_warning, is_loopback
-
 from tests.emulator.helpers import prompt_messages
 
 

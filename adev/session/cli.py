@@ -104,6 +104,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         run_dir.write_json("manifest.json", build_manifest(
             run_dir.run_id, config={"stack": stack_cfg, "session": {
                 "task": task.name, "seed": args.seed, "gate": args.gate,
+                "allow_unconfined_gate": args.allow_unconfined_gate,
                 "gate_pause_s": args.gate_pause, "max_rounds": args.max_rounds,
                 "endpoints": endpoints, "endpoint_map": emap}},
             seeds={"session": args.seed}, time_scale=time_scale))

@@ -4,7 +4,8 @@ One run of model-written tests gets:
 
 * **bubblewrap** (``bwrap``, Debian's ``bubblewrap``): new PID, network, IPC and UTS namespaces.
   The network namespace holds only ``lo``, so nothing on this host or beyond is reachable. The
-  root file system is bound read-only; ``/tmp`` is a private tmpfs of ``tmp_bytes``; the
+  root file system is bound read-only; ``/tmp`` is a private tmpfs of ``tmp_bytes`` and ``/run``
+  an empty one (no host unix sockets); the
   workspace copy (``/tmp/ws``) and the run's output folder (``/tmp/out``: JUnit XML, block
   device) are the only host paths bound writable. Folders that the unprivileged user could not
   traverse anyway (``/root``) are replaced by an empty tmpfs, with the Python installation bound
@@ -208,7 +209,8 @@ def bwrap_argv(argv: list[str], *, work: Path, out: Path, limits: Limits,
             args += ["--perms", "0755", "--dir", str(d)]
         for p in sorted(keep):
             args += ["--ro-bind", str(p), str(p)]
-    args += ["--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
+    args += ["--tmpfs", "/run",  # the host's unix sockets (libvirt, D-Bus) out of reach
+             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
              "--bind", str(work), WS, "--bind", str(out), OUT, "--chdir", WS, "--clearenv"]
     for k, v in env.items():
         args += ["--setenv", k, v]

@@ -3,9 +3,11 @@ oversized files and setsid survivors. Each probe is a pytest file run by ``make_
 the host then checks that nothing got out."""
 from __future__ import annotations
 
+import os
 import socket
 import time
 import uuid
+from pathlib import Path
 
 from adev.config import ROOT
 from adev.gate import confine
@@ -30,6 +32,12 @@ async def test_escape_network_user_fsize_and_setsid_contained(tmp_path):
     srv.listen(1)
     srv.setblocking(False)
     port = srv.getsockname()[1]
+    unix_path = Path("/run") / f"{token}.sock"
+    usrv = socket.socket(socket.AF_UNIX)
+    usrv.bind(str(unix_path))
+    os.chmod(unix_path, 0o777)
+    usrv.listen(1)
+    usrv.setblocking(False)
     probe = f"""import os, socket, subprocess, pytest
 
 def test_not_root():
@@ -48,6 +56,11 @@ def test_workspace_writable():
 def test_no_network():
     with pytest.raises(OSError):
         socket.create_connection(("127.0.0.1", {port}), timeout=2)
+
+def test_no_host_unix_socket():
+    s = socket.socket(socket.AF_UNIX)
+    with pytest.raises(OSError):
+        s.connect({str(unix_path)!r})
 
 def test_file_size_limit():
     with pytest.raises(OSError):
@@ -68,8 +81,14 @@ def test_setsid_survivor_started():
     except BlockingIOError:
         pass
     srv.close()
+    try:
+        srv_conn = srv_conn or usrv.accept()
+    except BlockingIOError:
+        pass
+    usrv.close()
+    unix_path.unlink()
     assert res.verdict == "pass", res.output_tail
-    assert res.passed == 8
+    assert res.passed == 9
     assert srv_conn is None
     for p in outside:
         assert not p.exists()

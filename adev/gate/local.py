@@ -8,8 +8,8 @@ tests unconfined. ``LocalGate(confined=False)`` (gate ``local-unconfined``) is f
 only: it runs model-written code with the user's privileges, its only protections being the
 throw-away copy, a scrubbed environment and a process group killed on timeout.
 
-Per run: the session's workspace is copied to a temporary folder (regular files only, symlinks
-skipped), ``GateRequest.overlay`` files (hidden acceptance tests) are written into the copy, and
+Per run: the session's workspace is copied to a temporary folder (regular files only; symlinks
+and files with more than one hard link skipped), ``GateRequest.overlay`` files (hidden acceptance tests) are written into the copy, and
 ``python -m pytest -q -p no:cacheprovider --junitxml=...`` runs there with the copy on
 ``PYTHONPATH``. Block-device tasks get ``ADEV_BLOCK_DEVICE`` = a sparse file of
 ``block_device_bytes`` in the run's output folder. Per-test results come from the JUnit XML
@@ -181,7 +181,8 @@ def _safe(s: str) -> str:
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copy regular files and folders only (symlinks and special files are skipped)."""
+    """Copy regular files and folders only (symlinks, hard-linked files and special files are
+    skipped)."""
     dst.mkdir(parents=True, exist_ok=True)
     if not src.is_dir():
         return
@@ -193,5 +194,5 @@ def _copy_tree(src: Path, dst: Path) -> None:
         for f in filenames:
             sp = Path(dirpath) / f
             st = os.lstat(sp)
-            if stat.S_ISREG(st.st_mode):
-                shutil.copyfile(sp, dst / rel / f, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:  # a hard link may name a file
+                shutil.copyfile(sp, dst / rel / f, follow_symlinks=False)  # outside: skipped

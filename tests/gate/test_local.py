@@ -110,12 +110,16 @@ async def test_output_limit_and_no_tests(tmp_path):
     assert res.verdict == "error" and "no test files" in res.error
 
 
-async def test_symlinks_not_copied(tmp_path):
+async def test_symlinks_and_hard_links_not_copied(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     test = ("import os\n\ndef test_link():\n    assert not os.path.exists('tests/leak.txt')\n")
     ws = _ws(tmp_path, {"tests/test_link.py": test})
     os.symlink(secret, ws / "tests" / "leak.txt")
+    res = await LocalGate().run(GateRequest("s1", ws))
+    assert res.verdict == "pass", res.output_tail
+    (ws / "tests" / "leak.txt").unlink()
+    os.link(secret, ws / "tests" / "leak.txt")  # a hard link is not copied either
     res = await LocalGate().run(GateRequest("s1", ws))
     assert res.verdict == "pass", res.output_tail
 

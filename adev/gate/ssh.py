@@ -99,7 +99,8 @@ def _check_relpath(rel: str, what: str) -> str:
 
 
 def build_upload(workspace: Path, overlay: dict[str, bytes], max_bytes: int) -> bytes:
-    """The workspace (regular files only; symlinks and caches skipped) plus overlay files, as tar."""
+    """The workspace (regular files only; symlinks, hard-linked files and caches skipped) plus
+    overlay files, as tar."""
     overlay = {_check_relpath(k, "overlay"): v for k, v in overlay.items()}
     buf, total = io.BytesIO(), 0
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -110,7 +111,8 @@ def build_upload(workspace: Path, overlay: dict[str, bytes], max_bytes: int) -> 
                 for name in sorted(filenames):
                     path = Path(dirpath, name)
                     rel = path.relative_to(workspace).as_posix()
-                    if rel in overlay or path.is_symlink() or not path.is_file():
+                    if rel in overlay or path.is_symlink() or not path.is_file() \
+                            or path.stat().st_nlink > 1:  # a hard link may name a file outside
                         continue
                     total += path.stat().st_size
                     if total > max_bytes:

@@ -113,3 +113,16 @@ def test_nothing_the_stack_started_listens_beyond_loopback(embedded_stack):
     # (P2P handshake, TCP transport, offload RPC), the master's RPC and metrics
     assert all(len(seen[e.name]) >= 4 for e in info.config.endpoints), seen
     assert len(seen["master"]) >= 2, seen
+
+
+def test_start_warns_when_host_is_not_loopback(monkeypatch, capsys, tmp_path):
+    import adev.stack.lifecycle as lifecycle
+    from adev.stack import small_config
+
+    def stop_here(*a, **k):
+        raise RuntimeError("not starting anything in a unit test")
+    monkeypatch.setattr(lifecycle, "_start", stop_here)
+    for host, warned in (("192.0.2.7", True), ("127.0.0.1", False)):
+        with pytest.raises(RuntimeError):
+            lifecycle.start_stack(small_config(tmp_path / host, host=host))
+        assert ("not a loopback address" in capsys.readouterr().err) is warned

@@ -12,8 +12,11 @@ Same rules as the emulator's pool (:mod:`adev.emulator.pool`):
 - a finished request frees its blocks in reverse order, so its tail is evicted first.
 
 Differences, by design: a request's prompt blocks are cached at admission (vLLM: when their KV
-is computed, a fraction of a second later); a request that does not fit is admitted anyway
-(counted in ``overflow_blocks``) instead of waiting or preempting another.
+is computed, a fraction of a second later). The simulator replays recorded admission times, at
+which the engine found room; a request that does not fit the model's pool at that instant
+(typically admitted as another request finished, whose recorded end comes a few milliseconds
+later) is admitted anyway, counted in ``overflow_blocks``, and the excess is taken back from the
+next blocks freed (evicted at once, as the engine evicted them to admit it).
 
 The LRU free queue is an append-only log of block ids with lazy deletion: a block's entry is
 live while ``fseq[block]`` holds that entry's position. Freeing appends, referencing a free block
@@ -40,6 +43,7 @@ class GpuPool:
         self.anon = 0        # held blocks without an id (partial tails)
         self.evicted_blocks = 0
         self.overflow_blocks = 0
+        self.debt = 0        # blocks admitted beyond capacity, reclaimed from the next frees
 
     # ------------------------------------------------------------------ views
     @property
@@ -80,7 +84,9 @@ class GpuPool:
             self._evict(min(n_alloc - empty, self.n_free))
             empty = self.capacity - self.anon - self.n_cached
             if n_alloc > empty:
-                self.overflow_blocks += n_alloc - empty
+                over = n_alloc - max(0, empty)
+                self.overflow_blocks += over
+                self.debt += over
         if len(shared) < len(ids):
             fresh = ids[~have]
             self.ref[fresh] = 1
@@ -107,6 +113,10 @@ class GpuPool:
         self.fseq[freed] = np.arange(self._n, self._n + k)
         self._n += k
         self.n_free += k
+        if self.debt:
+            d = min(self.debt, self.n_free)
+            self._evict(d)
+            self.debt -= d
 
     # ------------------------------------------------------------------ internals
     def _evict(self, k: int) -> None:

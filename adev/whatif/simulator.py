@@ -1,7 +1,7 @@
 """Replay a workload through the tier models and predict per-window figures.
 
-Every call is three events, replayed in time order (at equal times: frees, then saves, then
-admissions):
+Every call is a few events, replayed in time order (at equal times: frees, saves, admissions,
+preemptions, decode steps):
 
 1. **admission** at ``t_admit``: the endpoint's GPU prefix pool is looked up (hits ``h`` blocks,
    capped at whole blocks of prompt length - 1); the store is looked up over the blocks from
@@ -11,7 +11,14 @@ admissions):
 2. **save** at ``t_save`` (prefill done): as the emulator does, every full prompt block not
    loaded from the store (the GPU-hit prefix and the blocks after the store-hit run) is checked
    for existence and the missing ones are put;
-3. **free** at ``t_end``: the request's blocks join the GPU pool's LRU.
+3. **decode**: the output's blocks are allocated in ``decode_chunks`` equal steps from
+   ``t_save`` to ``t_end`` (the engine grows a decoding request by a block every ``block_size``
+   tokens, allocating ahead of them);
+4. **free** at ``t_end``: all its blocks join the GPU pool's LRU, the output's first;
+5. **preemption** (a run's recorded preemptions, spread evenly between ``t_save`` and
+   ``t_end``): the request's blocks are freed and it is admitted again (a new GPU lookup, the
+   rest allocated) at the next free on its endpoint, as the engine re-admits a preempted request
+   once blocks are free.
 
 The store's eviction thread runs lazily at each event (its latest wake-up, at most one per
 ``tick_s``). The figures per window use the calls *admitted* in it (the endpoint counts hits at
@@ -53,6 +60,7 @@ class Params:
     batch_keys: int = 128
     prefill_tokens_per_s: float = 14850.0
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
+    decode_chunks: int = 4            # a request's output blocks are allocated in this many steps
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:
@@ -131,13 +139,32 @@ def simulate(w: Workload, p: Params) -> Result:
     put = np.zeros(n, dtype=np.int64)
     refused = np.zeros(n, dtype=np.int64)
 
-    times = np.concatenate([w.t_end, w.t_save, w.t_admit])
-    kinds = np.repeat(np.arange(3, dtype=np.int8), n)
+    # events: 0 free, 1 save, 2 admission, 3 preemption (recorded ones, spread over the decode)
+    pre = w.preemptions if w.preemptions is not None else np.zeros(n, dtype=np.int64)
+    pc = np.flatnonzero(pre > 0)
+    pre_call = np.repeat(pc, pre[pc])
+    nth = np.concatenate([np.arange(1, k + 1) for k in pre[pc]]) if len(pc) else np.zeros(0)
+    pre_t = w.t_save[pre_call] + (w.t_end[pre_call] - w.t_save[pre_call]) * nth / (
+        pre[pre_call] + 1)
+    # output blocks: chunk j of C allocated at t_save + j/C of the decode (the engine allocates
+    # a decoding request's blocks ahead of its tokens)
+    C = max(1, int(p.decode_chunks))
+    gc = np.repeat(np.flatnonzero(extra > 0), C)
+    gj = np.tile(np.arange(C), int((extra > 0).sum()))
+    grow_t = w.t_save[gc] + (w.t_end[gc] - w.t_save[gc]) * gj / C
+    times = np.concatenate([w.t_end, w.t_save, w.t_admit, pre_t, grow_t])
+    kinds = np.concatenate([np.repeat(np.arange(3, dtype=np.int8), n),
+                            np.full(len(pre_t), 3, dtype=np.int8),
+                            np.full(len(grow_t), 4, dtype=np.int8)])
+    calls = np.concatenate([np.tile(np.arange(n), 3), pre_call, gc])
+    chunk = np.concatenate([np.zeros(3 * n + len(pre_t), dtype=np.int64), gj])
     order = np.lexsort((kinds, times))
     off, ids_all, ep, ptoks = w.off, w.ids, w.endpoint, w.prompt_tokens
     held: dict[int, np.ndarray] = {}
+    waiting: list[list[int]] = [[] for _ in w.endpoints]   # preempted, until blocks are freed
+    kinds_l, calls_l, chunk_l = kinds.tolist(), calls.tolist(), chunk.tolist()
     for k in order.tolist():
-        kind, i = divmod(k, n)
+        kind, i = kinds_l[k], calls_l[k]
         t = float(times[k])
         if store is not None:
             store.advance(t)
@@ -150,19 +177,41 @@ def simulate(w: Workload, p: Params) -> Result:
             if store is not None and cap > h:
                 e, d = store.lookup(ids[h:cap], t)
                 ext_hit[i], disk_hit[i] = e, d
-            syn = np.arange(w.n_ids + syn_off[i], w.n_ids + syn_off[i + 1], dtype=np.int64)
-            hold = np.concatenate([ids, syn]) if len(syn) else ids
-            pool.admit(hold, h, int(tail[i]))
-            held[i] = hold
+            pool.admit(ids, h, int(tail[i]))
+            held[i] = ids
         elif kind == 1:  # save
             if store is not None:
                 h, e = int(gpu_hit[i]), int(ext_hit[i])
                 keys = np.concatenate([ids[:h], ids[h + e:]]) if e else ids
                 put[i], refused[i] = store.save(keys, t)
-        else:            # free
+        elif kind == 4:  # decode: the next chunk of output blocks
+            hold = held.get(i)
+            if hold is not None:
+                j = chunk_l[k]
+                a = w.n_ids + syn_off[i] + extra[i] * j // C
+                b = w.n_ids + syn_off[i] + extra[i] * (j + 1) // C
+                if b > a:
+                    syn = np.arange(a, b, dtype=np.int64)
+                    pools[ep[i]].admit(syn, 0)
+                    held[i] = np.concatenate([hold, syn])
+        elif kind == 3:  # preemption: blocks freed, the request waits for the next free
             hold = held.pop(i, None)
             if hold is not None:
                 pools[ep[i]].release(hold, int(tail[i]))
+                waiting[ep[i]].append(i)
+        else:            # free
+            hold = held.pop(i, None)
+            pool = pools[ep[i]]
+            if hold is not None:
+                pool.release(hold, int(tail[i]))
+            q = waiting[ep[i]]
+            if i in q:
+                q.remove(i)
+            while q:           # preempted requests come back: a new lookup, the rest recomputed
+                j = q.pop(0)
+                jids = ids_all[off[j]:off[j + 1]]
+                pool.admit(jids, pool.lookup(jids, len(jids)), int(tail[j]))
+                held[j] = jids
     per_call = {"gpu_hit_blocks": gpu_hit, "store_hit_blocks": ext_hit,
                 "store_disk_blocks": disk_hit, "put_blocks": put, "refused_blocks": refused}
     counters = {"gpu_evicted_blocks": sum(q.evicted_blocks for q in pools),

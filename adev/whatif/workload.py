@@ -13,8 +13,8 @@ Block ids are dense integers (``0 .. n_ids-1``), one per distinct block key. Sou
 - a run directory (:func:`from_run`): the reuse ledger (``<run>/ledger``, one touch per full block
   of every prompt) joined on ``call_id`` with the run's call records (endpoint, the server's
   admission stamp ``t_admit``, ``t_admit + read_path_s + prefill_s`` as the save time, the
-  client's ``t_end``; a call without a server record is admitted at its send time ``t`` and saved
-  and freed at once);
+  client's ``t_end``, the endpoint's count of its preemptions; a call without a server record is
+  admitted at its send time ``t`` and saved and freed at once);
 - the Mooncake FAST'25 trace format (:func:`from_mooncake_trace`): one JSON object per line,
   ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (512-token blocks, the
   last one possibly partial: only the ``input_length // 512`` full blocks are touched); one
@@ -55,6 +55,7 @@ class Workload:
     ids: np.ndarray            # int64 dense block ids
     n_ids: int
     call_ids: list[str] = field(default_factory=list)
+    preemptions: np.ndarray | None = None   # int64 per call (recorded by the endpoint), or None
 
     @property
     def calls(self) -> int:
@@ -79,7 +80,8 @@ def _sorted(w: Workload) -> Workload:
     return Workload(w.source, w.block_size, w.endpoints, w.endpoint[order], w.t_admit[order],
                     w.t_save[order], w.t_end[order], w.prompt_tokens[order],
                     w.output_tokens[order], off, ids, w.n_ids,
-                    [w.call_ids[i] for i in order] if w.call_ids else [])
+                    [w.call_ids[i] for i in order] if w.call_ids else [],
+                    w.preemptions[order] if w.preemptions is not None else None)
 
 
 def from_run(run: Any) -> Workload:
@@ -106,6 +108,7 @@ def from_run(run: Any) -> Workload:
     ep = np.zeros(n, dtype=np.int32)
     ta, ts, te = np.zeros(n), np.zeros(n), np.zeros(n)
     pt, ot = np.zeros(n, dtype=np.int64), np.zeros(n, dtype=np.int64)
+    pre = np.zeros(n, dtype=np.int64)
     cids = []
     for j, ci in enumerate(idx.tolist()):
         lc = ledger_calls.get(ci, {})
@@ -129,11 +132,13 @@ def from_run(run: Any) -> Workload:
         te[j] = max(end, ts[j]) if np.isfinite(end) else ts[j]
         out = r["completion_tokens"] if r is not None else float("nan")
         ot[j] = int(out) if np.isfinite(out) else 0
+        pr = float(r["srv_preemptions"]) if r is not None else float("nan")
+        pre[j] = int(pr) if np.isfinite(pr) else 0
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=off[1:])
     names = sorted(eps, key=eps.get)
     return _sorted(Workload(f"run {run.path}", bs, names, ep, ta, ts, te, pt, ot, off,
-                            dense.astype(np.int64), len(uniq), cids))
+                            dense.astype(np.int64), len(uniq), cids, pre))
 
 
 def _num(d: dict[str, Any], k: str, where: str, kind: type = int) -> Any:

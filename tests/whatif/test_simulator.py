@@ -113,11 +113,32 @@ def test_empty_window_is_nan_with_a_reason():
 
 
 def test_output_blocks_take_gpu_capacity():
-    # pool of 5 blocks. Call 1: 16 prompt + 8 output tokens -> 4 prompt blocks + 2 output blocks:
-    # the pool overflows by one and evicts nothing it holds; after it ends, call 2 (same prompt
-    # prefix) needs 1 new block: the LRU victim is the last output block, so the prompt survives
+    # pool of 5 blocks. Call 1: 16 prompt + 8 output tokens = 4 prompt blocks, then 2 output
+    # blocks while decoding: one block over capacity (admitted: the recorded run did), taken
+    # back at the free by evicting the last output block; call 2 (same prefix + 1 block) evicts
+    # the other output block and hits the whole prompt
     calls = [("a", 0.0, 0.5, 1.0, 16, 8, [0, 1, 2, 3]),
              ("a", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]
-    r = simulate(workload(calls), params(gpu_pool_tokens=20))
+    r = simulate(workload(calls), params(gpu_pool_tokens=20, decode_chunks=1))
     assert r.counters["gpu_overflow_blocks"] == 1
+    assert r.counters["gpu_evicted_blocks"] == 2
     assert r.per_call["gpu_hit_blocks"].tolist() == [0, 4]
+
+
+def test_recorded_preemption_frees_blocks_until_the_next_free():
+    # pool of 8 blocks. A (blocks 0..3) is preempted during its decode at t=0.75 and waits;
+    # B (10..13) is admitted at 0.8 and takes the 4 empty blocks; C (20..23) at 0.85 evicts A's
+    # freed blocks (all 4). B ends at 0.9: A comes back with a new lookup (0 hits)
+    # (evicting B's 4 freed blocks). D at 2.0 repeats A's prompt + 1 block: A's recomputed
+    # blocks are hits; its new block does not fit (C and D hold all 8) and is taken back at the
+    # frees at t=3.0: 4 + 4 + 1 evictions.
+    calls = [("a", 0.0, 0.5, 1.0, 16, 0, [0, 1, 2, 3]),
+             ("a", 0.8, 0.81, 0.9, 16, 0, [10, 11, 12, 13]),
+             ("a", 0.85, 0.86, 3.0, 16, 0, [20, 21, 22, 23]),
+             ("a", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]
+    w = workload(calls)
+    w.preemptions = np.array([1, 0, 0, 0])
+    r = simulate(w, params(gpu_pool_tokens=32))
+    assert r.counters["gpu_evicted_blocks"] == 4 + 4 + 1
+    assert r.counters["gpu_overflow_blocks"] == 1
+    assert r.per_call["gpu_hit_blocks"].tolist() == [0, 0, 0, 4]

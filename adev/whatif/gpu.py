@@ -7,12 +7,13 @@ Same rules as the emulator's pool (:mod:`adev.emulator.pool`):
 - a lookup hits the longest run of leading cached blocks, capped at whole blocks of
   ``prompt length - 1`` (the caller passes the cap);
 - admission references the hit blocks and allocates the rest of the request's blocks, evicting
-  the least recently freed cached blocks when no empty block is left; the new prompt blocks
-  become cached under their ids (a block another request cached meanwhile is shared);
+  the least recently freed cached blocks when no empty block is left; once their KV is computed
+  (:meth:`GpuPool.register`, at the end of the prefill) the new blocks become cached under their
+  ids (a block another request cached meanwhile is shared and the new one given back), so a
+  request admitted during another's prefill does not hit what that one is still computing;
 - a finished request frees its blocks in reverse order, so its tail is evicted first.
 
-Differences, by design: a request's prompt blocks are cached at admission (vLLM: when their KV
-is computed, a fraction of a second later). The simulator replays recorded admission times, at
+The simulator replays recorded admission times, at
 which the engine found room; a request that does not fit the model's pool at that instant
 (typically admitted as another request finished, whose recorded end comes a few milliseconds
 later) is admitted anyway, counted in ``overflow_blocks``, and the excess is taken back from the
@@ -64,21 +65,20 @@ class GpuPool:
 
     # ------------------------------------------------------------------ admission / release
     def admit(self, ids: np.ndarray, hit: int, anon: int = 0) -> None:
-        """Hold ``ids`` (the hit prefix ``ids[:hit]`` is cached) and ``anon`` id-less blocks."""
+        """Reference the hit prefix ``ids[:hit]`` and allocate blocks for the rest of ``ids`` and
+        ``anon`` id-less blocks (cached under their ids by :meth:`register`)."""
         if self.capacity == 0:
             return
-        r = self.ref[ids]
-        have = r >= 0                      # the hit prefix and blocks cached meanwhile: shared
-        shared = ids if have.all() else ids[have]
-        n_alloc = len(ids) - len(shared) + anon
-        if len(shared):
-            fs = self.fseq[shared]
+        if hit:
+            h = ids[:hit]
+            fs = self.fseq[h]
             was_free = fs >= 0
             nf = int(was_free.sum())
             if nf:
-                self.fseq[shared[was_free]] = -1
+                self.fseq[h[was_free]] = -1
                 self.n_free -= nf
-            self.ref[shared] = r[have] + 1 if len(shared) < len(ids) else r + 1
+            self.ref[h] += 1
+        n_alloc = len(ids) - hit + anon
         empty = self.capacity - self.anon - self.n_cached
         if n_alloc > empty:
             self._evict(min(n_alloc - empty, self.n_free))
@@ -87,11 +87,30 @@ class GpuPool:
                 over = n_alloc - max(0, empty)
                 self.overflow_blocks += over
                 self.debt += over
-        if len(shared) < len(ids):
+        self.anon += n_alloc
+
+    def register(self, ids: np.ndarray) -> None:
+        """The request's KV for ``ids`` is computed: its anonymous blocks become cached under
+        these ids; an id another request cached meanwhile is shared and the block given back."""
+        if self.capacity == 0 or not len(ids):
+            return
+        self.anon -= len(ids)
+        r = self.ref[ids]
+        have = r >= 0
+        if have.any():
+            shared = ids[have]
+            fs = self.fseq[shared]
+            was_free = fs >= 0
+            nf = int(was_free.sum())
+            if nf:
+                self.fseq[shared[was_free]] = -1
+                self.n_free -= nf
+            self.ref[shared] = r[have] + 1
             fresh = ids[~have]
-            self.ref[fresh] = 1
-            self.n_cached += len(fresh)
-        self.anon += anon
+        else:
+            fresh = ids
+        self.ref[fresh] = 1
+        self.n_cached += len(fresh)
 
     def release(self, ids: np.ndarray, anon: int = 0) -> None:
         """Free a request's blocks: ids whose count drops to 0 join the LRU tail, last first."""

@@ -6,11 +6,11 @@ preemptions, decode steps):
 1. **admission** at ``t_admit``: the endpoint's GPU prefix pool is looked up (hits ``h`` blocks,
    capped at whole blocks of prompt length - 1); the store is looked up over the blocks from
    ``h`` to the cap (``batch_is_exist``: leases on every present key) and serves the leading run
-   of present blocks (from RAM, or from disk where only the disk holds them); the request then
-   holds its prompt blocks and its output's blocks in the GPU pool;
-2. **save** at ``t_save`` (prefill done): as the emulator does, every full prompt block not
-   loaded from the store (the GPU-hit prefix and the blocks after the store-hit run) is checked
-   for existence and the missing ones are put;
+   of present blocks (from RAM, or from disk where only the disk holds them); the request
+   references its hit blocks and is allocated the rest of its prompt's blocks;
+2. **prefill done** at ``t_save``: its new blocks are cached in the GPU pool; as the emulator
+   does, every full prompt block not loaded from the store (the GPU-hit prefix and the blocks
+   after the store-hit run) is checked for existence in the store and the missing ones are put;
 3. **decode**: the output's blocks are allocated in ``decode_chunks`` equal steps from
    ``t_save`` to ``t_end`` (the engine grows a decoding request by a block every ``block_size``
    tokens, allocating ahead of them);
@@ -60,7 +60,7 @@ class Params:
     batch_keys: int = 128
     prefill_tokens_per_s: float = 14850.0
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
-    decode_chunks: int = 4            # a request's output blocks are allocated in this many steps
+    decode_chunks: int = 16           # a request's output blocks are allocated in this many steps
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:
@@ -179,7 +179,9 @@ def simulate(w: Workload, p: Params) -> Result:
                 ext_hit[i], disk_hit[i] = e, d
             pool.admit(ids, h, int(tail[i]))
             held[i] = ids
-        elif kind == 1:  # save
+        elif kind == 1:  # prefill done: blocks cached, new ones saved
+            if i in held:
+                pools[ep[i]].register(ids[int(gpu_hit[i]):])
             if store is not None:
                 h, e = int(gpu_hit[i]), int(ext_hit[i])
                 keys = np.concatenate([ids[:h], ids[h + e:]]) if e else ids
@@ -193,6 +195,7 @@ def simulate(w: Workload, p: Params) -> Result:
                 if b > a:
                     syn = np.arange(a, b, dtype=np.int64)
                     pools[ep[i]].admit(syn, 0)
+                    pools[ep[i]].register(syn)
                     held[i] = np.concatenate([hold, syn])
         elif kind == 3:  # preemption: blocks freed, the request waits for the next free
             hold = held.pop(i, None)
@@ -210,7 +213,9 @@ def simulate(w: Workload, p: Params) -> Result:
             while q:           # preempted requests come back: a new lookup, the rest recomputed
                 j = q.pop(0)
                 jids = ids_all[off[j]:off[j + 1]]
-                pool.admit(jids, pool.lookup(jids, len(jids)), int(tail[j]))
+                hj = pool.lookup(jids, len(jids))
+                pool.admit(jids, hj, int(tail[j]))
+                pool.register(jids[hj:])
                 held[j] = jids
     per_call = {"gpu_hit_blocks": gpu_hit, "store_hit_blocks": ext_hit,
                 "store_disk_blocks": disk_hit, "put_blocks": put, "refused_blocks": refused}

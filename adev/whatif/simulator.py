@@ -21,9 +21,11 @@ preemptions, decode steps):
    once blocks are free.
 
 The store's eviction thread runs lazily at each event (its latest wake-up, at most one per
-``tick_s``). The figures per window use the calls *admitted* in it (the endpoint counts hits at
-admission), with the shares and the gross saving from :mod:`adev.analysis.windows`, so each figure
-has one definition for a run and its prediction.
+``tick_s``). The figures of a window count what the endpoint's counters would: hits (GPU and store),
+offered and refused writes of the calls *admitted* in it, prompt tokens of the calls whose
+prefill ended in it (vLLM counts ``prompt_tokens`` at the first token); the shares and the gross
+saving are the functions of :mod:`adev.analysis.windows`, so each figure has one definition for a
+run and its prediction.
 """
 from __future__ import annotations
 
@@ -232,8 +234,9 @@ def _window(w: Workload, p: Params, pc: dict[str, np.ndarray], index: int, t0: f
             busy: tuple[np.ndarray, np.ndarray] | None = None) -> Window:
     bs = w.block_size
     sel = (w.t_admit >= t0) & (w.t_admit < t1)
+    first = (w.t_save >= t0) & (w.t_save < t1)
     f = Window(index, t0, t1, calls=int(sel.sum()))
-    f.prompt_tokens = float(w.prompt_tokens[sel].sum())
+    f.prompt_tokens = float(w.prompt_tokens[first].sum())
     f.gpu_tokens = float(pc["gpu_hit_blocks"][sel].sum() * bs)
     ext = float(pc["store_hit_blocks"][sel].sum())
     disk = float(pc["store_disk_blocks"][sel].sum())

@@ -12,8 +12,8 @@ Block ids are dense integers (``0 .. n_ids-1``), one per distinct block key. Sou
 
 - a run directory (:func:`from_run`): the reuse ledger (``<run>/ledger``, one touch per full block
   of every prompt) joined on ``call_id`` with the run's call records (endpoint, the server's
-  admission stamp ``t_admit``, ``t_admit + read_path_s + prefill_s`` as the save time, the
-  client's ``t_end``, the endpoint's count of its preemptions; a call without a server record is
+  admission stamp ``t_admit``, ``t_admit + read_path_s + prefill_s`` as the save time, the end
+  on the endpoint's own clock (:func:`_engine_end`), the endpoint's count of its preemptions; a call without a server record is
   admitted at its send time ``t`` and saved and freed at once);
 - the Mooncake FAST'25 trace format (:func:`from_mooncake_trace`): one JSON object per line,
   ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (512-token blocks, the
@@ -104,6 +104,7 @@ def from_run(run: Any) -> Workload:
     counts = np.diff(np.append(first, len(call_of)))
     rows = run.calls.set_index("call_id") if len(run.calls) else None
     eps: dict[str, int] = {}
+    scale = float(run.time_scale or 1.0)
     n = len(idx)
     ep = np.zeros(n, dtype=np.int32)
     ta, ts, te = np.zeros(n), np.zeros(n), np.zeros(n)
@@ -128,7 +129,7 @@ def from_run(run: Any) -> Workload:
         rp = float(r["srv_read_path_s"]) if r is not None else float("nan")
         pf = float(r["srv_prefill_s"]) if r is not None else float("nan")
         ts[j] = adm + (rp if np.isfinite(rp) else 0.0) + (pf if np.isfinite(pf) else 0.0)
-        end = float(r["t_end"]) if r is not None else float("nan")
+        end = _engine_end(r, adm, scale) if r is not None else float("nan")
         te[j] = max(end, ts[j]) if np.isfinite(end) else ts[j]
         out = r["completion_tokens"] if r is not None else float("nan")
         ot[j] = int(out) if np.isfinite(out) else 0
@@ -139,6 +140,18 @@ def from_run(run: Any) -> Workload:
     names = sorted(eps, key=eps.get)
     return _sorted(Workload(f"run {run.path}", bs, names, ep, ta, ts, te, pt, ot, off,
                             dense.astype(np.int64), len(uniq), cids, pre))
+
+
+def _engine_end(r: Any, t_admit: float, scale: float) -> float:
+    """A call's end on its endpoint's own model clock: ``t_arrival + ttft_s`` (the first token,
+    on that clock) plus the decode's wall duration times the time scale; the client's ``t_end``
+    when the server stamps are missing. (A busy endpoint's model clock falls behind the wall;
+    its admissions, prefills and ends are all on that clock, so they are replayed on it.)"""
+    ttft, q = float(r["srv_ttft_s"]), float(r["srv_queue_s"])
+    a, b = float(r["srv_t_first_token_mono"]), float(r["srv_t_end_mono"])
+    if all(np.isfinite(x) for x in (ttft, q, a, b)) and b >= a:
+        return t_admit - q + ttft + (b - a) * scale
+    return float(r["t_end"])
 
 
 def _num(d: dict[str, Any], k: str, where: str, kind: type = int) -> Any:

@@ -119,6 +119,10 @@ def _validate(paths: list[str]) -> int:
                                       for c in (f"{k}_pred", f"{k}_meas")] \
             + ["store_hit_share_diff_pp"]
         print(v.table[cols].to_string(index=False, float_format=lambda x: f"{x:.4f}"))
+        m = v.table[["store_hit_share_pred", "store_hit_share_meas"]].mean()
+        print(f"  mean over windows: store hit share predicted {m.iloc[0]:.4f}, measured "
+              f"{m.iloc[1]:.4f} ({(m.iloc[0] - m.iloc[1]) * 100:+.2f} pp); max window "
+              f"difference {v.table['store_hit_share_diff_pp'].abs().max():.2f} pp")
     rank = lease_ranking(vals)
     if len(rank):
         print("lease ranking (mean store hit share over windows):")

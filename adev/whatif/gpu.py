@@ -79,14 +79,7 @@ class GpuPool:
                 self.n_free -= nf
             self.ref[h] += 1
         n_alloc = len(ids) - hit + anon
-        empty = self.capacity - self.anon - self.n_cached
-        if n_alloc > empty:
-            self._evict(min(n_alloc - empty, self.n_free))
-            empty = self.capacity - self.anon - self.n_cached
-            if n_alloc > empty:
-                over = n_alloc - max(0, empty)
-                self.overflow_blocks += over
-                self.debt += over
+        self._make_room(n_alloc)
         self.anon += n_alloc
 
     def register(self, ids: np.ndarray) -> None:
@@ -111,6 +104,26 @@ class GpuPool:
             fresh = ids
         self.ref[fresh] = 1
         self.n_cached += len(fresh)
+
+    def grow(self, lo: int, hi: int) -> None:
+        """Allocate and cache the never-seen ids ``lo .. hi-1`` (a decoding request's new output
+        blocks) for a request: a slice, no lookup or sharing."""
+        n = hi - lo
+        if self.capacity == 0 or n <= 0:
+            return
+        self._make_room(n)
+        self.ref[lo:hi] = 1
+        self.n_cached += n
+
+    def _make_room(self, n_alloc: int) -> None:
+        empty = self.capacity - self.anon - self.n_cached
+        if n_alloc > empty:
+            self._evict(min(n_alloc - empty, self.n_free))
+            empty = self.capacity - self.anon - self.n_cached
+            if n_alloc > empty:
+                over = n_alloc - max(0, empty)
+                self.overflow_blocks += over
+                self.debt += over
 
     def release(self, ids: np.ndarray, anon: int = 0) -> None:
         """Free a request's blocks: ids whose count drops to 0 join the LRU tail, last first."""
@@ -141,10 +154,9 @@ class GpuPool:
     def _evict(self, k: int) -> None:
         """Evict the ``k`` least recently freed cached blocks."""
         while k > 0 and self._head < self._n:
-            hi = min(self._n, self._head + max(4 * k, 256))
+            hi = min(self._n, self._head + 2 * k + 16)
             chunk = self._log[self._head:hi]
-            live = self.fseq[chunk] == np.arange(self._head, hi)
-            pos = np.flatnonzero(live)
+            pos = (self.fseq[chunk] == np.arange(self._head, hi)).nonzero()[0]
             if len(pos) > k:
                 pos = pos[:k]
                 stop = self._head + int(pos[-1]) + 1

@@ -62,7 +62,7 @@ class Params:
     batch_keys: int = 128
     prefill_tokens_per_s: float = 14850.0
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
-    decode_chunks: int = 16           # a request's output blocks are allocated in this many steps
+    decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:
@@ -153,6 +153,8 @@ def simulate(w: Workload, p: Params) -> Result:
     C = max(1, int(p.decode_chunks))
     gc = np.repeat(np.flatnonzero(extra > 0), C)
     gj = np.tile(np.arange(C), int((extra > 0).sum()))
+    nonempty = extra[gc] * (gj + 1) // C > extra[gc] * gj // C
+    gc, gj = gc[nonempty], gj[nonempty]
     grow_t = w.t_save[gc] + (w.t_end[gc] - w.t_save[gc]) * gj / C
     times = np.concatenate([w.t_end, w.t_save, w.t_admit, pre_t, grow_t])
     kinds = np.concatenate([np.repeat(np.arange(3, dtype=np.int8), n),
@@ -165,6 +167,9 @@ def simulate(w: Workload, p: Params) -> Result:
     held: dict[int, np.ndarray] = {}
     waiting: list[list[int]] = [[] for _ in w.endpoints]   # preempted, until blocks are freed
     kinds_l, calls_l, chunk_l = kinds.tolist(), calls.tolist(), chunk.tolist()
+    syn0 = (w.n_ids + syn_off[:-1]).tolist()    # first output-block id of each call
+    ex = extra.tolist()
+    grown: dict[int, int] = {}                 # call -> end of its output ids allocated so far
     for k in order.tolist():
         kind, i = kinds_l[k], calls_l[k]
         t = float(times[k])
@@ -189,25 +194,27 @@ def simulate(w: Workload, p: Params) -> Result:
                 keys = np.concatenate([ids[:h], ids[h + e:]]) if e else ids
                 put[i], refused[i] = store.save(keys, t)
         elif kind == 4:  # decode: the next chunk of output blocks
-            hold = held.get(i)
-            if hold is not None:
+            if i in held:
                 j = chunk_l[k]
-                a = w.n_ids + syn_off[i] + extra[i] * j // C
-                b = w.n_ids + syn_off[i] + extra[i] * (j + 1) // C
-                if b > a:
-                    syn = np.arange(a, b, dtype=np.int64)
-                    pools[ep[i]].admit(syn, 0)
-                    pools[ep[i]].register(syn)
-                    held[i] = np.concatenate([hold, syn])
+                a = syn0[i] + ex[i] * j // C
+                b = syn0[i] + ex[i] * (j + 1) // C
+                pools[ep[i]].grow(a, b)
+                grown[i] = b
         elif kind == 3:  # preemption: blocks freed, the request waits for the next free
             hold = held.pop(i, None)
             if hold is not None:
+                g = grown.pop(i, None)
+                if g is not None:
+                    hold = np.concatenate([hold, np.arange(syn0[i], g, dtype=np.int64)])
                 pools[ep[i]].release(hold, int(tail[i]))
                 waiting[ep[i]].append(i)
         else:            # free
             hold = held.pop(i, None)
             pool = pools[ep[i]]
             if hold is not None:
+                g = grown.pop(i, None)
+                if g is not None:
+                    hold = np.concatenate([hold, np.arange(syn0[i], g, dtype=np.int64)])
                 pool.release(hold, int(tail[i]))
             q = waiting[ep[i]]
             if i in q:

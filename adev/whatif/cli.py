@@ -91,7 +91,8 @@ def _sweep(args: argparse.Namespace) -> int:
     df.to_csv(tmp, index=False)
     tmp.replace(csv)
     png = S.plot(df, list(axes), out / "whatif.png", args.metric,
-                 title=f"{w.source}: {w.calls} calls, {w.touches} block touches")
+                 title=f"{target.name}: {w.calls} calls, {w.touches} block touches "
+                       f"({w.block_size}-token blocks)")
     with pd.option_context("display.width", 160, "display.max_columns", 20):
         print(f"{w.source}: {w.calls} calls, {w.touches} block touches, "
               f"{len(S.grid(base, axes))} points")

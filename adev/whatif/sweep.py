@@ -142,6 +142,13 @@ def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store
                     label=", ".join(f"{a}={v}" for a, v in zip(rest, np.atleast_1d(key))) or None)
         ax.set_xlabel(f"{x} ({AXES[x].unit})" if AXES[x].unit else x)
         ax.set_ylabel(label)
+        xs = pd.to_numeric(tot[x], errors="coerce")
+        pos = xs[(xs > 0) & np.isfinite(xs)]
+        if len(pos) and pos.max() / pos.min() >= 16:   # sizes over decades: a log axis
+            ax.set_xscale("symlog", base=2, linthresh=float(pos.min()))
+            ax.set_xticks(sorted(set(xs[np.isfinite(xs)])))
+            ax.set_xticklabels([f"{v:g}" for v in sorted(set(xs[np.isfinite(xs)]))],
+                               rotation=45, fontsize=7)
         if rest:
             ax.legend(fontsize=7)
         ax.grid(alpha=0.3)
@@ -149,7 +156,8 @@ def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store
         xa, ya = multi[0], multi[1]
         rest = [a for a in axes if a not in (xa, ya)]
         groups = list(tot.groupby(rest)) if rest else [((), tot)]
-        fig, axs = plt.subplots(1, len(groups), figsize=(5 * len(groups), 4), squeeze=False)
+        fig, axs = plt.subplots(1, len(groups), figsize=(max(6.5, 5 * len(groups)), 4.4),
+                                squeeze=False)
         for ax, (key, g) in zip(axs[0], groups):
             pv = g.pivot_table(index=ya, columns=xa, values=metric, aggfunc="mean")
             im = ax.imshow(pv.to_numpy(dtype=float), origin="lower", aspect="auto",
@@ -160,14 +168,17 @@ def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store
                                                  for v in pv.index])
             ax.set_xlabel(f"{xa} ({AXES[xa].unit})" if AXES[xa].unit else xa)
             ax.set_ylabel(f"{ya} ({AXES[ya].unit})" if AXES[ya].unit else ya)
-            for (i, j), v in np.ndenumerate(pv.to_numpy(dtype=float)):
-                ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7, color="w")
+            vals = pv.to_numpy(dtype=float)
+            mid = np.nanmin(vals) + 0.5 * (np.nanmax(vals) - np.nanmin(vals)) if vals.size else 0
+            for (i, j), v in np.ndenumerate(vals):
+                ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7,
+                        color="k" if v > mid else "w")
             if rest:
                 ax.set_title(", ".join(f"{a}={v}" for a, v in zip(rest, np.atleast_1d(key))),
                              fontsize=8)
             fig.colorbar(im, ax=ax, label=label)
     if title:
-        fig.suptitle(title, fontsize=9)
+        fig.suptitle(title, fontsize=8)
     fig.tight_layout()
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = path.with_name(path.stem + ".tmp" + path.suffix)

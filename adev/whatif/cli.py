@@ -17,7 +17,6 @@ from typing import Any
 
 import pandas as pd
 
-from ..config import ConfigError
 from .workload import WorkloadError, load_workload
 
 

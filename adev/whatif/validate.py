@@ -112,7 +112,7 @@ class Validation:
 def validate(run: Any) -> Validation:
     """Predictions for the run's own configuration beside its measured window figures."""
     from ..analysis.windows import ALL, window_table
-    w, r = simulate_run(run)
+    _, r = simulate_run(run)
     meas = window_table(run)
     meas = meas[meas["endpoint"] == ALL].set_index("window") if len(meas) else meas
     rows = []

@@ -25,9 +25,10 @@ Block ids are dense integers (``0 .. n_ids-1``), one per distinct block key. Sou
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import numpy as np
 
@@ -63,7 +64,7 @@ class Workload:
 
     @property
     def touches(self) -> int:
-        return int(len(self.ids))
+        return len(self.ids)
 
     def blocks(self, i: int) -> np.ndarray:
         return self.ids[self.off[i]:self.off[i + 1]]

@@ -27,8 +27,8 @@ def workload(calls):
 
 
 def params(**kw):
-    base = dict(gpu_pool_tokens=400, ram_gb=0.0, lease_s=5.0, disk=False, bytes_per_block=1,
-                tick_s=0.1, prefill_tokens_per_s=4.0)
+    base = {"gpu_pool_tokens": 400, "ram_gb": 0.0, "lease_s": 5.0, "disk": False,
+            "bytes_per_block": 1, "tick_s": 0.1, "prefill_tokens_per_s": 4.0}
     base.update(kw)
     return Params(**base)
 
@@ -75,7 +75,7 @@ def test_a_long_lease_refuses_more_writes():
              ("c", 1.0, 1.5, 1.52, 16, 0, [10, 11, 12, 13]),
              ("d", 1.55, 1.56, 1.57, 5, 0, [10]),
              ("e", 2.0, 2.5, 2.6, 16, 0, [20, 21, 22, 23])]
-    kw = dict(gpu_pool_tokens=0, ram_gb=1.0, ram_capacity_blocks=5)
+    kw = {"gpu_pool_tokens": 0, "ram_gb": 1.0, "ram_capacity_blocks": 5}
     long = simulate(workload(calls), params(lease_s=100.0, **kw))
     short = simulate(workload(calls), params(lease_s=0.1, **kw))
     assert long.per_call["store_hit_blocks"].tolist() == [0, 4, 0, 1, 0]

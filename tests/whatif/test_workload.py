@@ -6,7 +6,12 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from adev.whatif.workload import WorkloadError, from_mooncake_trace, from_run, load_workload
+from adev.whatif.workload import (
+    WorkloadError,
+    from_mooncake_trace,
+    from_run,
+    load_workload,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 if str(ROOT) not in sys.path:
@@ -58,9 +63,9 @@ def test_unknown_input_is_refused(tmp_path):
 
 
 def test_run_directory_joins_ledger_and_call_records(tmp_path):
-    from tests.analysis.synth import make_run
     from adev.analysis.ledger import read_ledger
     from adev.analysis.run import load_run
+    from tests.analysis.synth import make_run
     path = make_run(tmp_path, width=3, windows=1, window_s=200.0)
     run = load_run(path)
     w = load_workload(path)
@@ -77,7 +82,7 @@ def test_run_directory_joins_ledger_and_call_records(tmp_path):
     assert np.all(np.diff(w.t_admit) >= 0)
     # the same prompt's blocks in prompt order: block keys map to dense ids one to one
     k = led.touches[led.touches["call"] == int(
-        [x["call"] for x in led.calls if x["call_id"] == cid][0])]
+        next(x["call"] for x in led.calls if x["call_id"] == cid))]
     k = k[np.argsort(k["pos"])]["key"]
     uniq = np.unique(led.touches["key"])
     assert w.blocks(i).tolist() == np.searchsorted(uniq, k).tolist()

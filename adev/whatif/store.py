@@ -6,21 +6,23 @@ RAM tier, as ``mooncake_master`` (``mooncake-store/src/master_service.cpp``) run
   full the put is **refused** (``NO_AVAILABLE_HANDLE``, -200) and the master flags that an
   eviction is needed;
 - **leases**: every lookup of a present key (``batch_is_exist``, also the existence check a save
-  makes before its puts) sets its lease to ``max(lease, now + TTL)``; puts grant none. An object
-  whose lease has not expired cannot be evicted;
+  makes before its puts) sets its lease timeout to ``max(timeout, now + TTL)``; a put sets it to
+  the put time (``PutEnd`` grants a zero lease). An object whose lease has not expired cannot be
+  evicted;
 - **eviction**: an eviction thread wakes every 10 ms (real); when the used share exceeds the high
   watermark (default 0.90) or a put was refused, it evicts
   ``ceil(evictable objects x max(ratio, used - watermark + ratio))`` objects (ratio default
-  0.05), choosing among lease-expired objects those with the oldest lease timeout: objects never
-  looked up first (their timeout is the epoch; Mooncake takes them in hash order, here in put
-  order), then by last lookup. Leased objects count in the evictable base but are skipped, so a
-  store full of leased objects evicts nothing and refuses puts.
+  0.05), choosing among lease-expired objects those with the oldest lease timeout (objects never
+  looked up: their put time; others: last lookup + TTL). Leased objects count in the evictable
+  base but are skipped, so a store full of leased objects evicts nothing and refuses puts.
 
-Disk tier (``offload_on_evict``): an object chosen for eviction is queued for offload and stays
-in RAM (pinned, still readable, not evictable) until the endpoint's offload heartbeat writes it
-(``offload_delay_s`` later); then it lives on disk only. A key on disk is a hit (served from disk)
-and is never put again. Disk capacity in objects (None: unbounded); when full, the oldest offloaded
-objects are dropped.
+Disk tier (``offload_on_evict``): an object chosen for eviction with no disk copy is queued for
+offload and stays in RAM (pinned, still readable, not evictable) until the endpoint's offload
+heartbeat writes it (``offload_delay_s`` later). It then has a disk copy and is evictable again
+by the same rule: an object leased meanwhile keeps its memory until its lease ends; chosen again,
+its memory is freed at once. A key with a memory copy is served from RAM, a key on disk only
+from disk; a key in either is never put again. Disk capacity in objects (None: unbounded); when
+full, the oldest offloaded objects are dropped.
 
 Per call, a save mirrors the emulator's and vLLM's connector: an existence check over the blocks
 to write (leases on those present), then puts of the missing ones in batches of ``batch_keys``;
@@ -74,30 +76,33 @@ class _Log:
         self.stamp[ids] = np.arange(self.n, self.n + k)
         self.n += k
 
-    def take(self, k: int, ok=None) -> np.ndarray:
-        """Pop up to ``k`` live ids from the head, stopping at the first live id failing ``ok``."""
+    def peek(self, k: int, ok, ordered: bool = True) -> np.ndarray:
+        """Up to ``k`` live ids from the head that pass ``ok``; an ordered log stops at the first
+        live id failing it, an unordered one skips it (nothing is removed; leading dead entries
+        are skipped for good)."""
         out = []
-        while k > 0 and self.head < self.n:
-            hi = min(self.n, self.head + max(4 * k, 256))
-            chunk = self.buf[self.head:hi]
-            pos = np.flatnonzero(self.stamp[chunk] == np.arange(self.head, hi))
-            stop_all = False
-            if ok is not None and len(pos):
+        pos_hi = self.head
+        while k > 0 and pos_hi < self.n:
+            hi = min(self.n, pos_hi + 2 * k + 64)
+            chunk = self.buf[pos_hi:hi]
+            pos = (self.stamp[chunk] == np.arange(pos_hi, hi)).nonzero()[0]
+            if not out and pos_hi == self.head:
+                self.head += int(pos[0]) if len(pos) else hi - pos_hi
+            stop = False
+            if len(pos):
                 good = ok(chunk[pos])
                 if not good.all():
-                    pos = pos[:int(good.argmin())]
-                    stop_all = True
-            if len(pos) > k:
-                pos = pos[:k]
-                stop_all = True
-            ids = chunk[pos]
-            self.stamp[ids] = -1
+                    if ordered:
+                        pos = pos[:int(good.argmin())]
+                        stop = True
+                    else:
+                        pos = pos[good]
+            ids = chunk[pos[:k]]
             out.append(ids)
             k -= len(ids)
-            if stop_all:
-                self.head += int(pos[-1]) + 1 if len(pos) else 0
+            if stop:
                 break
-            self.head = hi
+            pos_hi = hi
         return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
 
 
@@ -110,8 +115,11 @@ class StoreModel:
         self.on_disk = np.zeros(n_ids, dtype=bool)
         self.pinned = np.zeros(n_ids, dtype=bool)         # queued for offload
         self.lease_to = np.full(n_ids, NEVER)
-        self._unread = _Log(np.full(n_ids, -1, dtype=np.int64))  # in RAM, never looked up
-        self._read = _Log(np.full(n_ids, -1, dtype=np.int64))    # in RAM, by last lookup
+        # eviction order (lease timeout): never looked up, by put time; looked up, by last lookup
+        self._unread = _Log(np.full(n_ids, -1, dtype=np.int64))
+        self._read = _Log(np.full(n_ids, -1, dtype=np.int64))
+        # back in the order after an offload (their timeouts are not in log order)
+        self._back = _Log(np.full(n_ids, -1, dtype=np.int64))
         self._disk = _Log(np.full(n_ids, -1, dtype=np.int64))    # on disk, by offload time
         self._pending: deque[tuple[float, np.ndarray]] = deque()
         self.n_ram = 0
@@ -148,41 +156,55 @@ class StoreModel:
             return
         target = max(r.eviction_ratio, used - r.high_watermark + r.eviction_ratio)
         k = math.ceil(base * target)
-        victims = self._unread.take(k)
-        if len(victims) < k:
-            lease = self.lease_to
-            more = self._read.take(k - len(victims), ok=lambda ids: lease[ids] <= now)
-            victims = np.concatenate([victims, more]) if len(more) else victims
+        lease = self.lease_to
+
+        def expired(ids: np.ndarray) -> np.ndarray:
+            return lease[ids] <= now
+        logs = (self._back, self._unread, self._read)
+        victims = np.concatenate([q.peek(k, expired, ordered=q is not self._back) for q in logs])
+        if len(victims) > k:   # the k oldest lease timeouts of the three orders
+            victims = victims[np.argsort(lease[victims], kind="stable")[:k]]
         if not len(victims):
             return
+        for q in logs:
+            q.stamp[victims] = -1
         self.need_eviction = False
-        if r.disk:
-            self.pinned[victims] = True
-            self.n_pinned += len(victims)
-            self._pending.append((now + r.offload_delay_s, victims))
+        if r.disk:   # a copy on disk already: memory freed now; else queued for offload
+            done = self.on_disk[victims]
+            self._free(victims[done])
+            queue = victims[~done]
+            if len(queue):
+                self.pinned[queue] = True
+                self.n_pinned += len(queue)
+                self._pending.append((now + r.offload_delay_s, queue))
         else:
-            self.in_ram[victims] = False
-            self.n_ram -= len(victims)
-            self.evicted_blocks += len(victims)
+            self._free(victims)
 
-    def _offloaded(self, ids: np.ndarray) -> None:
-        ids = ids[self.in_ram[ids] & self.pinned[ids]]
-        self.pinned[ids] = False
+    def _free(self, ids: np.ndarray) -> None:
         self.in_ram[ids] = False
-        self.n_pinned -= len(ids)
         self.n_ram -= len(ids)
         self.evicted_blocks += len(ids)
+
+    def _offloaded(self, ids: np.ndarray) -> None:
+        """Offload written: the object is on disk too, and evictable from RAM again (by its lease
+        timeout) -- an object leased meanwhile keeps its memory until the lease ends."""
+        ids = ids[self.in_ram[ids] & self.pinned[ids]]
+        self.pinned[ids] = False
+        self.n_pinned -= len(ids)
         cap = self.r.disk_capacity_blocks
-        if cap is not None and self.n_disk + len(ids) > cap:
-            drop = self._disk.take(self.n_disk + len(ids) - cap)
+        new = ids[~self.on_disk[ids]]
+        if cap is not None and self.n_disk + len(new) > cap:
+            drop = self._disk.peek(self.n_disk + len(new) - cap, lambda x: np.ones(len(x), bool))
+            self._disk.stamp[drop] = -1
             self.on_disk[drop] = False
             self.n_disk -= len(drop)
-            if self.n_disk + len(ids) > cap:   # more than the whole disk: keep the newest
-                ids = ids[len(ids) - max(0, cap - self.n_disk):]
-        self.on_disk[ids] = True
-        self.n_disk += len(ids)
-        self.offloaded_blocks += len(ids)
-        self._disk.append(ids)
+            if self.n_disk + len(new) > cap:   # more than the whole disk: keep the newest
+                new = new[len(new) - max(0, cap - self.n_disk):]
+        self.on_disk[new] = True
+        self.n_disk += len(new)
+        self.offloaded_blocks += len(new)
+        self._disk.append(new)
+        self._back.append(ids)
 
     # ------------------------------------------------------------------ operations
     def _grant(self, ids: np.ndarray, now: float) -> None:
@@ -193,6 +215,7 @@ class StoreModel:
         ram = ids[self.in_ram[ids] & ~self.pinned[ids]]
         if len(ram):
             self._unread.stamp[ram] = -1
+            self._back.stamp[ram] = -1
             self._read.append(ram)
 
     def lookup(self, ids: np.ndarray, now: float) -> tuple[int, int]:
@@ -221,9 +244,9 @@ class StoreModel:
             b = self.r.batch_keys
             refused = min(len(missing), (room // b + 1) * b) - room
             self.need_eviction = True
-        if len(put):
+        if len(put):   # PutEnd: GrantReadLease(0), the lease timeout is the put time
             self.in_ram[put] = True
-            self.lease_to[put] = NEVER
+            self.lease_to[put] = now
             self._read.stamp[put] = -1
             self._unread.append(put)
             self.n_ram += len(put)

@@ -76,28 +76,40 @@ def test_save_existence_check_grants_leases():
     assert s.evicted_blocks == 2
 
 
+def disk_store(**kw):
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=1.0, disk=True,
+                              offload_delay_s=0.5, **kw), 100)
+    s.save(ids(0, 1), 0.0)
+    s.save(rng(2, 10), 0.05)
+    s.advance(0.1)          # full: ceil(10 x 0.15) = 2, the oldest puts 0, 1, queued for offload
+    return s
+
+
 def test_disk_tier_offloads_after_the_heartbeat_and_serves_hits():
-    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1, disk=True,
-                              offload_delay_s=1.0), 100)
-    s.save(rng(0, 10), 0.0)
-    s.advance(0.1)                     # 0, 1 chosen: queued for offload, still in RAM
-    assert s.lookup(ids(0, 1), 0.2) == (2, 0)
-    assert s.n_ram == 10
-    s.advance(1.2)                     # offloaded: on disk only
-    assert (s.n_ram, s.n_disk, s.evicted_blocks) == (8, 2, 2)
-    assert s.lookup(ids(0, 1, 2), 1.3) == (3, 2)
-    assert s.save(ids(0, 1), 1.4) == (0, 0)         # on disk: present, not put again
+    s = disk_store()
+    assert s.lookup(ids(0), 0.2) == (1, 0)          # still in RAM while queued; leased to 5.2
+    assert (s.n_ram, s.n_pinned) == (10, 2)
+    s.advance(0.7)                                   # written to disk, memory kept (no wake-up)
+    assert (s.n_ram, s.n_disk, s.evicted_blocks) == (10, 2, 0)
+    # next wake-up: oldest lease timeouts first -- 1 (put at 0, on disk: memory freed at once),
+    # then 2 (put at 0.05, queued); 0 is leased
+    s.advance(1.1)
+    assert (s.n_ram, s.evicted_blocks, s.n_pinned) == (9, 1, 1)
+    assert s.lookup(ids(1), 1.2) == (1, 1)           # from disk
+    assert s.lookup(ids(0, 1, 2), 1.2) == (3, 1)
+    assert s.save(ids(1), 1.3) == (0, 0)             # on disk: present, not put again
 
 
 def test_disk_capacity_drops_the_oldest_offloads():
-    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1, disk=True,
-                              offload_delay_s=1.0, disk_capacity_blocks=1), 100)
-    s.save(rng(0, 10), 0.0)
-    s.advance(0.1)
-    s.advance(1.2)
+    s = disk_store(disk_capacity_blocks=1)
+    s.advance(0.7)          # two offloads, room for one: the newest (1) is kept
     assert s.n_disk == 1
-    assert s.lookup(ids(1), 1.3) == (1, 1)
-    assert s.lookup(ids(0), 1.3) == (0, 0)
+    s.advance(1.1)          # 0 (no disk copy) queued again, 1 (disk copy) freed
+    assert s.lookup(ids(1), 1.2) == (1, 1)
+    s.advance(1.7)          # 0 written: the disk drops 1
+    assert s.n_disk == 1
+    assert s.lookup(ids(1), 1.8) == (0, 0)
+    assert s.lookup(ids(0), 1.8) == (1, 0)           # 0 keeps its memory copy (lease)
 
 
 def test_leading_run_counts_only_until_the_first_miss():

@@ -107,6 +107,7 @@ class Validation:
     lease_s: float | None
     table: pd.DataFrame      # one row per window: predicted and measured figures, difference
     result: Result
+    ram_gb: float | None = None
 
 
 def validate(run: Any) -> Validation:
@@ -126,17 +127,18 @@ def validate(run: Any) -> Validation:
             row[f"{k}_meas"] = got
             row[f"{k}_diff_pp"] = (pred - got) * 100.0
         rows.append(row)
-    return Validation(run.run_id, run.width, run.lease_ttl_s, pd.DataFrame(rows), r)
+    return Validation(run.run_id, run.width, run.lease_ttl_s, pd.DataFrame(rows), r,
+                      r.params.ram_gb)
 
 
 def lease_ranking(vals: list[Validation]) -> pd.DataFrame:
-    """For runs of equal width at different leases: whether the predicted store hit shares
-    (mean over windows) order the leases as the measured ones do."""
+    """For runs of equal width and RAM tier at different leases: whether the predicted store hit
+    shares (mean over windows) order the leases as the measured ones do."""
     rows = []
-    by_width: dict[Any, list[Validation]] = {}
+    groups: dict[Any, list[Validation]] = {}
     for v in vals:
-        by_width.setdefault(v.width, []).append(v)
-    for width, vs in sorted(by_width.items(), key=lambda kv: (kv[0] is None, kv[0])):
+        groups.setdefault((v.width, v.ram_gb), []).append(v)
+    for (width, ram), vs in sorted(groups.items(), key=lambda kv: (kv[0][0] is None, kv[0])):
         leases = {v.lease_s for v in vs}
         if len(leases) < 2:
             continue
@@ -144,7 +146,7 @@ def lease_ranking(vals: list[Validation]) -> pd.DataFrame:
         pred = [float(v.table["store_hit_share_pred"].mean()) for v in vs]
         meas = [float(v.table["store_hit_share_meas"].mean()) for v in vs]
         same = list(np.argsort(pred, kind="stable")) == list(np.argsort(meas, kind="stable"))
-        rows.append({"width": width, "leases": [v.lease_s for v in vs],
+        rows.append({"width": width, "ram_gb": ram, "leases": [v.lease_s for v in vs],
                      "pred_store_hit_share": [round(x, 4) for x in pred],
                      "meas_store_hit_share": [round(x, 4) for x in meas],
                      "ranking_kept": bool(same)})

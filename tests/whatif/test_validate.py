@@ -69,7 +69,7 @@ def test_end_on_the_endpoints_clock():
 def test_lease_ranking():
     def v(width, lease, pred, meas):
         t = pd.DataFrame({"store_hit_share_pred": pred, "store_hit_share_meas": meas})
-        return Validation("r", width, lease, t, None)
+        return Validation("r", width, lease, t, None, 32.0)
     rank = lease_ranking([v(6, 5.0, [0.2, 0.4], [0.3, 0.3]), v(6, 300.0, [0.1, 0.1], [0.2, 0.2]),
                           v(12, 5.0, [0.2], [0.2]), v(12, 300.0, [0.3], [0.1]),
                           v(18, 5.0, [0.2], [0.2])])

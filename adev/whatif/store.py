@@ -211,7 +211,8 @@ class StoreModel:
         """Leases on present keys; RAM keys move to the tail of the last-lookup order."""
         if not len(ids):
             return
-        self.lease_to[ids] = np.maximum(self.lease_to[ids], now + self.r.lease_s)
+        # max(timeout, now + TTL) is now + TTL: events come in time order, TTL is constant
+        self.lease_to[ids] = now + self.r.lease_s
         ram = ids[self.in_ram[ids] & ~self.pinned[ids]]
         if len(ram):
             self._unread.stamp[ram] = -1

@@ -31,8 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, field
-from typing import Any
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -113,11 +112,6 @@ class Result:
     total: Window
     per_call: dict[str, np.ndarray]
     counters: dict[str, int]
-
-    def rows(self) -> list[dict[str, Any]]:
-        p = {k: v for k, v in asdict(self.params).items()}
-        return [{**p, **{k: v for k, v in asdict(w).items() if k != "missing"}}
-                for w in [*self.windows, self.total]]
 
 
 def simulate(w: Workload, p: Params) -> Result:

@@ -3,16 +3,26 @@ from __future__ import annotations
 
 from typing import Any
 
+import msgspec
 import orjson
 from aiohttp import web
 
 from adev.emulator.params import BadRequest
 
 
+_ENCODER = msgspec.json.Encoder()
+
+
+def _struct(obj: Any) -> orjson.Fragment:
+    if isinstance(obj, msgspec.Struct):
+        return orjson.Fragment(_ENCODER.encode(obj))
+    raise TypeError(f"not JSON serialisable: {type(obj).__name__}")
+
+
 def dumps(obj: Any) -> bytes:
-    """Compact JSON (orjson: the first stream event carries every prompt token id; the
-    extension object is a slotted dataclass, serialised directly)."""
-    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
+    """Compact JSON (orjson: the first stream event carries every prompt token id); msgspec
+    Structs inside (the extension object) are encoded by msgspec and spliced in."""
+    return orjson.dumps(obj, default=_struct, option=orjson.OPT_SERIALIZE_NUMPY)
 
 
 def json_response(body: Any, status: int = 200) -> web.Response:

@@ -196,21 +196,19 @@ class Endpoint:
         t_admit = r.t_admit if r.t_admit is not None else r.t_arrival
         t_ready = r.t_ready if r.t_ready is not None else t_admit
         prefill_end = r.t_prefill_done if r.t_prefill_done is not None else t_ready
-        split = r.tokens_split(bs)
+        ram, disk, kv = r.ram_blocks * bs, r.disk_blocks * bs, r.kv_transfer_tokens
+        # positional, in the schema's field order: a third of the cost of keywords (the request
+        # path); tests/emulator/test_schema.py checks every field against its meaning
         return EndpointExtension(
-            request_id=r.rid, t_arrival_mono=r.arrival_mono, t_first_token_mono=t_first_mono,
-            t_end_mono=t_end_mono, t_first_byte_sent_mono=sent[0], t_first_token_sent_mono=sent[1],
-            queue_s=t_admit - r.t_arrival, lookup_s=r.lookup_s, load_s=r.load_s,
-            read_path_s=r.lookup_s + r.load_s, read_path_host_s=r.read_host_s,
-            transfer_s=r.transfer_s, prefill_s=max(0.0, prefill_end - t_ready),
-            ttft_s=(r.t_first - r.t_arrival) if r.t_first is not None else None,
-            tokens=TokenSplit(split["gpu"], split["store_ram"], split["store_disk"],
-                              split["kv_transfer"], split["computed"]),
-            store_keys_looked_up=r.store_keys_looked_up, store_hit_blocks=r.store_hit_blocks,
-            put_blocks=r.put_blocks, put_refused_blocks=r.put_refused_blocks,
-            store_errors=r.store_errors, preemptions=r.preemptions,
-            configuration=self.stack.configuration, time_scale=self.stack.time_scale,
-            kv_role=self.kv_role, transfer=transfer)
+            r.rid, r.arrival_mono, t_first_mono, t_end_mono, sent[0], sent[1],  # id, stamps
+            t_admit - r.t_arrival, r.lookup_s, r.load_s, r.lookup_s + r.load_s,  # queue, reads
+            r.read_host_s, r.transfer_s, max(0.0, prefill_end - t_ready),          # .., prefill
+            (r.t_first - r.t_arrival) if r.t_first is not None else None,          # ttft_s
+            TokenSplit(r.gpu_hit_tokens, ram, disk, kv,
+                       len(r.prompt) - r.gpu_hit_tokens - ram - disk - kv),
+            r.store_keys_looked_up, r.store_hit_blocks, r.put_blocks, r.put_refused_blocks,
+            r.store_errors, r.preemptions, self.stack.configuration, self.stack.time_scale,
+            self.kv_role, transfer)
 
     def usage(self, rs: list[Request], completion: list[int] | None = None) -> dict[str, Any]:
         """``usage`` over the requests of one response; ``completion`` overrides the tokens

@@ -12,14 +12,21 @@ per-scrape work it does synchronously is measured here, each against its baselin
   ``json.dumps(sort_keys=True)``;
 - the per-request extension object (``adev.emulator.schema.EndpointExtension``, built by
   ``Endpoint.adev_field`` and serialised with orjson) vs a hand-made dict of the same fields
-  (how the server built it before the schema), serialised the same way.
+  (how the server built it before the schema), serialised the same way;
+- with ``--requests N``: the whole request path, as the endpoint process's CPU (user + system,
+  from ``/proc``) per chat completion over N sequential requests (non-streamed and streamed, 2,000
+  prompt tokens seen before, 50 output tokens, time scale 1,000, ``gpu-only``). ``--code DIR``
+  runs the endpoint from another checkout (e.g. the previous commit, ``git archive``), so before
+  and after are the same measurement.
 
     .venv/bin/python bench/bench_endpoint_cpu.py [--tokens 60000] [--repeat 200]
+        [--requests 400 [--code DIR]]
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import sys
 import time
@@ -58,7 +65,13 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--tokens", type=int, default=60000, help="prompt length for the hashes")
     ap.add_argument("--repeat", type=int, default=200)
+    ap.add_argument("--requests", type=int, default=0, help="also measure the request path")
+    ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parents[1],
+                    help="checkout the endpoint runs from (--requests)")
     a = ap.parse_args()
+    if a.requests:
+        bench_requests(a.requests, a.code)
+        return
     rng = random.Random(1)
 
     m = Metrics("Qwen3-Coder-30B-A3B-Instruct-FP8", 16, 10407, True, 65536)
@@ -126,6 +139,52 @@ def bench_extension(repeat: int) -> None:
         base = min(base, per_call_ms(lambda: dumps(dict_extension(ep, r, 1300.0, 1301.0)), repeat))
     print(f"extension object, built and serialised: msgspec Struct {fast * 1e3:.2f} us, dict "
           f"{base * 1e3:.2f} us: {base / fast:.2f}x")
+
+
+def _cpu_s(pid: int) -> float:
+    f = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def bench_requests(n: int, code: Path) -> None:
+    import subprocess
+    import tempfile
+
+    import httpx
+
+    from tests.emulator.helpers import free_port, prompt_messages
+    work = Path(tempfile.mkdtemp(prefix="adev-req-"))
+    cfg = work / "stack.json"
+    cfg.write_text(json.dumps({"configuration": "gpu-only", "policy": "length", "time_scale": 1000.0,
+                               "endpoints": [{"name": "coder"}]}))
+    port = free_port()
+    env = dict(os.environ, PYTHONPATH=str(code))
+    proc = subprocess.Popen([sys.executable, "-m", "adev.emulator.server", "--config", str(cfg),
+                             "--endpoint", "coder", "--port", str(port)], cwd=str(code), env=env)
+    url = f"http://127.0.0.1:{port}"
+    try:
+        with httpx.Client(timeout=30) as c:
+            for _ in range(100):
+                try:
+                    if c.get(url + "/health").status_code == 200:
+                        break
+                except httpx.HTTPError:
+                    time.sleep(0.1)
+            body = {"messages": prompt_messages(2000), "max_tokens": 50}
+            for stream in (False, True):
+                b = {**body, "stream": stream}
+                for _ in range(20):  # warm: template cache, prefix cache
+                    c.post(url + "/v1/chat/completions", json=b).raise_for_status()
+                cpu0, t0 = _cpu_s(proc.pid), time.perf_counter()
+                for _ in range(n):
+                    c.post(url + "/v1/chat/completions", json=b).raise_for_status()
+                cpu, wall = _cpu_s(proc.pid) - cpu0, time.perf_counter() - t0
+                print(f"request path ({'streamed' if stream else 'not streamed'}, {n} requests, code "
+                      f"{code}): endpoint CPU {cpu / n * 1e6:.0f} us per request "
+                      f"(wall {wall / n * 1e3:.2f} ms)")
+    finally:
+        proc.terminate()
+        proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -222,7 +222,7 @@ async def _complete_body(ep: "Endpoint", rid: str, rs: list[Request], plans: lis
     firsts = await asyncio.gather(*(_drain(r) for r in rs))
     t_end = time.monotonic()
     choices = []
-    for i, (r, plan) in enumerate(zip(rs, plans)):
+    for i, (r, plan) in enumerate(zip(rs, plans, strict=True)):
         c: dict[str, Any] = {"index": i, "text": text_of(plan, 0, r.n_gen), "logprobs": None,
                              "finish_reason": r.finish_reason, "stop_reason": None,
                              "prompt_logprobs": None}

@@ -191,7 +191,7 @@ def text_of(plan: OutputPlan, a: int, b: int) -> str:
 def message_parts(plan: OutputPlan, k: int) -> tuple[str, str]:
     """(reasoning, content) text of the first ``k`` tokens."""
     reasoning, content = [], []
-    for p, s in zip(plan.pieces[:k], plan.kinds[:k]):
+    for p, s in zip(plan.pieces[:k], plan.kinds[:k], strict=True):
         kind = plan.segments[s][0]
         if kind == "reasoning":
             reasoning.append(p)

@@ -70,6 +70,9 @@ class Endpoint:
         self.policy = load_policy(stack.policy, stack, self.seed)
         spec = next((e for e in stack.endpoints if e.name == name), None)
         self.kv_role: KvRole = spec.kv_role if spec is not None else "both"
+        # names a request's "model" may give (vLLM's --served-model-name): the profile's name,
+        # and the endpoint's configured model name when it has one
+        self.served = {self.model} | ({spec.model} if spec is not None and spec.model else set())
         self.port: int | None = None  # set by serve(); named in a producer's kv_transfer_params
         link = load_link_profile(stack.kv_link)
         ram = load_tier_profile(stack.store.ram_tier)
@@ -128,7 +131,7 @@ class Endpoint:
         if self.engine.dead is not None:
             raise BadRequest("engine is dead", status=503, etype="ServiceUnavailableError")
         model = body.get("model")
-        if model is not None and model != self.model:
+        if model and model not in self.served:  # no name or "" is the served model, as in vLLM
             raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
 
     def prompt_ids(self, body: dict[str, Any]) -> list[int]:

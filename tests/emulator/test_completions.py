@@ -20,11 +20,11 @@ async def endpoint():
     started = []
 
     async def make(configuration="gpu-only", time_scale=100.0, policy="length", kv_role="both",
-                   name="coder", **prof):
+                   name="coder", model=None, **prof):
         w = tmpdir()
         st = make_stack(write_profile(w, **prof), configuration, time_scale)
         st = type(st)(**{**st.__dict__, "policy": policy,
-                         "endpoints": [type(st.endpoints[0])(name, kv_role=kv_role)]})
+                         "endpoints": [type(st.endpoints[0])(name, model=model, kv_role=kv_role)]})
         ep = Endpoint(st, name, None, None)
         await ep.start()
         runner = web.AppRunner(ep.app(), access_log=None)
@@ -134,12 +134,19 @@ async def test_unknown_model_version_ping_and_bad_prompts(endpoint):
             assert r.status_code == 404
             assert r.json() == {"error": {"message": "The model `gpt-4o` does not exist.",
                                           "type": "NotFoundError", "param": "model", "code": 404}}
-        # no model field: served, as vLLM serves it
+        # no model field, or "": served, as vLLM serves them
         assert (await c.post(url + "/v1/completions", json={"prompt": "hi", "max_tokens": 1})).status_code == 200
+        assert (await c.post(url + "/v1/completions", json={"model": "", "prompt": "hi",
+                                                            "max_tokens": 1})).status_code == 200
         v = (await c.get(url + "/version")).json()
         assert set(v) == {"version"} and v["version"].endswith("+adev.emulator")
         assert (await c.get(url + "/ping")).status_code == 200
         assert (await c.post(url + "/ping")).status_code == 200
+        r = await c.post(url + "/v1/completions", json={"model": "qc", "prompt": "x"})
+        assert r.status_code == 404
+        _, url2 = await endpoint(model="qc")   # a configured served name is accepted too
+        r = await c.post(url2 + "/v1/completions", json={"model": "qc", "prompt": "x", "max_tokens": 1})
+        assert r.status_code == 200 and r.json()["model"] == MODEL
         r = await c.post(url + "/v1/completions", json={"model": MODEL, "prompt": [1, 999999]})
         assert r.status_code == 400 and "out of vocabulary" in r.json()["error"]["message"]
         r = await c.post(url + "/v1/completions", json={"model": MODEL, "prompt": []})

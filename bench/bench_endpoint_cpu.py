@@ -15,12 +15,12 @@ per-scrape work it does synchronously is measured here, each against its baselin
   (how the server built it before the schema), serialised the same way;
 - with ``--requests N``: the whole request path, as the endpoint process's CPU (user + system,
   from ``/proc``) per chat completion over N sequential requests (non-streamed and streamed, 2,000
-  prompt tokens seen before, 50 output tokens, time scale 1,000, ``gpu-only``). ``--code DIR``
-  runs the endpoint from another checkout (e.g. the previous commit, ``git archive``), so before
-  and after are the same measurement.
+  prompt tokens seen before, 50 output tokens, time scale 1,000, ``gpu-only``). ``--baseline DIR``
+  runs a second endpoint from another checkout (e.g. the previous commit, ``git archive``) and
+  sends the requests to the two in turn, so before and after see the same host load.
 
     .venv/bin/python bench/bench_endpoint_cpu.py [--tokens 60000] [--repeat 200]
-        [--requests 400 [--code DIR]]
+        [--requests 1000 [--baseline DIR]]
 """
 from __future__ import annotations
 
@@ -66,11 +66,11 @@ def main() -> None:
     ap.add_argument("--tokens", type=int, default=60000, help="prompt length for the hashes")
     ap.add_argument("--repeat", type=int, default=200)
     ap.add_argument("--requests", type=int, default=0, help="also measure the request path")
-    ap.add_argument("--code", type=Path, default=Path(__file__).resolve().parents[1],
-                    help="checkout the endpoint runs from (--requests)")
+    ap.add_argument("--baseline", type=Path, default=None,
+                    help="another checkout whose endpoint runs alongside (--requests)")
     a = ap.parse_args()
     if a.requests:
-        bench_requests(a.requests, a.code)
+        bench_requests(a.requests, a.baseline)
         return
     rng = random.Random(1)
 
@@ -146,45 +146,65 @@ def _cpu_s(pid: int) -> float:
     return (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
 
 
-def bench_requests(n: int, code: Path) -> None:
+def _start(code: Path, cfg: Path) -> tuple[object, str]:
     import subprocess
+
+    from tests.emulator.helpers import free_port
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "adev.emulator.server", "--config", str(cfg),
+                             "--endpoint", "coder", "--port", str(port)], cwd=str(code),
+                            env=dict(os.environ, PYTHONPATH=str(code)))
+    return proc, f"http://127.0.0.1:{port}"
+
+
+def bench_requests(n: int, baseline: Path | None) -> None:
+    """Endpoint CPU per chat completion, this checkout's endpoint against ``baseline``'s, the
+    two driven alternately (one request each in turn) so that both see the same host load."""
     import tempfile
 
     import httpx
 
-    from tests.emulator.helpers import free_port, prompt_messages
+    from tests.emulator.helpers import prompt_messages
     work = Path(tempfile.mkdtemp(prefix="adev-req-"))
     cfg = work / "stack.json"
     cfg.write_text(json.dumps({"configuration": "gpu-only", "policy": "length", "time_scale": 1000.0,
                                "endpoints": [{"name": "coder"}]}))
-    port = free_port()
-    env = dict(os.environ, PYTHONPATH=str(code))
-    proc = subprocess.Popen([sys.executable, "-m", "adev.emulator.server", "--config", str(cfg),
-                             "--endpoint", "coder", "--port", str(port)], cwd=str(code), env=env)
-    url = f"http://127.0.0.1:{port}"
+    codes = {"this checkout": Path(__file__).resolve().parents[1]}
+    if baseline is not None:
+        codes["baseline " + str(baseline)] = baseline
+    eps = {k: _start(c, cfg) for k, c in codes.items()}
     try:
         with httpx.Client(timeout=30) as c:
-            for _ in range(100):
-                try:
-                    if c.get(url + "/health").status_code == 200:
-                        break
-                except httpx.HTTPError:
-                    time.sleep(0.1)
+            for _, url in eps.values():
+                for _ in range(100):
+                    try:
+                        if c.get(url + "/health").status_code == 200:
+                            break
+                    except httpx.HTTPError:
+                        time.sleep(0.1)
             body = {"messages": prompt_messages(2000), "max_tokens": 50}
             for stream in (False, True):
                 b = {**body, "stream": stream}
-                for _ in range(20):  # warm: template cache, prefix cache
-                    c.post(url + "/v1/chat/completions", json=b).raise_for_status()
-                cpu0, t0 = _cpu_s(proc.pid), time.perf_counter()
+                for _proc, url in eps.values():
+                    for _ in range(20):  # warm: template cache, prefix cache
+                        c.post(url + "/v1/chat/completions", json=b).raise_for_status()
+                cpu0 = {k: _cpu_s(p.pid) for k, (p, _) in eps.items()}
                 for _ in range(n):
-                    c.post(url + "/v1/chat/completions", json=b).raise_for_status()
-                cpu, wall = _cpu_s(proc.pid) - cpu0, time.perf_counter() - t0
-                print(f"request path ({'streamed' if stream else 'not streamed'}, {n} requests, code "
-                      f"{code}): endpoint CPU {cpu / n * 1e6:.0f} us per request "
-                      f"(wall {wall / n * 1e3:.2f} ms)")
+                    for _proc, url in eps.values():
+                        c.post(url + "/v1/chat/completions", json=b).raise_for_status()
+                per = {k: (_cpu_s(p.pid) - cpu0[k]) / n * 1e6 for k, (p, _) in eps.items()}
+                kind = "streamed" if stream else "not streamed"
+                line = ", ".join(f"{k} {v:.0f} us" for k, v in per.items())
+                ratio = ""
+                if len(per) == 2:
+                    this, base = per.values()
+                    ratio = f": baseline / this {base / this:.2f}x"
+                print(f"request path ({kind}, {n} requests each, alternated): endpoint CPU per "
+                      f"request {line}{ratio}")
     finally:
-        proc.terminate()
-        proc.wait(10)
+        for proc, _ in eps.values():
+            proc.terminate()
+            proc.wait(10)
 
 
 if __name__ == "__main__":

@@ -102,9 +102,10 @@ async def test_emulator_reset_prefix_cache_route():
     port = free_port()
     await web.TCPSite(runner, "127.0.0.1", port).start()
     url = f"http://127.0.0.1:{port}"
-    body = {"model": "m", "messages": make_messages(1024, 7), "max_tokens": 2}
     try:
         async with httpx.AsyncClient(timeout=30) as c:
+            model = (await c.get(url + "/v1/models")).json()["data"][0]["id"]
+            body = {"model": model, "messages": make_messages(1024, 7), "max_tokens": 2}
             first = (await c.post(url + "/v1/chat/completions", json=body)).json()
             again = (await c.post(url + "/v1/chat/completions", json=body)).json()
             r = await c.post(url + "/reset_prefix_cache")

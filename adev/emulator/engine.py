@@ -11,10 +11,12 @@ a macro step's decode steps are handed to their streams at each step's own end
 model's inter-token latency; with ``stream_interval = 0`` a macro step's tokens leave together at
 its end (one wake-up per plan instead of one per step).
 
-An arrival or a finished store read that falls inside a plan truncates it at the step in progress
-(or re-plans it, if the event precedes the plan's start and none of its steps has been streamed
-yet). Steps already streamed are never cut: an event that reaches the driver after later steps
-were streamed (this host late by more than a step) joins at the end of the last streamed step.
+An arrival, abort or finished store read that falls inside a plan truncates it at the step in
+progress (or re-plans it, if the event precedes the plan's start), whether it reaches the driver
+while it waits or was already pending when the plan was made. When an event arrives late (this
+host behind the model), the model still cuts the plan where the event falls; tokens the driver
+already streamed past that point are not sent again, so those streams pause until the model has
+caught up with them.
 
 Store I/O (the real Mooncake lookup, tier query and load of :mod:`adev.emulator.store`) runs in
 background tasks; its results go to the scheduler, which charges the modelled read time. It does
@@ -55,6 +57,9 @@ class Engine:
 
     def __init__(self, cfg: EngineConfig, metrics: Metrics, store=None,
                  clock: Callable[[], float] = time.monotonic) -> None:
+        if cfg.stream_interval < 0:
+            raise ValueError(f"stream_interval: expected an integer >= 0 (tokens per stream event, "
+                             f"0 = one event per macro step), got {cfg.stream_interval!r}")
         self.cfg = cfg
         self.m = metrics
         self.store = store
@@ -97,6 +102,13 @@ class Engine:
     # ------------------------------------------------------------------ public
     def start(self) -> None:
         self._task = asyncio.create_task(self._run())
+
+    async def stop(self) -> None:
+        """Cancel the engine's loop and its store I/O tasks (the server's shutdown)."""
+        tasks = [t for t in (self._task, *self._bg) if t is not None and not t.done()]
+        for t in tasks:
+            t.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     def submit(self, r: Request, arrival_mono: float | None = None) -> Request:
         """Queue a request. ``arrival_mono`` (default now) is when it reached the server: the

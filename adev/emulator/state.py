@@ -51,6 +51,8 @@ class EngineConfig:
 
 @dataclass
 class Request:
+    """One request in the engine. Its stream is ``queue``: ``(n, t)`` for n more tokens, the last
+    one generated at model time t, then ``(0, None)`` once it is finished (``finish_reason``)."""
     rid: str
     prompt: list[int]
     out_ids: list[int]

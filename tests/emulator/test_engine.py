@@ -204,7 +204,7 @@ def test_stream_interval_changes_no_modelled_figure(seed):
     assert sum(r.preemptions for r, _ in base) > 0 and sum(r.disk_blocks for r, _ in base) > 0
     for interval in (1, 4):
         other, other_text = random_run(interval, seed)
-        for (r0, n0), (r1, n1) in zip(base, other):
+        for (r0, n0), (r1, n1) in zip(base, other, strict=True):
             assert [getattr(r0, f) for f in fields] == [getattr(r1, f) for f in fields], r0.rid
             assert n0 == n1 == r0.n_gen   # every generated token streamed exactly once
         assert other_text == text

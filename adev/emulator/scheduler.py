@@ -1,0 +1,465 @@
+"""The engine's scheduler: a vLLM v1-like continuous batch over model time, with no clock and no I/O.
+
+Everything here is a function of the model time ``t`` the caller passes in; the asyncio driver
+(:mod:`adev.emulator.engine`) decides when wall time has reached it and does the store's real I/O.
+
+Per step (vLLM's scheduler): running requests in decode each get one token; the rest of the
+``max_num_batched_tokens`` budget goes to prefill chunks of admitted requests in admission order.
+
+    step time = prefill tokens / prefill_tokens_per_s
+              + [decode present] (decode_step_base_s + decode_step_per_seq_s * n_decode
+                                  + decode_step_per_ktoken_s * context tokens of the decodes / 1000)
+
+A request's first token comes out of its first decode step after its prefill, so on an idle engine
+
+    TTFT = read path (lookup + load) + uncached tokens / prefill rate + decode step(1, prompt).
+
+Admission (FCFS, at step boundaries, :meth:`Scheduler.admit`): local prefix lookup in the pool,
+then blocks for the whole prompt (hits reuse cached blocks, the rest are allocated, evicting LRU
+cached blocks); if they do not fit the request waits. With a store, a request admitted for the
+first time enters ``loading``: the driver runs its read path and reports it through
+:meth:`Scheduler.lookup_done`, :meth:`Scheduler.hits_found` and :meth:`Scheduler.load_done`,
+which charge the modelled read time (:class:`TierCost`) and make the request ready to prefill what
+the GPU cache and the store did not serve. Decode needs a new block every ``block_size`` tokens;
+when none is free the most recently admitted running request is preempted (its blocks freed,
+recomputed later from the prefix cache).
+
+A :class:`Plan` is one step, or ``k`` identical-composition decode steps when only decodes run and
+no first token is due (a *macro step*, bounded by the earliest finish, block exhaustion and
+``horizon_wall_s`` of wall time); :meth:`Scheduler.commit` applies it. :meth:`Scheduler.step`
+does admit + plan + commit at one instant and returns a :class:`StepOutput` (what ran, how long
+it took, what it emitted, finished and preempted), as the unit tests use it.
+"""
+from __future__ import annotations
+
+from collections import deque
+from typing import Callable
+
+from adev.emulator.metrics import Metrics, observe_n
+from adev.emulator.pool import NONE_HASH, PrefixPool, block_hashes, max_hit_blocks
+from adev.emulator.state import DECODE, DONE, LOADING, PREFILL, WAITING, EngineConfig, Plan, Request, StepOutput
+
+
+class Scheduler:
+    """Admission, chunked prefill, preemption, the GPU prefix pool, store-hit accounting.
+
+    Hooks the driver sets (all optional): ``on_load(r, t_admit, hit_blocks)`` a request needs its
+    store read; ``on_save(r, hashes)`` a prefilled request's blocks to put; ``on_tokens(r, t)``
+    ``r.n_gen`` grew, last token at model time ``t``; ``on_finish(r)`` ``r`` is done;
+    ``on_event(t)`` something becomes ready at model time ``t`` (a disaggregated transfer)."""
+
+    def __init__(self, cfg: EngineConfig, metrics: Metrics, has_store: bool = False) -> None:
+        self.cfg = cfg
+        self.m = metrics
+        self.has_store = has_store
+        self.pool = PrefixPool(cfg.capacity_blocks, cfg.prefix_caching)
+        self.waiting: deque[Request] = deque()
+        self.active: list[Request] = []   # admitted: loading, prefill, decode (admission order)
+        self.on_load: Callable[[Request, float, int], None] | None = None
+        self.on_save: Callable[[Request, list[int]], None] | None = None
+        self.on_event: Callable[[float], None] | None = None
+        self.on_tokens: Callable[[Request, float], None] | None = None
+        self.on_finish: Callable[[Request], None] | None = None
+        self._rec: StepOutput | None = None
+
+    # ------------------------------------------------------------------ requests
+    def add(self, r: Request) -> None:
+        """Queue ``r`` (its ``t_arrival`` set by the caller)."""
+        if self.cfg.prefix_caching and not r.hashes:
+            r.hashes = block_hashes(r.prompt, self.cfg.block_size)
+        self.waiting.append(r)
+
+    def abort(self, r: Request, t: float) -> None:
+        """Abort at model time ``t``; a request in its store read finishes when the read returns."""
+        if r.state == DONE or r.aborted:
+            return
+        r.aborted = True
+        if r.state == WAITING:
+            try:
+                self.waiting.remove(r)
+            except ValueError:
+                pass
+            self._finish(r, "abort", t)
+        elif r.state in (PREFILL, DECODE):
+            self._finish(r, "abort", t)
+
+    def decode_step_s(self, n: int, ctx_tokens: int) -> float:
+        c = self.cfg
+        return c.decode_step_base_s + c.decode_step_per_seq_s * n + c.decode_step_per_ktoken_s * ctx_tokens / 1000.0
+
+    def counts(self) -> tuple[int, int]:
+        """(running, waiting) as vLLM reports them (loading requests wait for remote KV)."""
+        running = sum(1 for r in self.active if r.state in (PREFILL, DECODE))
+        return running, len(self.waiting) + len(self.active) - running
+
+    def next_ready(self, t: float) -> float | None:
+        """Earliest ready time after ``t`` of a request whose store read ended ahead of the model."""
+        future = [r.ready_time for r in self.active if r.state == PREFILL and r.ready_time > t]
+        return min(future) if future else None
+
+    def step(self, t: float) -> StepOutput:
+        """Admit, plan and commit one plan at model time ``t`` (``idle`` when nothing could run:
+        no request admitted and ready, e.g. all of them in their store reads)."""
+        rec = self._rec = StepOutput(t, [t], {}, [])
+        try:
+            self.admit(t)
+            plan = self.plan(t)
+            if plan is None:
+                return rec
+            rec.start, rec.ends = plan.start, list(plan.ends)
+            rec.prefill = {r.rid: n for r, n in plan.prefill}
+            rec.decode = [r.rid for r in plan.decode]
+            self.commit(plan)
+            return rec
+        finally:
+            self._rec = None
+
+    # ------------------------------------------------------------------ admission
+    def admit(self, t: float) -> None:
+        c = self.cfg
+        bs = c.block_size
+        while self.waiting and len(self.active) < c.max_num_seqs:
+            r = self.waiting[0]
+            if r.aborted:
+                self.waiting.popleft()
+                continue
+            seq_len = len(r.prompt) + r.n_gen
+            hashes = r.hashes if r.n_gen == 0 else block_hashes(r.seq(), bs) if c.prefix_caching else []
+            hit = self.pool.lookup(hashes, seq_len, bs)
+            need = -(-seq_len // bs) - hit
+            if self.pool.available - self.pool.free_hits(hashes[:hit]) < need:
+                if not self.active:  # cannot ever fit (grown past the pool): end it
+                    self.waiting.popleft()
+                    self._finish(r, "length", t)
+                    continue
+                break
+            self.waiting.popleft()
+            self.pool.touch(hashes[:hit])
+            self.pool.allocate(need)
+            r.held = list(hashes[:hit])
+            r.n_anon = need
+            r.n_computed = hit * bs
+            self.active.append(r)
+            if self._rec is not None:
+                self._rec.admitted.append(r.rid)
+            first = not r.admitted_once
+            if first:
+                r.admitted_once = True
+                t = max(t, r.t_arrival)
+                r.t_admit = t
+                r.gpu_hit_tokens = hit * bs
+                if c.prefix_caching:
+                    self.m.prefix_cache_queries.inc(seq_len)
+                    self.m.prefix_cache_hits.inc(hit * bs)
+            if first and r.remote_prefill and c.kv_link is not None:
+                self._remote_prefill(r, t, hit)
+            elif first and self.has_store:
+                r.state = LOADING
+                if self._rec is not None:
+                    self._rec.loading.append(r.rid)
+                if self.on_load is not None:
+                    self.on_load(r, t, hit)
+            else:
+                r.state = PREFILL
+                r.ready_time = t
+                if first:
+                    r.t_ready = t
+
+    def _remote_prefill(self, r: Request, t: float, hit: int) -> None:
+        """A prompt prefilled elsewhere: its KV beyond the local hit arrives over the link; the
+        last prompt token is computed here (as vLLM does) once it has."""
+        c = self.cfg
+        bs = c.block_size
+        n = len(r.prompt) - hit * bs
+        r.transfer_s = c.kv_link.load_s(n, c.bytes_per_block // bs) if c.kv_link else 0.0
+        r.kv_transfer_tokens = max(0, n - 1)
+        self.m.external_prefix_cache_queries.inc(n)
+        self.m.external_prefix_cache_hits.inc(r.kv_transfer_tokens)
+        r.n_computed = hit * bs + r.kv_transfer_tokens
+        r.state = PREFILL
+        r.t_ready = r.ready_time = t + r.transfer_s
+        if self.on_event is not None:
+            self.on_event(r.ready_time)
+
+    # ------------------------------------------------------------------ the store's read path
+    def lookup_hashes(self, r: Request, hit: int) -> list[int]:
+        """Blocks to look up in the store: past the GPU hit, up to whole blocks of prompt - 1."""
+        return r.hashes[hit:max_hit_blocks(len(r.prompt), self.cfg.block_size)]
+
+    def lookup_done(self, r: Request, n_keys: int, exists: list[int] | None) -> int:
+        """Count one lookup of ``n_keys`` keys (``exists``: 1/0 per key, None if it failed);
+        returns the leading run of hits."""
+        r.store_keys_looked_up = n_keys
+        self.m.store_lookups.inc()
+        self.m.store_keys_looked_up.inc(n_keys)
+        n_ext = 0
+        if exists is None:
+            r.store_errors += 1
+        else:
+            while n_ext < len(exists) and exists[n_ext]:
+                n_ext += 1
+        r.store_hit_blocks = n_ext
+        return n_ext
+
+    def hits_found(self, r: Request, hit: int, tiers: list[str]) -> None:
+        """Count the lookup's hits (one tier per hit block, "ram" or "disk") at one instant, so a
+        scrape never sees the hits without their split (failed loads are counted after)."""
+        bs = self.cfg.block_size
+        n_ext = len(tiers)
+        self.m.external_prefix_cache_queries.inc(len(r.prompt) - hit * bs)
+        self.m.external_prefix_cache_hits.inc(n_ext * bs)
+        n_disk = tiers.count("disk")
+        if n_ext - n_disk:
+            self.m.hit_tier("ram").inc(n_ext - n_disk)
+        if n_disk:
+            self.m.hit_tier("disk").inc(n_disk)
+
+    def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
+                  error: bool, now: float) -> float | None:
+        """The load ended: the first ``loaded`` hit blocks arrived (``error``: the rest failed and
+        is recomputed). Charges the modelled read path and returns the time the request is ready
+        to prefill (None if it was aborted meanwhile: then it is finished). ``now``: the model
+        time the real read path ended (lateness is counted in ``read_path_overrun``).
+
+            lookup_s = the RAM tier's lookup latency (the disk tier's when disk_only)
+            load_s   = sum over tiers with loaded blocks of TierCost.load_s(blocks)
+            ready    = t_admit + lookup_s + load_s
+        """
+        c = self.cfg
+        if error:
+            r.store_errors += 1
+            for tier in ("ram", "disk"):
+                lost = tiers[loaded:].count(tier)
+                if lost:
+                    self.m.load_failed(tier).inc(lost)
+        disk = tiers[:loaded].count("disk")
+        ram = loaded - disk
+        lookup_m = c.ram_tier.lookup_latency_s if c.ram_tier else 0.0
+        if c.disk_only and c.disk_tier:
+            lookup_m = c.disk_tier.lookup_latency_s
+        load_m = 0.0
+        if ram and c.ram_tier:
+            load_m += c.ram_tier.load_s(ram, c.bytes_per_block)
+        if disk and c.disk_tier:
+            load_m += c.disk_tier.load_s(disk, c.bytes_per_block)
+        r.ram_blocks, r.disk_blocks = ram, disk
+        r.lookup_s, r.load_s = lookup_m, load_m
+        ready = t_admit + lookup_m + load_m
+        self.m.read_path.observe(lookup_m + load_m)
+        if now > ready:
+            self.m.read_path_overrun.inc(now - ready)
+        if r.aborted:
+            self._finish(r, "abort", max(now, ready))
+            return None
+        r.t_ready = r.ready_time = ready
+        r.n_computed = (hit + ram + disk) * c.block_size
+        r.state = PREFILL
+        return ready
+
+    # ------------------------------------------------------------------ planning
+    def _blocks_needed(self, decode: list[Request], k: int) -> int:
+        bs = self.cfg.block_size
+        need = 0
+        for r in decode:
+            n = -(-(len(r.prompt) + r.n_gen + k) // bs) - (len(r.held) + r.n_anon)
+            if n > 0:
+                need += n
+        return need
+
+    def _preempt(self, r: Request) -> None:
+        self.active.remove(r)
+        self.pool.release(r.held, r.n_anon)
+        r.held, r.n_anon = [], 0
+        r.n_computed = 0
+        r.state = WAITING
+        r.preemptions += 1
+        self.m.num_preemptions.inc()
+        self.waiting.appendleft(r)
+        if self._rec is not None:
+            self._rec.preempted.append(r.rid)
+
+    def plan(self, t: float) -> Plan | None:
+        """The next plan starting at ``t`` (None: nothing ready). Allocates the decode blocks it
+        needs, preempting (or ending a lone request) when there are none."""
+        c = self.cfg
+        while True:
+            decode = [r for r in self.active if r.state == DECODE]
+            prefill = [r for r in self.active if r.state == PREFILL and r.ready_time <= t]
+            if not decode and not prefill:
+                return None
+            single = bool(prefill) or any(r.n_gen == 0 for r in decode)
+            if single:
+                k = 1 if decode else 0
+            else:
+                k = min(r.n_out - r.n_gen for r in decode)
+                ctx = sum(len(r.prompt) + r.n_gen for r in decode)
+                step = self.decode_step_s(len(decode), ctx)
+                k = max(1, min(k, int(c.horizon_wall_s * c.time_scale / max(step, 1e-9))))
+            if k and decode:
+                avail = self.pool.available
+                if self._blocks_needed(decode, k) > avail:
+                    lo, hi = 0, k  # largest k' with need <= avail
+                    while lo < hi:
+                        mid = (lo + hi + 1) // 2
+                        if self._blocks_needed(decode, mid) <= avail:
+                            lo = mid
+                        else:
+                            hi = mid - 1
+                    if lo == 0:
+                        victims = [r for r in self.active if r.state in (PREFILL, DECODE)]
+                        victim = victims[-1]
+                        if len(victims) == 1:  # alone and out of blocks: cannot continue
+                            self._finish(victim, "length", t)
+                        else:
+                            self._preempt(victim)
+                        continue
+                    k = lo
+                for r in decode:
+                    n = -(-(len(r.prompt) + r.n_gen + k) // c.block_size) - (len(r.held) + r.n_anon)
+                    if n > 0:
+                        self.pool.allocate(n)
+                        r.n_anon += n
+            chunks: list[tuple[Request, int]] = []
+            if single:
+                budget = c.max_num_batched_tokens - len(decode)
+                for r in prefill:
+                    if budget <= 0:
+                        break
+                    take = min(len(r.prompt) + r.n_gen - r.n_computed, budget)
+                    if take > 0:
+                        chunks.append((r, take))
+                        budget -= take
+            ptoks = sum(n for _, n in chunks)
+            ends = []
+            tt = t
+            if single or not decode:
+                dur = ptoks / c.prefill_tokens_per_s
+                if decode:
+                    ctx = sum(len(r.prompt) + r.n_gen for r in decode)
+                    dur += self.decode_step_s(len(decode), ctx)
+                ends.append(t + dur)
+            else:
+                n = len(decode)
+                ctx = sum(len(r.prompt) + r.n_gen for r in decode)
+                for j in range(k):
+                    tt += self.decode_step_s(n, ctx + j * n)
+                    ends.append(tt)
+            return Plan(t, ends, chunks, decode)
+
+    # ------------------------------------------------------------------ commit
+    def commit(self, plan: Plan) -> None:
+        """Apply a plan at its end: prefill progress, one token per decode step, finishes."""
+        k = len(plan.ends)
+        end = plan.end
+        for r, take in plan.prefill:
+            if r.state != PREFILL:
+                continue
+            r.n_computed += take
+            if r.n_computed >= len(r.prompt) + r.n_gen:
+                r.state = DECODE
+                if r.t_prefill_done is None:
+                    r.t_prefill_done = end
+                    self._on_prefilled(r)
+                self._register(r)
+        # decode tokens: every request in the plan's decode set gets min(k, remaining) tokens
+        prev = plan.start
+        durations = []
+        for e in plan.ends:
+            durations.append(e - prev)
+            prev = e
+        rec = self._rec
+        for r in plan.decode:
+            if r.state != DECODE or r.aborted:
+                continue
+            n = min(k, r.n_out - r.n_gen)
+            if n <= 0:
+                continue
+            first = r.n_gen == 0
+            r.n_gen += n
+            self.m.generation_tokens.inc(n)
+            if rec is not None:
+                rec.tokens[r.rid] = n
+            # inter-token latencies: one per token after the first
+            if not first:
+                for d in durations[:n]:
+                    observe_n(self.m.itl, d, 1)
+            else:
+                for d in durations[1:n]:
+                    observe_n(self.m.itl, d, 1)
+                r.t_first = plan.ends[0]
+                self._on_first_token(r, plan.ends[0])
+            tl = plan.ends[n - 1]
+            r.t_last_token = tl
+            if self.on_tokens is not None:
+                self.on_tokens(r, tl)
+            if r.n_gen >= r.n_out:
+                self._finish(r, r.finish_reason, tl)
+        self.m.kv_cache_usage_perc.set(self.pool.usage())
+
+    def _register(self, r: Request) -> None:
+        """Cache the request's full blocks (prompt, and generated ones) in the pool."""
+        if not self.cfg.prefix_caching:
+            return
+        bs = self.cfg.block_size
+        full = (len(r.prompt) + r.n_gen) // bs
+        have = len(r.held)
+        if full <= have:
+            return
+        if r.n_gen == 0:
+            hs = r.hashes[have:full]
+        else:
+            parent = r.held[-1] if have else NONE_HASH
+            hs = block_hashes(r.seq()[:full * bs], bs, parent, start=have * bs)
+        got = self.pool.register(hs)
+        r.held.extend(got)
+        r.n_anon -= len(got)
+
+    def _on_prefilled(self, r: Request) -> None:
+        """Offer the prompt's full blocks the store did not serve to the store (first prefill)."""
+        if not self.has_store or r.preemptions or r.remote_prefill:  # the prefill replica saved
+            return
+        bs = self.cfg.block_size
+        n_full = len(r.prompt) // bs
+        hit = r.gpu_hit_tokens // bs
+        got = r.ram_blocks + r.disk_blocks
+        hs = r.hashes[:hit] + r.hashes[hit + got:n_full]
+        if hs and self.on_save is not None:
+            self.on_save(r, hs)
+
+    def _on_first_token(self, r: Request, t_first: float) -> None:
+        m = self.m
+        split = r.tokens_split(self.cfg.block_size)
+        p = len(r.prompt)
+        m.prompt_tokens.inc(p)
+        m.by_source("local_compute").inc(split["computed"])
+        m.by_source("local_cache_hit").inc(split["gpu"])
+        m.by_source("external_kv_transfer").inc(split["store_ram"] + split["store_disk"]
+                                                + split["kv_transfer"])
+        m.prompt_tokens_cached.inc(p - split["computed"])
+        m.ttft.observe(t_first - r.t_arrival)
+        if r.t_admit is not None:
+            m.queue_time.observe(r.t_admit - r.t_arrival)
+            m.prefill_time.observe(t_first - r.t_admit)
+        m.kv_computed.observe(split["computed"])
+
+    def _finish(self, r: Request, reason: str, t: float) -> None:
+        if r.state == DONE:
+            return
+        if r in self.active:
+            self.active.remove(r)
+            if reason != "abort":
+                self._register(r)
+            self.pool.release(r.held, r.n_anon)
+            r.held, r.n_anon = [], 0
+        r.state = DONE
+        r.finish_reason = reason
+        r.t_end = t
+        m = self.m
+        m.success(reason).inc()
+        m.e2e.observe(t - r.t_arrival)
+        if r.t_first is not None:
+            m.decode_time.observe(t - r.t_first)
+        if self._rec is not None:
+            self._rec.finished.append(r.rid)
+        if self.on_finish is not None:
+            self.on_finish(r)

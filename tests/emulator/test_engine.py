@@ -1,0 +1,210 @@
+"""The engine's asyncio driver on a virtual clock (no sleeping): streaming per decode step, events
+that cut a macro step, store reads that end early or late. Same test model as test_scheduler.py:
+
+    prefill 1 ms per token (batch budget 1000 here); decode step 0.010 + 0.001 n + 0.00001 ctx;
+    RAM lookup 1 ms; disk load_s(b) = 0.002 + 0.004 b; time scale 10.
+
+Times are model seconds: a client's receipt time is (virtual wall - t0) x 10.
+"""
+from __future__ import annotations
+
+import asyncio
+
+import pytest
+
+from adev.emulator.engine import Engine
+from adev.emulator.metrics import Metrics
+from adev.emulator.pool import block_hashes
+from adev.emulator.state import Request
+from tests.emulator.test_scheduler import config, tokens, value
+from tests.emulator.vclock import FakeStore, run_virtual
+
+S = 10.0
+
+
+def make_engine(clock, store=None, **over) -> Engine:
+    over.setdefault("max_num_batched_tokens", 1000)
+    cfg = config(**over)
+    eng = Engine(cfg, Metrics("m", 16, cfg.capacity_blocks, True, 65536), store, clock=clock)
+    eng.spin_wall_s = 0.0   # virtual time does not pass while the loop spins
+    return eng
+
+
+async def client(eng: Engine, clock, rid: str, prompt: list[int], n_out: int, at: float):
+    """Submit at model time ``at``; returns the request and its stream: (tokens, model time)."""
+    await asyncio.sleep(max(0.0, eng.wall(at) - clock()))
+    r = Request(rid=rid, prompt=prompt, out_ids=[7] * n_out, finish_reason="stop")
+    eng.submit(r)
+    got = []
+    while True:
+        n, _ = await r.queue.get()
+        if n == 0:
+            return r, got
+        got.append((n, (clock() - eng.t0) * S))
+
+
+def one_stream(n_out: int, **over):
+    async def main(clock):
+        eng = make_engine(clock, **over)
+        eng.start()
+        r, got = await client(eng, clock, "a", tokens(1000, 30), n_out, 0.0)
+        return eng, r, got
+    return run_virtual(main)
+
+
+def token_times(n: int) -> list[float]:
+    """Model end of token k = 1..n of a lone 30-token prompt: prefill 0.030, then one decode
+    step per token, the step making token k+1 over ctx 30 + k: 0.011 + 0.00001 (30 + k)."""
+    t, out = 0.030, []
+    for k in range(n):
+        t += 0.011 + 0.00001 * (30 + k)
+        out.append(t)
+    return out
+
+
+def test_each_token_leaves_at_its_own_decode_step():
+    eng, r, got = one_stream(200)
+    # 200 events of one token; the first at 0.030 + 0.0113 = 0.0413, then 0.05261, 0.06393, ...
+    assert [n for n, _ in got] == [1] * 200
+    assert [t for _, t in got] == pytest.approx(token_times(200), abs=1e-9)
+    assert got[0][1] == pytest.approx(0.0413) and got[1][1] == pytest.approx(0.05261)
+    # the client's inter-token times are the model's (engine's ITL histogram: 199 of them)
+    assert value(eng.sched, "vllm:inter_token_latency_seconds_sum") == pytest.approx(got[-1][1] - got[0][1])
+
+
+def test_stream_interval_zero_sends_one_event_per_macro_step():
+    _, r, got = one_stream(200, stream_interval=0)
+    # first token (its own step), then 199 decode steps in one macro step (horizon: 265 steps)
+    assert [n for n, _ in got] == [1, 199]
+    assert got[1][1] == pytest.approx(token_times(200)[-1])
+
+
+def test_stream_interval_n_sends_n_tokens_per_event():
+    _, r, got = one_stream(200, stream_interval=4)
+    # the first token at once, then 4 at a time (49 x 4 = 196), the last 3 when the request ends
+    assert [n for n, _ in got] == [1] + [4] * 49 + [3]
+    times = token_times(200)
+    assert [t for _, t in got] == pytest.approx([times[0]] + [times[4 * m] for m in range(1, 50)] + [times[199]],
+                                                abs=1e-9)
+
+
+def test_arrival_cuts_a_macro_step_and_streams_keep_their_times():
+    async def main(clock):
+        eng = make_engine(clock)
+        eng.start()
+        a = asyncio.create_task(client(eng, clock, "a", tokens(1000, 30), 20, 0.0))
+        b = asyncio.create_task(client(eng, clock, "b", tokens(5000, 50), 1, 0.1))
+        return await a, await b
+    (ra, ga), (rb, gb) = run_virtual(main)
+    # a's tokens 1..7 at 0.0413, 0.05261, 0.06393, 0.07526, 0.0866, 0.09795, 0.10931: b arrives
+    # at 0.1 inside the 7th step, which ends the macro step
+    assert [t for _, t in ga[:7]] == pytest.approx(token_times(7), abs=1e-9)
+    # then b's 50 tokens prefill beside a's 8th token: 0.050 + decode(1, 37) 0.01137 -> 0.17068
+    assert ga[7][1] == pytest.approx(0.17068)
+    # b's first token: decode(2, 38 + 50) = 0.010 + 0.002 + 0.00088 -> 0.18356; TTFT 0.08356
+    assert gb == [(1, pytest.approx(0.18356))]
+    assert rb.t_first - rb.t_arrival == pytest.approx(0.08356)
+    assert sum(n for n, _ in ga) == 20
+
+
+def store_run(io_wall_s: float):
+    """a (100 tokens, nothing stored) at 0, b (100 tokens, 6 blocks on disk) at 0.06."""
+    async def main(clock):
+        store = FakeStore(io_s=io_wall_s)
+        pb = tokens(5000, 100)
+        for k in store.keys(block_hashes(pb)):
+            store.tier[k] = "disk"
+        eng = make_engine(clock, store)
+        eng.start()
+        a = asyncio.create_task(client(eng, clock, "a", tokens(1000, 100), 50, 0.0))
+        b = asyncio.create_task(client(eng, clock, "b", pb, 1, 0.06))
+        (ra, ga), (rb, gb) = await a, await b
+        return eng, ra, ga, rb, gb
+    return run_virtual(main)
+
+
+def test_store_read_ending_before_the_next_macro_step_joins_it_in_time():
+    # store calls take 0.00001 wall s = 0.0001 model s: every read ends long before the model's
+    eng, ra, ga, rb, gb = store_run(0.00001)
+    # a: lookup 0.001 (no hits), prefill 0.100, first token decode(1, 100) 0.012 -> 0.113
+    assert ra.t_first == pytest.approx(0.113)
+    # b arrives during a's prefill, is admitted at 0.101; its read (real I/O done by 0.1012)
+    # is ready at 0.101 + 0.001 + (0.002 + 6 x 0.004) = 0.128, after a's first-token step
+    # (0.101 - 0.113) but inside a's next macro step: 0.12501, 0.13703 (ctx 101, 102) -> cut there
+    assert rb.t_ready == pytest.approx(0.128)
+    # 0.13703: b's 4 uncached tokens + a's 4th token: 0.004 + decode(1, 103) 0.01103 -> 0.15306
+    assert ga[3][1] == pytest.approx(0.15306)
+    # b's first token: decode(2, 104 + 100) = 0.01404 -> 0.1671; TTFT 0.1671 - 0.06 = 0.1071
+    assert rb.t_first == pytest.approx(0.1671) and gb[0][1] == pytest.approx(0.1671)
+    assert rb.tokens_split(16) == {"gpu": 0, "store_ram": 0, "store_disk": 96, "computed": 4}
+    assert value(eng.sched, "adev_emulator_read_path_overrun_seconds_total") == 0
+
+
+def test_late_store_read_keeps_the_model_and_sends_no_token_twice():
+    # store calls take 0.005 wall s = 0.05 model s: a's lookup ends at 0.05 (modelled 0.001),
+    # b's read (lookup, then tier query and load together) at 0.101 + 0.1 = 0.201 (modelled 0.128)
+    eng, ra, ga, rb, gb = store_run(0.005)
+    # the model is the one of the previous test
+    assert ra.t_first == pytest.approx(0.113) and rb.t_first == pytest.approx(0.1671)
+    # a's stream ran ahead of the cut at 0.13703 while b's read was late: no token is sent
+    # twice, none is lost, and b's first token reaches its client once the read has ended
+    assert sum(n for n, _ in ga) == 50 and [t for _, t in ga] == sorted(t for _, t in ga)
+    assert gb[0][1] >= 0.201 - 1e-9
+    # overrun = (0.05 - 0.001) + (0.201 - 0.128) = 0.122
+    assert value(eng.sched, "adev_emulator_read_path_overrun_seconds_total") == pytest.approx(0.122)
+
+
+def random_run(interval: int, seed: int = 5):
+    """60 requests over 6 growing sessions (shared prefixes), some aborted, a 700-block pool
+    (preemptions), a store holding part of the prefixes on both tiers, store calls slower than
+    the model for half the seeds (late reads); returns the requests and the /metrics text."""
+    import random
+    rng = random.Random(seed)
+    sessions = [tokens(1000 * (i + 1), rng.randint(100, 3000)) for i in range(6)]
+    work, t = [], 0.0
+    for i in range(60):
+        t += rng.expovariate(1 / 0.4)
+        k = rng.randrange(6)
+        sessions[k] = sessions[k] + [rng.randrange(1000) for _ in range(rng.randint(10, 800))]
+        work.append((t, f"r{i}", list(sessions[k]), rng.randint(1, 300), rng.random() < 0.05))
+
+    async def main(clock):
+        store = FakeStore(io_s=0.005 if seed % 2 else 0.0002)
+        for _, _, p, _, _ in work[:20]:
+            for h in block_hashes(p)[:rng.randint(0, 200)]:
+                store.tier[store.keys([h])[0]] = rng.choice(["ram", "disk"])
+        eng = make_engine(clock, store, capacity_blocks=700, max_num_batched_tokens=2048,
+                          stream_interval=interval)
+        eng.start()
+
+        async def one(at, rid, prompt, n_out, abort):
+            await asyncio.sleep(max(0.0, eng.wall(at) - clock()))
+            r = Request(rid=rid, prompt=prompt, out_ids=[7] * n_out, finish_reason="stop")
+            eng.submit(r)
+            got = 0
+            while True:
+                n, _ = await r.queue.get()
+                if n == 0:
+                    return r, got
+                got += n
+                if abort:
+                    eng.abort(r)
+                    abort = False
+        done = await asyncio.gather(*(one(*w) for w in work))
+        return done, eng.m.render()
+    return run_virtual(main)
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_stream_interval_changes_no_modelled_figure(seed):
+    fields = ("t_arrival", "t_admit", "t_ready", "t_prefill_done", "t_first", "t_last_token", "t_end", "n_gen",
+              "finish_reason", "gpu_hit_tokens", "ram_blocks", "disk_blocks", "store_hit_blocks", "preemptions",
+              "lookup_s", "load_s")
+    base, text = random_run(0, seed)
+    assert sum(r.preemptions for r, _ in base) > 0 and sum(r.disk_blocks for r, _ in base) > 0
+    for interval in (1, 4):
+        other, other_text = random_run(interval, seed)
+        for (r0, n0), (r1, n1) in zip(base, other, strict=True):
+            assert [getattr(r0, f) for f in fields] == [getattr(r1, f) for f in fields], r0.rid
+            assert n0 == n1 == r0.n_gen   # every generated token streamed exactly once
+        assert other_text == text

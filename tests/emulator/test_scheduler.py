@@ -1,0 +1,392 @@
+"""The engine's scheduler without a clock (as vLLM's tests/v1/core/test_scheduler.py): build a
+scheduler and requests, step at model times, assert on what ran, how long it took and what was
+cached or served. Every expected figure is worked out by hand in the comments.
+
+The test model (``config``), chosen so the arithmetic stays readable:
+
+    prefill     1000 tokens/s                  -> 1 ms per uncached token
+    decode step 0.010 + 0.001 n + 0.00001 ctx  (n sequences, ctx context tokens in the batch)
+    RAM tier    lookup 1 ms, 1e9 B/s, 1 MB blocks   -> load_s(b) = 0.001 + 0.001 b
+    disk tier   lookup 2 ms, 0.25e9 B/s             -> load_s(b) = 0.002 + 0.004 b
+    block 16 tokens, 64 tokens per step (chunked prefill), time scale 10 (so a formula that
+    divides a model duration by the time scale shows), horizon 0.3 wall s = 3 model s.
+"""
+from __future__ import annotations
+
+import pytest
+
+from adev.emulator.metrics import Metrics
+from adev.emulator.pool import block_hashes
+from adev.emulator.scheduler import Scheduler
+from adev.emulator.state import DECODE, DONE, LOADING, WAITING, EngineConfig, Request, TierCost
+
+BS = 16
+
+
+def config(**over) -> EngineConfig:
+    c = dict(block_size=BS, capacity_blocks=100, prefill_tokens_per_s=1000.0, decode_step_base_s=0.010,
+             decode_step_per_seq_s=0.001, decode_step_per_ktoken_s=0.01, max_num_seqs=8,
+             max_num_batched_tokens=64, time_scale=10.0, bytes_per_block=1_000_000,
+             ram_tier=TierCost("ram", 0.001, 1e9), disk_tier=TierCost("disk", 0.002, 0.25e9))
+    c.update(over)
+    return EngineConfig(**c)
+
+
+def make(has_store: bool = False, **over) -> Scheduler:
+    cfg = config(**over)
+    return Scheduler(cfg, Metrics("m", BS, cfg.capacity_blocks, cfg.prefix_caching, 65536), has_store)
+
+
+def request(rid: str, prompt: list[int], n_out: int, t: float = 0.0) -> Request:
+    r = Request(rid=rid, prompt=prompt, out_ids=[7] * n_out, finish_reason="stop")
+    r.t_arrival = t
+    return r
+
+
+def value(s: Scheduler, name: str, **labels) -> float:
+    v = s.m.registry.get_sample_value(name, {**s.m.labels, **labels})
+    return 0.0 if v is None else v
+
+
+def tokens(base: int, n: int) -> list[int]:
+    return list(range(base, base + n))
+
+
+def run_until_done(s: Scheduler, t: float) -> float:
+    """Step until nothing is left; returns the model time reached."""
+    while s.active or s.waiting:
+        out = s.step(t)
+        if out.idle:
+            if not (s.active or s.waiting):
+                break
+            nxt = s.next_ready(t)
+            assert nxt is not None, "stuck"
+            t = nxt
+            continue
+        t = out.end
+    return t
+
+
+def serve_from_store(s: Scheduler, r: Request, tiers: list[str], loaded: int | None = None,
+                     now: float = 0.0) -> float | None:
+    """What the driver's read path does, without I/O: every lookup key beyond the GPU hit that
+    ``tiers`` covers is a hit held by that tier; ``loaded`` of them arrive (None: all)."""
+    hit = r.gpu_hit_tokens // BS
+    keys = s.lookup_hashes(r, hit)
+    exists = [1] * len(tiers) + [0] * (len(keys) - len(tiers))
+    n_ext = s.lookup_done(r, len(keys), exists)
+    s.hits_found(r, hit, tiers[:n_ext])
+    n = n_ext if loaded is None else loaded
+    return s.load_done(r, r.t_admit, hit, tiers[:n_ext], n, n < n_ext, now)
+
+
+# ---------------------------------------------------------------------------- prefill
+def test_chunked_prefill_of_a_cold_prompt_then_first_token():
+    s = make()
+    a = request("a", tokens(1000, 100), 3)
+    s.add(a)
+    # 100 uncached tokens, 64 per step: 64 ms, then 36 ms
+    out = s.step(0.0)
+    assert out.admitted == ["a"] and out.prefill == {"a": 64} and out.decode == []
+    assert out.duration == pytest.approx(0.064)
+    out = s.step(out.end)
+    assert out.prefill == {"a": 36} and out.end == pytest.approx(0.100)
+    assert a.state == DECODE and a.t_prefill_done == pytest.approx(0.100)
+    # first token: decode step(1 seq, 100 ctx) = 0.010 + 0.001 + 0.001 = 0.012
+    out = s.step(out.end)
+    assert out.prefill == {} and out.decode == ["a"] and out.tokens == {"a": 1}
+    assert a.t_first == pytest.approx(0.112)
+    # the last two tokens in one macro step: ctx 101 then 102 -> 0.01201 + 0.01202
+    out = s.step(out.end)
+    assert out.tokens == {"a": 2} and out.finished == ["a"]
+    assert out.ends == pytest.approx([0.12401, 0.13603])
+    assert a.state == DONE and a.t_end == pytest.approx(0.13603)
+    assert a.tokens_split(BS) == {"gpu": 0, "store_ram": 0, "store_disk": 0, "computed": 100}
+    assert value(s, "vllm:time_to_first_token_seconds_sum") == pytest.approx(0.112)
+    assert value(s, "vllm:prompt_tokens_by_source_total", source="local_compute") == 100
+    assert value(s, "vllm:generation_tokens_total") == 3
+    # inter-token latencies: the two decode steps after the first token
+    assert value(s, "vllm:inter_token_latency_seconds_sum") == pytest.approx(0.12401 - 0.112 + 0.13603 - 0.12401)
+
+
+def test_prefill_shares_the_step_budget_with_decodes():
+    s = make()
+    a = request("a", tokens(1000, 30), 50)
+    s.add(a)
+    t = s.step(0.0).end                      # a: 30 tokens, 0.030
+    t = s.step(t).end                        # a's first token: 0.010 + 0.001 + 0.0003 -> 0.0413
+    assert t == pytest.approx(0.0413)
+    b = request("b", tokens(2000, 100), 5, t)
+    s.add(b)
+    out = s.step(t)
+    # budget 64 - 1 decode = 63 prefill tokens; step = 63 ms + decode(1, ctx 31) = 0.063 + 0.01131
+    assert out.prefill == {"b": 63} and out.decode == ["a"] and out.tokens == {"a": 1}
+    assert out.duration == pytest.approx(0.07431)
+
+
+# ---------------------------------------------------------------------------- GPU prefix hits
+def test_gpu_prefix_hits_are_not_prefilled_again():
+    s = make()
+    shared = tokens(1000, 100)
+    a = request("a", shared, 1)
+    s.add(a)
+    t = run_until_done(s, 0.0)
+    # a: 64 + 36 ms prefill, first (and last) token at 0.100 + 0.012
+    assert t == pytest.approx(0.112)
+    # a's 6 full blocks (101 tokens // 16, 96 tokens) are cached and free (a has finished)
+    assert s.pool.cached_blocks == 6 and s.pool.used_blocks == 0
+    assert all(s.pool.contains(h) for h in a.hashes[:6])
+    # b extends a's prompt by 50 tokens
+    b = request("b", shared + tokens(5000, 50), 1, t)
+    s.add(b)
+    out = s.step(t)
+    # hit = min(6 cached, (150 - 1) // 16 = 9) = 6 blocks = 96 tokens; b computes 150 - 96 = 54
+    assert b.gpu_hit_tokens == 96 and out.prefill == {"b": 54}
+    assert out.duration == pytest.approx(0.054)
+    out = s.step(out.end)
+    # first token: decode(1, 150) = 0.010 + 0.001 + 0.0015 = 0.0125
+    # TTFT = 54 / 1000 + 0.0125 = 0.0665
+    assert b.t_first - b.t_arrival == pytest.approx(0.0665)
+    assert b.tokens_split(BS) == {"gpu": 96, "store_ram": 0, "store_disk": 0, "computed": 54}
+    # b's one token ended it: its 151 tokens fill 9 blocks, a's 6 and 3 new ones, all cached and
+    # free now (the 10th, partial, was anonymous and is empty again)
+    assert s.pool.cached_blocks == 9 and s.pool.used_blocks == 0
+    # counted at first admission: queries = 100 + 150 prompt tokens, hits = 96
+    assert value(s, "vllm:prefix_cache_queries_total") == 250
+    assert value(s, "vllm:prefix_cache_hits_total") == 96
+    assert value(s, "vllm:prompt_tokens_by_source_total", source="local_cache_hit") == 96
+    assert value(s, "vllm:prompt_tokens_by_source_total", source="local_compute") == 100 + 54
+
+
+def test_recompute_has_no_hits():
+    s = make(prefix_caching=False)
+    p = tokens(1000, 100)
+    s.add(request("a", p, 1))
+    t = run_until_done(s, 0.0)
+    b = request("b", p, 1, t)
+    s.add(b)
+    run_until_done(s, t)
+    # no prefix cache: b computes all 100 tokens again: TTFT = 0.100 + 0.012
+    assert b.gpu_hit_tokens == 0 and b.t_first - b.t_arrival == pytest.approx(0.112)
+
+
+# ---------------------------------------------------------------------------- store hits
+def test_store_hits_from_ram_and_disk():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    out = s.step(0.0)
+    assert out.idle and out.loading == ["r"] and r.state == LOADING
+    # lookup: blocks 0..5 ((100 - 1) // 16 = 6); three in RAM, three on disk
+    assert len(s.lookup_hashes(r, 0)) == 6
+    ready = serve_from_store(s, r, ["ram"] * 3 + ["disk"] * 3)
+    # lookup_s = RAM lookup 0.001; load_s = (0.001 + 3 x 0.001) + (0.002 + 3 x 0.004) = 0.018
+    assert (r.lookup_s, r.load_s) == pytest.approx((0.001, 0.018))
+    assert ready == pytest.approx(0.019) and s.next_ready(0.0) == pytest.approx(0.019)
+    assert s.step(0.0).idle                  # nothing runs before the load has ended
+    out = s.step(ready)
+    # the store served 6 x 16 = 96 tokens: 4 left to prefill (4 ms)
+    assert out.prefill == {"r": 4} and out.end == pytest.approx(0.023)
+    s.step(out.end)
+    # TTFT = 0.019 + 0.004 + decode(1, 100) 0.012 = 0.035
+    assert r.t_first == pytest.approx(0.035)
+    assert r.tokens_split(BS) == {"gpu": 0, "store_ram": 48, "store_disk": 48, "computed": 4}
+    # vLLM's counters in tokens: queries = prompt - GPU hit, hits = 6 blocks x 16
+    assert value(s, "vllm:external_prefix_cache_queries_total") == 100
+    assert value(s, "vllm:external_prefix_cache_hits_total") == 96
+    assert value(s, "adev_emulator_store_hit_blocks_total", tier="ram") == 3
+    assert value(s, "adev_emulator_store_hit_blocks_total", tier="disk") == 3
+    assert value(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 96
+    assert value(s, "vllm:prompt_tokens_cached_total") == 96
+    assert value(s, "adev_emulator_read_path_seconds_sum") == pytest.approx(0.019)
+
+
+def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
+    s = make(has_store=True)
+    saved: list[list[int]] = []
+    s.on_save = lambda r, hs: saved.append(hs)
+    shared = tokens(1000, 64)
+    a = request("a", shared, 1)
+    s.add(a)
+    s.step(0.0)
+    serve_from_store(s, a, [])               # a: nothing in the store
+    t = run_until_done(s, 0.0)
+    # a: lookup 0.001, then 64 tokens (64 ms), first token decode(1, 64) = 0.01164
+    assert a.t_first == pytest.approx(0.001 + 0.064 + 0.01164)
+    assert saved == [block_hashes(shared)]   # all 4 full blocks offered to the store
+    b = request("b", shared + tokens(5000, 100), 1, t)
+    s.add(b)
+    s.step(t)
+    # GPU hit: a's 4 blocks (64 tokens); lookup from block 4 to (164 - 1) // 16 = 10: 6 keys;
+    # the store holds the first 5 of them in RAM
+    assert b.gpu_hit_tokens == 64 and len(s.lookup_hashes(b, 4)) == 6
+    ready = serve_from_store(s, b, ["ram"] * 5, now=t)
+    # ready = t + 0.001 + (0.001 + 5 x 0.001); computed = 164 - 64 - 80 = 20 tokens
+    assert ready == pytest.approx(t + 0.007)
+    out = s.step(ready)
+    assert out.prefill == {"b": 20} and out.duration == pytest.approx(0.020)
+    s.step(out.end)
+    # TTFT = 0.007 + 0.020 + decode(1, 164) = 0.010 + 0.001 + 0.00164
+    assert b.t_first - b.t_arrival == pytest.approx(0.007 + 0.020 + 0.01264)
+    assert b.tokens_split(BS) == {"gpu": 64, "store_ram": 80, "store_disk": 0, "computed": 20}
+    # external queries: a 64 + b (164 - 64); the blocks b computed itself are offered back:
+    # the GPU hit blocks 0..3 and the one full block after the store's (164 // 16 = 10 blocks)
+    assert value(s, "vllm:external_prefix_cache_queries_total") == 64 + 100
+    assert saved[1] == b.hashes[:4] + b.hashes[9:10]
+
+
+def test_failed_store_load_is_recomputed_not_counted_as_served():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    # 6 hits (4 RAM, then 2 disk); the load fails after the first 2 blocks
+    ready = serve_from_store(s, r, ["ram"] * 4 + ["disk"] * 2, loaded=2)
+    # charged: lookup 0.001 + RAM load of 2 blocks (0.001 + 0.002) = 0.004
+    assert ready == pytest.approx(0.004)
+    assert r.tokens_split(BS) == {"gpu": 0, "store_ram": 32, "store_disk": 0, "computed": 68}
+    out = s.step(ready)
+    assert out.prefill == {"r": 64}
+    out = s.step(out.end)
+    assert out.prefill == {"r": 4}
+    s.step(out.end)
+    # TTFT = 0.004 + 68 ms + decode(1, 100) 0.012 = 0.084
+    assert r.t_first == pytest.approx(0.084)
+    assert r.store_errors == 1
+    # hits were counted at lookup (4 RAM, 2 disk); the failed ones apart: 2 RAM, 2 disk
+    assert value(s, "vllm:external_prefix_cache_hits_total") == 96
+    assert value(s, "adev_emulator_store_load_failed_blocks_total", tier="ram") == 2
+    assert value(s, "adev_emulator_store_load_failed_blocks_total", tier="disk") == 2
+    assert value(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 32
+    assert value(s, "vllm:prompt_tokens_by_source_total", source="local_compute") == 68
+
+
+def test_failed_lookup_charges_the_lookup_and_recomputes():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    n = s.lookup_done(r, 6, None)
+    s.hits_found(r, 0, [])
+    ready = s.load_done(r, 0.0, 0, [], 0, False, 0.0)
+    assert n == 0 and r.store_errors == 1 and ready == pytest.approx(0.001)
+    run_until_done(s, ready)
+    # TTFT = 0.001 + 100 ms + 0.012
+    assert r.t_first == pytest.approx(0.113)
+    assert r.tokens_split(BS)["computed"] == 100
+
+
+def test_disk_only_charges_every_hit_at_the_disk_tier():
+    s = make(has_store=True, disk_only=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    ready = serve_from_store(s, r, ["disk"] * 6)
+    # lookup = the disk tier's 0.002; load = 0.002 + 6 x 0.004 = 0.026
+    assert (r.lookup_s, r.load_s, ready) == pytest.approx((0.002, 0.026, 0.028))
+    assert r.tokens_split(BS)["store_disk"] == 96
+
+
+def test_read_path_overrun_is_counted():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    # modelled ready at 0.001 + 0.001 + 6 x 0.001 = 0.008; the real I/O ended at 0.010
+    ready = serve_from_store(s, r, ["ram"] * 6, now=0.010)
+    assert ready == pytest.approx(0.008)
+    assert value(s, "adev_emulator_read_path_overrun_seconds_total") == pytest.approx(0.002)
+
+
+def test_abort_during_the_store_read_finishes_when_it_returns():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    s.abort(r, 0.001)
+    assert r.state == LOADING
+    assert serve_from_store(s, r, ["ram"] * 6, now=0.003) is None
+    # finished at max(now 0.003, ready 0.008)
+    assert r.state == DONE and r.finish_reason == "abort" and r.t_end == pytest.approx(0.008)
+    assert not s.active and s.pool.used_blocks == 0
+
+
+# ---------------------------------------------------------------------------- queueing, preemption
+def test_a_request_that_does_not_fit_waits_for_blocks():
+    s = make(capacity_blocks=10, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 100), 1)
+    b = request("b", tokens(2000, 100), 1)
+    s.add(a)
+    s.add(b)
+    out = s.step(0.0)
+    # a takes ceil(100 / 16) = 7 of 10 blocks; b needs 7 more and waits
+    assert out.admitted == ["a"] and b.state == WAITING
+    t = run_until_done(s, out.end)
+    # a: 0.100 + 0.012, done at 0.112; b admitted then: queue 0.112, TTFT 0.112 + 0.112
+    assert b.t_admit == pytest.approx(0.112)
+    assert b.t_first == pytest.approx(0.224) and t == pytest.approx(0.224)
+    assert value(s, "vllm:request_queue_time_seconds_sum") == pytest.approx(0.112)
+
+
+def test_preemption_frees_the_latest_request_and_recomputes_only_its_uncached_tail():
+    s = make(capacity_blocks=10, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 64), 20)
+    b = request("b", tokens(2000, 64), 20)
+    s.add(a)
+    s.add(b)
+    # both prefill in one step: 128 ms; 4 + 4 blocks
+    out = s.step(0.0)
+    assert out.prefill == {"a": 64, "b": 64} and out.end == pytest.approx(0.128)
+    # first tokens: one more block each (65 tokens -> 5 blocks): 10 of 10 used
+    # decode(2, 128) = 0.010 + 0.002 + 0.00128 = 0.01328
+    out = s.step(out.end)
+    assert out.tokens == {"a": 1, "b": 1} and a.t_first == pytest.approx(0.14128)
+    # no free block: the macro step stops where a 6th block would be needed, 80 tokens each:
+    # 15 steps, decode(2, 130 + 2j), j = 0..14 = 15 x 0.012 + 0.00001 x (15 x 130 + 2 x 105)
+    out = s.step(out.end)
+    assert out.tokens == {"a": 15, "b": 15} and len(out.ends) == 15
+    assert out.duration == pytest.approx(0.18 + 0.0216)
+    assert out.end == pytest.approx(0.34288)
+    # both need a 6th block, none is free: b (admitted last) is preempted; a decodes its last 4
+    # tokens: decode(1, 80 + j), j = 0..3 = 4 x 0.011 + 0.00001 x 326 = 0.04726
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and b.state == WAITING and b.preemptions == 1
+    # b's 4 prompt blocks stay cached (free, evictable); its 5th (generated tokens) was anonymous
+    assert all(s.pool.contains(h) for h in b.hashes[:4])
+    assert out.decode == ["a"] and out.tokens == {"a": 4} and out.finished == ["a"]
+    assert out.duration == pytest.approx(0.04726)
+    # b comes back: its 4 prompt blocks are still cached (hit capped at (80 - 1) // 16 = 4);
+    # it recomputes only the 16 generated tokens of its 5th block (16 ms), not all 80
+    out = s.step(out.end)
+    assert out.admitted == ["b"] and out.prefill == {"b": 16} and out.duration == pytest.approx(0.016)
+    # then its last 4 tokens as a did: ends at 0.34288 + 0.04726 + 0.016 + 0.04726
+    out = s.step(out.end)
+    assert out.finished == ["b"] and b.n_gen == 20
+    assert b.t_end == pytest.approx(0.4534)
+    assert b.t_first == pytest.approx(0.14128)   # TTFT is not touched by the preemption
+    assert value(s, "vllm:num_preemptions_total") == 1
+    # a preempted request is not counted again: queries stay at 64 + 64 prompt tokens
+    assert value(s, "vllm:prefix_cache_queries_total") == 128
+    assert value(s, "vllm:generation_tokens_total") == 40
+
+
+def test_a_lone_request_that_outgrows_the_pool_ends_with_length():
+    s = make(capacity_blocks=4, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 60), 100)
+    s.add(a)
+    run_until_done(s, 0.0)
+    # 4 blocks hold 64 tokens: 60 prompt + 4 generated, then no block for the 65th token
+    assert a.state == DONE and a.finish_reason == "length" and a.n_gen == 4
+    assert value(s, "vllm:request_success_total", finished_reason="length") == 1
+
+
+def test_macro_step_is_bounded_by_the_wall_horizon():
+    # horizon 0.3 wall s x S 10 = 3 model s; decode(1, ~30) ~ 0.0113 s -> 265 steps
+    s = make()
+    a = request("a", tokens(1000, 30), 1000)
+    s.add(a)
+    t = s.step(0.0).end                      # prefill
+    t = s.step(t).end                        # first token
+    out = s.step(t)
+    # int(3 / 0.01131) = 265 steps (of 999 left)
+    assert len(out.ends) == 265 and out.tokens == {"a": 265}

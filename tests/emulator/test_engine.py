@@ -136,7 +136,8 @@ def test_store_read_ending_before_the_next_macro_step_joins_it_in_time():
     assert ga[3][1] == pytest.approx(0.15306)
     # b's first token: decode(2, 104 + 100) = 0.01404 -> 0.1671; TTFT 0.1671 - 0.06 = 0.1071
     assert rb.t_first == pytest.approx(0.1671) and gb[0][1] == pytest.approx(0.1671)
-    assert rb.tokens_split(16) == {"gpu": 0, "store_ram": 0, "store_disk": 96, "computed": 4}
+    assert rb.tokens_split(16) == {"gpu": 0, "store_ram": 0, "store_disk": 96, "kv_transfer": 0,
+                                  "computed": 4}
     assert value(eng.sched, "adev_emulator_read_path_overrun_seconds_total") == 0
 
 

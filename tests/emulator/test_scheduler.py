@@ -101,7 +101,8 @@ def test_chunked_prefill_of_a_cold_prompt_then_first_token():
     assert out.tokens == {"a": 2} and out.finished == ["a"]
     assert out.ends == pytest.approx([0.12401, 0.13603])
     assert a.state == DONE and a.t_end == pytest.approx(0.13603)
-    assert a.tokens_split(BS) == {"gpu": 0, "store_ram": 0, "store_disk": 0, "computed": 100}
+    assert a.tokens_split(BS) == {"gpu": 0, "store_ram": 0, "store_disk": 0, "kv_transfer": 0,
+                                  "computed": 100}
     assert value(s, "vllm:time_to_first_token_seconds_sum") == pytest.approx(0.112)
     assert value(s, "vllm:prompt_tokens_by_source_total", source="local_compute") == 100
     assert value(s, "vllm:generation_tokens_total") == 3
@@ -147,7 +148,8 @@ def test_gpu_prefix_hits_are_not_prefilled_again():
     # first token: decode(1, 150) = 0.010 + 0.001 + 0.0015 = 0.0125
     # TTFT = 54 / 1000 + 0.0125 = 0.0665
     assert b.t_first - b.t_arrival == pytest.approx(0.0665)
-    assert b.tokens_split(BS) == {"gpu": 96, "store_ram": 0, "store_disk": 0, "computed": 54}
+    assert b.tokens_split(BS) == {"gpu": 96, "store_ram": 0, "store_disk": 0, "kv_transfer": 0,
+                                  "computed": 54}
     # b's one token ended it: its 151 tokens fill 9 blocks, a's 6 and 3 new ones, all cached and
     # free now (the 10th, partial, was anonymous and is empty again)
     assert s.pool.cached_blocks == 9 and s.pool.used_blocks == 0
@@ -190,7 +192,8 @@ def test_store_hits_from_ram_and_disk():
     s.step(out.end)
     # TTFT = 0.019 + 0.004 + decode(1, 100) 0.012 = 0.035
     assert r.t_first == pytest.approx(0.035)
-    assert r.tokens_split(BS) == {"gpu": 0, "store_ram": 48, "store_disk": 48, "computed": 4}
+    assert r.tokens_split(BS) == {"gpu": 0, "store_ram": 48, "store_disk": 48, "kv_transfer": 0,
+                                  "computed": 4}
     # vLLM's counters in tokens: queries = prompt - GPU hit, hits = 6 blocks x 16
     assert value(s, "vllm:external_prefix_cache_queries_total") == 100
     assert value(s, "vllm:external_prefix_cache_hits_total") == 96
@@ -228,7 +231,8 @@ def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     s.step(out.end)
     # TTFT = 0.007 + 0.020 + decode(1, 164) = 0.010 + 0.001 + 0.00164
     assert b.t_first - b.t_arrival == pytest.approx(0.007 + 0.020 + 0.01264)
-    assert b.tokens_split(BS) == {"gpu": 64, "store_ram": 80, "store_disk": 0, "computed": 20}
+    assert b.tokens_split(BS) == {"gpu": 64, "store_ram": 80, "store_disk": 0, "kv_transfer": 0,
+                                  "computed": 20}
     # external queries: a 64 + b (164 - 64); the blocks b computed itself are offered back:
     # the GPU hit blocks 0..3 and the one full block after the store's (164 // 16 = 10 blocks)
     assert value(s, "vllm:external_prefix_cache_queries_total") == 64 + 100
@@ -244,7 +248,8 @@ def test_failed_store_load_is_recomputed_not_counted_as_served():
     ready = serve_from_store(s, r, ["ram"] * 4 + ["disk"] * 2, loaded=2)
     # charged: lookup 0.001 + RAM load of 2 blocks (0.001 + 0.002) = 0.004
     assert ready == pytest.approx(0.004)
-    assert r.tokens_split(BS) == {"gpu": 0, "store_ram": 32, "store_disk": 0, "computed": 68}
+    assert r.tokens_split(BS) == {"gpu": 0, "store_ram": 32, "store_disk": 0, "kv_transfer": 0,
+                                  "computed": 68}
     out = s.step(ready)
     assert out.prefill == {"r": 64}
     out = s.step(out.end)

@@ -324,6 +324,9 @@ class StackConfig:
     # Prefill-to-decode KV link (stacks/profiles/links/<name>.toml): the emulated transfer time of
     # a request that a consumer endpoint decodes after a producer prefilled it.
     kv_link: str = "rdma-400g"
+    # Tokens per stream event, as vLLM's --stream-interval: 1 = every decode step's token is sent
+    # at that step's modelled end; N = once N are pending; 0 = once per macro step (cheapest).
+    stream_interval: int = field(default=1, metadata={"min": 0})
 
     def validate(self, where: str) -> None:
         from adev.emulator.policies import POLICIES, unknown_policy

@@ -113,7 +113,8 @@ class Endpoint:
             ram_tier=TierCost(ram.name, ram.lookup_latency_s, ram.read_bytes_per_s),
             disk_tier=TierCost(disk.name, disk.lookup_latency_s, disk.read_bytes_per_s),
             disk_only=conf == "disk-only",
-            kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s)), self.metrics, self.store)
+            kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
+            stream_interval=stack.stream_interval), self.metrics, self.store)
         self.created = int(time.time())
 
     async def start(self) -> None:

@@ -7,10 +7,10 @@ if anything fails, whatever it started is stopped again before the error is rais
 stops exactly the recorded processes (by pid and start time), endpoints first, master last.
 ``running_stack`` is the async context manager sessions and fleets use (contract 3).
 
-The processes' command lines are :mod:`.commands`'; configs beyond the file :mod:`.configs`';
-the state dir's lock, users and pending start-ups :mod:`.tracking`'; ``adev stack status`` is
-:mod:`.status` and fault injection (master kill/restart) :mod:`.faults`. Their public names are
-importable from here too.
+The processes' command lines live in :mod:`.commands`, configs beyond the file in
+:mod:`.configs`, the state dir's lock, users and pending start-ups in :mod:`.tracking`;
+``adev stack status`` is :mod:`.status`, fault injection (master kill/restart) :mod:`.faults`.
+Their public names are importable from here too.
 """
 from __future__ import annotations
 

@@ -22,8 +22,9 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from adev.analysis.ledger import (LedgerWriter, fast_chain, none_hash_sha256_cbor,  # noqa: E402
-                                  sha256_cbor_chain)
+from adev.analysis.hashing import (fast_chain, none_hash_sha256_cbor,  # noqa: E402
+                                   sha256_cbor_chain)
+from adev.analysis.ledger import LedgerWriter  # noqa: E402
 
 
 CLOCK = time.thread_time  # CPU time of this thread: robust on a machine shared with others

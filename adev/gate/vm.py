@@ -1,12 +1,11 @@
 """The gate VM: one libvirt/qemu domain (TCG) from ``vm/domain.xml``, and the VM gate executor.
 
-``prepare_host()`` readies libvirt on a host without systemd (these containers): it sets the
-``qemu.conf`` keys such containers need (idempotently, only when systemd is not init) and starts
-``virtlogd``/``libvirtd`` when they are not running. ``GateVm`` boots the guest with direct kernel
-boot on a throwaway qcow2 overlay, waits for SSH, and keeps a *clean snapshot* (libvirt save
-state + the overlay at that instant) in the image cache: later starts and recoveries restore it
-(~2 s) instead of booting (~20 s). ``VmGate`` is the ``vm`` executor: a ``GateVm`` plus the ssh
-executor (:class:`~adev.gate.ssh.SshGate`), restoring the VM when the guest stops answering.
+The host is readied first (:func:`adev.gate.host.prepare_host`). ``GateVm`` boots the guest with
+direct kernel boot on a throwaway qcow2 overlay, waits for SSH, and keeps a *clean snapshot*
+(libvirt save state + the overlay at that instant) in the image cache: later starts and
+recoveries restore it (~2 s) instead of booting (~20 s). ``VmGate`` is the ``vm`` executor: a
+``GateVm`` plus the ssh executor (:class:`~adev.gate.ssh.SshGate`), restoring the VM when the
+guest stops answering.
 """
 from __future__ import annotations
 
@@ -15,9 +14,7 @@ import contextlib
 import json
 import logging
 import os
-import re
 import shutil
-import socket
 import subprocess
 import tempfile
 import time
@@ -27,110 +24,24 @@ from pathlib import Path
 from string import Template
 
 from ..config import ROOT
+from ..net import free_port
 from .base import GateRequest, GateResult
+from .host import VmError, open_libvirt, prepare_host, qemu_binary
 from .image import Image, ensure_image
 from .ssh import GateTransportError, SshGate, SshGateOptions, SshTarget
 
 log = logging.getLogger("adev.gate.vm")
 
 TEMPLATE = ROOT / "vm" / "domain.xml"
-QEMU_CONF = Path("/etc/libvirt/qemu.conf")
-CONTAINER_QEMU_CONF = {"user": '"root"', "group": '"root"', "dynamic_ownership": "0",
-                       "security_driver": '"none"', "cgroup_controllers": "[ ]", "namespaces": "[ ]"}
 STATE_DIR = Path(os.environ.get("ADEV_VM_STATE", "/tmp/adev-vm"))  # per-run overlays, console logs
-
-
-class VmError(RuntimeError):
-    pass
 
 
 class SnapshotBusy(VmError):
     """Another running VM carries the snapshot's identity (name + uuid)."""
 
 
-# -- host preparation --------------------------------------------------------------------------
-def systemd_is_init() -> bool:
-    return Path("/run/systemd/system").is_dir()
-
-
-def configure_qemu_conf(path: Path = QEMU_CONF, keys: dict[str, str] = CONTAINER_QEMU_CONF) -> bool:
-    """Set ``keys`` in qemu.conf (replacing active lines, appending missing ones). True if changed."""
-    text = path.read_text() if path.exists() else ""
-    lines, seen = text.splitlines(), set()
-    for i, line in enumerate(lines):
-        m = re.match(r"\s*([a-z_]+)\s*=", line)
-        if m and m.group(1) in keys:
-            seen.add(m.group(1))
-            lines[i] = f"{m.group(1)} = {keys[m.group(1)]}"
-    missing = [k for k in keys if k not in seen]
-    if missing:
-        lines.append("# adev: settings for libvirt in a container without systemd (adev.gate.vm)")
-        lines += [f"{k} = {keys[k]}" for k in missing]
-    new = "\n".join(lines) + "\n"
-    if new == text:
-        return False
-    path.write_text(new)
-    return True
-
-
-def _pid_alive(pidfile: Path) -> bool:
-    try:
-        pid = int(pidfile.read_text().strip())
-        os.kill(pid, 0)
-        return True
-    except (OSError, ValueError):
-        return False
-
-
-def prepare_host(log_fn=log.info) -> dict:
-    """Make ``qemu:///system`` usable here; returns what was done. Safe to call repeatedly."""
-    done = {"systemd": systemd_is_init(), "qemu_conf_changed": False, "started": []}
-    if done["systemd"]:
-        return done  # a normal host: its own libvirt units and defaults
-    if os.geteuid() != 0:
-        raise VmError("libvirt without systemd needs root to start its daemons")
-    for tool in ("virtlogd", "libvirtd", "qemu-system-x86_64"):
-        if shutil.which(tool) is None and not Path("/usr/sbin", tool).exists():
-            raise VmError(f"{tool} not found: run scripts/bootstrap.sh")
-    running = _pid_alive(Path("/run/libvirtd.pid"))
-    if QEMU_CONF.parent.is_dir():
-        done["qemu_conf_changed"] = configure_qemu_conf()
-        if done["qemu_conf_changed"] and running:
-            log_fn("[vm] qemu.conf changed while libvirtd runs: restart libvirtd for it to apply")
-    for daemon in ("virtlogd", "libvirtd"):
-        if not _pid_alive(Path(f"/run/{daemon}.pid")):
-            subprocess.run([daemon, "-d"], check=True, stdin=subprocess.DEVNULL)
-            done["started"].append(daemon)
-    if "libvirtd" in done["started"]:
-        for _ in range(100):
-            if Path("/run/libvirt/libvirt-sock").exists():
-                break
-            time.sleep(0.1)
-        log_fn(f"[vm] started {', '.join(done['started'])}")
-    return done
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def open_libvirt(uri: str):
-    import libvirt
-    libvirt.registerErrorHandler(lambda *_: None, None)  # errors arrive as exceptions
-    conn = libvirt.open(uri)
-    if conn is None:
-        raise VmError(f"cannot open libvirt connection {uri}")
-    return conn
-
-
 def render_domain(**values) -> str:
     return Template(TEMPLATE.read_text()).substitute(**values)
-
-
-def _emulator() -> str:
-    return shutil.which("qemu-system-x86_64") or "/usr/bin/qemu-system-x86_64"
 
 
 # -- the VM ------------------------------------------------------------------------------------
@@ -205,7 +116,7 @@ class GateVm:
     def _xml(self, port: int, overlay: Path, dom_uuid: str | None = None) -> str:
         return render_domain(name=self.name, uuid=dom_uuid or self.uuid, memory_mib=self.cfg.memory_mib,
                              vcpus=self.cfg.vcpus, kernel=self.image.kernel,
-                             initrd=self.image.initrd, emulator=_emulator(), overlay=overlay,
+                             initrd=self.image.initrd, emulator=qemu_binary(), overlay=overlay,
                              console_log=self.console_log, ssh_port=port)
 
     async def start(self) -> VmTimings:

@@ -12,15 +12,20 @@ Contract 3 API::
     stop_stack(info)
 
 Modules: :mod:`.procs` (binaries, ports, processes), :mod:`.state` (StackInfo, state file),
-:mod:`.lifecycle` (start/stop/reuse/status), :mod:`.plan` (``plan vllm``), :mod:`.cli` (verbs).
+:mod:`.commands` (process command lines), :mod:`.configs` (external, small, diff),
+:mod:`.tracking` (lock, users, pending start-ups), :mod:`.lifecycle` (start/stop/reuse),
+:mod:`.status` (status, usage), :mod:`.faults` (master kill/restart), :mod:`.plan`
+(``plan vllm``), :mod:`.cli` (verbs).
 """
 from __future__ import annotations
 
 from .cli import register
-from .lifecycle import (CLIENT_TTL_S, ENDPOINT_MODULE, ENDPOINT_MODULE_ENV, config_diff,
-                        endpoint_command, external_info, kill_master, master_flags,
-                        master_lease_ms, process_usage, release_user, restart_master, running_stack, small_config,
-                        stack_status, start_stack, stop_stack)
+from .commands import (CLIENT_TTL_S, ENDPOINT_MODULE, ENDPOINT_MODULE_ENV, endpoint_command,
+                       master_flags, master_lease_ms)
+from .configs import config_diff, external_info, small_config
+from .faults import kill_master, restart_master
+from .lifecycle import release_user, running_stack, start_stack, stop_stack
+from .status import process_usage, stack_status
 from .procs import (DEBIAN_PACKAGES, MASTER_ENV, MissingBinaryError, MissingLibraryError,
                     PortInUseError, StackError, find_master_binary)
 from .state import ProcState, StackInfo, StackState, read_state, state_dir_path

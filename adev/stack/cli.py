@@ -80,7 +80,8 @@ def _print_info_table(status: dict[str, Any]) -> None:
 
 
 def cmd_up(args: argparse.Namespace) -> int:
-    from .lifecycle import stack_status, start_stack, stop_stack
+    from .lifecycle import start_stack, stop_stack
+    from .status import stack_status
     from .procs import StackError
     cfg = load_from_args(args)
     if cfg.mode == "external":
@@ -134,7 +135,7 @@ def cmd_down(args: argparse.Namespace) -> int:
 
 
 def cmd_status(args: argparse.Namespace) -> int:
-    from .lifecycle import stack_status
+    from .status import stack_status
     st = stack_status(load_from_args(args))
     if args.json:
         print(json.dumps(st, indent=2))

@@ -6,6 +6,11 @@
 if anything fails, whatever it started is stopped again before the error is raised. ``stop_stack``
 stops exactly the recorded processes (by pid and start time), endpoints first, master last.
 ``running_stack`` is the async context manager sessions and fleets use (contract 3).
+
+The processes' command lines live in :mod:`.commands`, configs beyond the file in
+:mod:`.configs`, the state dir's lock, users and pending start-ups in :mod:`.tracking`;
+``adev stack status`` is :mod:`.status`, fault injection (master kill/restart) :mod:`.faults`.
+Their public names are importable from here too.
 """
 from __future__ import annotations
 
@@ -14,221 +19,49 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import datetime
-import fcntl
 import json
 import os
 import shutil
-import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from pathlib import Path
-from typing import Any, AsyncIterator, Iterator
-from urllib.parse import urlsplit, urlunsplit
+from typing import Any, AsyncIterator
 
-from ..config import HOST_CPUS, ROOT, ConfigError, StackConfig, \
-    check_cpus, from_dict, load_model_profile, load_stack
-from .loopback import bind_env, warn_host
+from ..config import ROOT, StackConfig, load_stack
+from ..net import NoFreePortError, free_port
+from .commands import (CLIENT_TTL_S, ENDPOINT_MODULE, ENDPOINT_MODULE_ENV, MASTER_READY_TIMEOUT_S,
+                       cpu_pin, endpoint_command, endpoint_env, master_env, master_flags,
+                       master_lease_ms)
+from .configs import config_diff, external_info, small_config
+from .faults import kill_master, restart_master
+from .loopback import warn_host
 from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, StackError,
-                    check_master_binary, find_master_binary, free_port, library_error_in_log,
-                    listening, missing_library_message, port_in_use, spawn, stop_process,
-                    tcp_open, wait_until)
+                    check_master_binary, find_master_binary, http_ok, library_error_in_log,
+                    listening, log_says_addr_in_use, missing_library_message, port_in_use, spawn,
+                    stop_process, wait_until)
 from .state import (ProcState, StackInfo, StackState, read_state, remove_state, state_dir_path,
                     write_state)
+from .status import process_usage, stack_status
+from .tracking import (PENDING_FILE, USERS_DIR, Pending, add_user, live_users, locked, remove_disk,
+                       stop_pending, stop_recorded)
 
-ENDPOINT_MODULE = "adev.emulator.server"
-ENDPOINT_MODULE_ENV = "ADEV_ENDPOINT_MODULE"
-"""Environment variable overriding the endpoint module (tests use a stand-in server)."""
+__all__ = [
+    "start_stack", "stop_stack", "running_stack", "release_user",
+    # re-exported from the modules named above
+    "CLIENT_TTL_S", "ENDPOINT_MODULE", "ENDPOINT_MODULE_ENV", "MASTER_READY_TIMEOUT_S", "cpu_pin",
+    "endpoint_command", "endpoint_env", "master_env", "master_flags", "master_lease_ms",
+    "config_diff", "external_info", "small_config", "kill_master", "restart_master",
+    "process_usage", "stack_status", "free_port",
+]
 
 DISK_CONFIGURATIONS = ("store-ram+disk", "disk-only")
-CLIENT_TTL_S = 10
-"""Master ``--client_ttl`` (real seconds a store client stays alive without a heartbeat)."""
 
-MASTER_READY_TIMEOUT_S = 30.0
 ENDPOINT_READY_TIMEOUT_S = 120.0
 PORT_RETRIES = 3
 
 
 # --------------------------------------------------------------------------------------------
-# Commands
-
-
-def master_lease_ms(config: StackConfig) -> int:
-    """The master's ``--default_kv_lease_ttl`` in real milliseconds.
-
-    ``lease_real_ms = lease_ttl_s / time_scale * 1000`` (Mooncake counts the lease in real time;
-    the config gives it in model seconds), at least 1 ms.
-    """
-    return max(1, round(config.store.lease_ttl_s / config.time_scale * 1000.0))
-
-
-def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
-                 host: str | None = None, lease_ms: int | None = None) -> list[str]:
-    """``mooncake_master`` flags for ``config``.
-
-    Disk tier: ``store-ram+disk`` offloads objects to disk when RAM evicts them
-    (``--enable_offload=true --offload_on_evict=true``); ``disk-only`` writes every object through
-    to disk at put time (``--enable_offload=true``), the RAM segment being a staging area only.
-    """
-    host = host or config.host
-    flags = [f"--rpc_port={rpc_port}", f"--rpc_address={host}",
-             f"--metrics_port={metrics_port}", f"--metrics_host={host}",
-             f"--default_kv_lease_ttl={lease_ms if lease_ms is not None else master_lease_ms(config)}",
-             f"--client_ttl={CLIENT_TTL_S}"]
-    if config.configuration == "store-ram+disk":
-        flags += ["--enable_offload=true", "--offload_on_evict=true"]
-    elif config.configuration == "disk-only":
-        flags += ["--enable_offload=true"]
-    return flags
-
-
-def cpu_pin(cpus: list[int]) -> list[str]:
-    """The command prefix that runs a process on ``cpus`` (``stack.cpus``): util-linux's
-    ``taskset``, which execs the command (same pid) with the affinity set before it starts any
-    thread. [] = any core: no prefix, unless this process was itself pinned since start-up (a
-    fleet's ``client_cpus``), whose affinity the stack must not inherit."""
-    if not cpus:
-        if not HOST_CPUS or sorted(os.sched_getaffinity(0)) == HOST_CPUS:
-            return []
-        cpus = HOST_CPUS
-    check_cpus(cpus, "stack.cpus")
-    taskset = shutil.which("taskset")
-    if taskset is None:
-        raise StackError("stack.cpus needs taskset (Debian package util-linux); not found on PATH")
-    return [taskset, "--cpu-list", ",".join(str(c) for c in cpus)]
-
-
-def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str | None,
-                     disk_dir: Path | None) -> list[str]:
-    """Contract 2: the emulator process command line (``module`` may also be a ``.py`` path;
-    ``master`` None: no store, for the recompute and gpu-only configurations)."""
-    run = [sys.executable, module] if module.endswith(".py") else [sys.executable, "-m", module]
-    cmd = [*run, "--config", str(stack_json), "--endpoint", name, "--port", str(port)]
-    if master is not None:
-        cmd += ["--master", master]
-    if disk_dir is not None:
-        cmd += ["--disk-dir", str(disk_dir)]
-    return cmd
-
-
-def master_env(config: StackConfig) -> dict[str, str]:
-    """Environment of the master: every listener on ``stack.host`` (:mod:`.loopback`)."""
-    env = dict(os.environ)
-    env.update(bind_env(config.host, env))
-    return env
-
-
-def endpoint_env(config: StackConfig, disk_dir: Path | None) -> dict[str, str]:
-    """Environment of an endpoint process: Mooncake's client bound to the stack host (its
-    wildcard listeners too: :mod:`.loopback`) and, with a disk tier, the file-per-key offload
-    backend in the endpoint's own directory (mooncake.md)."""
-    env = dict(os.environ)
-    env.update(bind_env(config.host, env))
-    env["MC_TCP_BIND_ADDRESS"] = config.host
-    env["PYTHONUNBUFFERED"] = "1"
-    if disk_dir is not None:
-        env["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"] = str(disk_dir)
-        env["MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR"] = "file_per_key_storage_backend"
-        env["MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS"] = "1"
-        env.setdefault("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(128 << 20))
-    return env
-
-
-_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
-
-
-def _http_ok(url: str, timeout: float = 2.0) -> bool:
-    try:
-        with _OPENER.open(url, timeout=timeout) as r:
-            return 200 <= r.status < 300
-    except (urllib.error.URLError, OSError, ValueError):
-        return False
-
-
-def _addr_in_use(log: str) -> bool:
-    try:
-        text = Path(log).read_text(errors="replace").lower()
-    except OSError:
-        return False
-    return "address already in use" in text or "errno 98" in text
-
-
-# --------------------------------------------------------------------------------------------
-# Configs
-
-
-def external_info(config: StackConfig) -> StackInfo:
-    """StackInfo for a stack of external endpoints (real vLLM): nothing is started."""
-    eps, mets = {}, {}
-    for e in config.endpoints:
-        if not e.base_url:
-            raise ConfigError(f"stack.endpoints: endpoint {e.name!r} needs base_url in mode 'external'")
-        parts = urlsplit(e.base_url.rstrip("/"))
-        path = parts.path if parts.path not in ("", "/") else "/v1"
-        eps[e.name] = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
-        mets[e.name] = urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
-    return StackInfo(endpoints=eps, metrics_urls=mets, master_metrics_url=config.store.metrics_url,
-                     time_scale=1.0, profile=load_model_profile(config.profile), config=config,
-                     started_here=False,
-                     models={e.name: e.model for e in config.endpoints if e.model})
-
-
-def small_config(state_dir: str | Path, **overrides: Any) -> StackConfig:
-    """A small, fast embedded stack for tests and demos (length policy, 2 GB RAM tier, store-ram).
-
-    ``overrides``: top-level StackConfig keys; ``store`` as a dict merged into the defaults;
-    ``endpoints`` as names or dicts.
-    """
-    store = {"ram_gb": 2.0, "lease_ttl_s": 5.0, **(overrides.pop("store", None) or {})}
-    eps = overrides.pop("endpoints", ["coder", "reasoner"])
-    data: dict[str, Any] = {"mode": "embedded", "time_scale": 10.0, "configuration": "store-ram",
-                            "policy": "length", "payload_scale": 64, "state_dir": str(state_dir),
-                            "store": store,
-                            "endpoints": [e if isinstance(e, dict) else {"name": e} for e in eps]}
-    data.update(overrides)
-    return from_dict(StackConfig, data, "stack")
-
-
-def config_diff(running: dict[str, Any], wanted: StackConfig) -> list[str]:
-    """Fields where the running stack's config differs from ``wanted`` (port 0 = any port)."""
-    want = dataclasses.asdict(wanted)
-    run = json.loads(json.dumps(running))
-    want.pop("state_dir", None)
-    run.pop("state_dir", None)
-    for key in ("master_port", "metrics_port"):
-        if want["store"].get(key) == 0:
-            want["store"][key] = run.get("store", {}).get(key)
-    run_eps = {e["name"]: e for e in run.get("endpoints", [])}
-    for e in want["endpoints"]:
-        if e.get("port") == 0 and e["name"] in run_eps:
-            e["port"] = run_eps[e["name"]].get("port")
-    diffs: list[str] = []
-
-    def walk(a: Any, b: Any, path: str) -> None:
-        if isinstance(a, dict) and isinstance(b, dict):
-            for k in sorted(set(a) | set(b)):
-                walk(a.get(k), b.get(k), f"{path}.{k}")
-        elif a != b:
-            diffs.append(f"{path}: running {b!r}, wanted {a!r}")
-
-    walk(want, run, "stack")
-    return diffs
-
-
-# --------------------------------------------------------------------------------------------
 # Start / stop
-
-
-@contextlib.contextmanager
-def _locked(sdir: Path) -> Iterator[None]:
-    sdir.mkdir(parents=True, exist_ok=True)
-    with open(sdir / "lock", "w") as fh:
-        fcntl.flock(fh, fcntl.LOCK_EX)
-        try:
-            yield
-        finally:
-            fcntl.flock(fh, fcntl.LOCK_UN)
 
 
 def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
@@ -250,85 +83,50 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
         return external_info(config)
     sdir = state_dir_path(config.state_dir)
     warn_host(config.host)
-    with _locked(sdir):
+    with locked(sdir):
         st = read_state(sdir)
         if st is not None:
             if st.all_alive():
                 diffs = config_diff(st.config, config)
                 if reuse and not diffs:
                     bad = [n for n, p in st.endpoints.items()
-                           if not any(_http_ok(p.health_url, timeout=5.0) for _ in range(3))]
+                           if not any(http_ok(p.health_url, timeout=5.0) for _ in range(3))]
                     if bad:
                         raise StackError(f"the stack in {sdir} is running but endpoints {bad} are "
                                          "not healthy; run `adev stack down` and start it again")
                     if user:
-                        _add_user(sdir, user)
+                        add_user(sdir, user)
                     return st.info(started_here=False)
                 why = ("differs: " + "; ".join(diffs)) if diffs else "reuse not allowed"
                 raise StackError(
                     f"a stack is already running in {sdir} (pids "
                     f"{', '.join(f'{p.name}={p.pid}' for p in st.processes)}; {why}); "
                     f"run `adev stack down{_sd_arg(config)}` first")
-            _stop_recorded(st)  # stale: stop any survivor, forget it
+            stop_recorded(st)  # stale: stop any survivor, forget it
             remove_state(sdir)
-        _stop_pending(sdir)  # an earlier start-up killed half-way
+        stop_pending(sdir)  # an earlier start-up killed half-way
         shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
         info = _start(config, sdir, endpoint_module=endpoint_module, master_binary=master_binary,
                       cancel=cancel, ready_timeout_s=ready_timeout_s, auto_stop=auto_stop)
         if user:
-            _add_user(sdir, user)
+            add_user(sdir, user)
         return info
-
-
-USERS_DIR = "users"
-"""``<state_dir>/users/<pid>-<token>``: one file per live ``running_stack`` user of the stack."""
-
-
-def _add_user(sdir: Path, token: str) -> None:
-    d = sdir / USERS_DIR
-    d.mkdir(parents=True, exist_ok=True)
-    import psutil
-    ct = psutil.Process().create_time()
-    (d / f"{os.getpid()}-{token}").write_text(json.dumps({"pid": os.getpid(), "create_time": ct}))
-
-
-def _live_users(sdir: Path) -> list[str]:
-    from .procs import is_alive
-    out = []
-    for f in sorted((sdir / USERS_DIR).glob("*")):
-        try:
-            d = json.loads(f.read_text())
-            if is_alive(int(d["pid"]), float(d["create_time"])):
-                out.append(f.name)
-                continue
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-        f.unlink(missing_ok=True)  # a user that died without releasing
-    return out
 
 
 def release_user(sdir: str | Path, token: str) -> dict[str, str] | None:
     """Drop user ``token`` of the stack in ``sdir``; the last user out stops a stack that a
     ``running_stack`` started (``auto_stop``). Returns what was stopped, or None."""
     sdir = state_dir_path(sdir)
-    with _locked(sdir):
+    with locked(sdir):
         (sdir / USERS_DIR / f"{os.getpid()}-{token}").unlink(missing_ok=True)
         st = read_state(sdir)
-        if st is None or not st.auto_stop or _live_users(sdir):
+        if st is None or not st.auto_stop or live_users(sdir):
             return None
-        out = _stop_recorded(st)
-        _remove_disk(st)
+        out = stop_recorded(st)
+        remove_disk(st)
         remove_state(sdir)
         shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
         return out
-
-
-def _remove_disk(st: StackState) -> None:
-    for p in st.endpoints.values():
-        if p.disk_dir:
-            shutil.rmtree(p.disk_dir, ignore_errors=True)
-            with contextlib.suppress(OSError):
-                Path(p.disk_dir).parent.rmdir()  # the disk root, once empty
 
 
 def _sd_arg(config: StackConfig) -> str:
@@ -358,7 +156,10 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
     def pick(configured: int) -> int:
         if configured:
             return configured
-        port = free_port(host, avoid=used)
+        try:
+            port = free_port(host, avoid=used)
+        except NoFreePortError as e:
+            raise StackError(str(e)) from None
         used.add(port)
         return port
 
@@ -371,7 +172,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
     disk_root = Path(config.store.disk_dir).expanduser() if config.store.disk_dir else sdir / "disk"
     if disk and not disk_root.is_absolute():
         disk_root = ROOT / disk_root
-    started = _Pending(sdir)
+    started = Pending(sdir)
     try:
         # --- the master -------------------------------------------------------------------
         lease_ms = master_lease_ms(config)
@@ -390,7 +191,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                 # ready = *our* master listens on both ports (a lost port race must not pass
                 # for ready because someone else answers there) and serves metrics
                 wait_until(lambda: _cancelled(cancel) or (
-                    _ours(proc, rpc_port) and _ours(proc, metrics_port) and _http_ok(metrics_url)),
+                    _ours(proc, rpc_port) and _ours(proc, metrics_port) and http_ok(metrics_url)),
                     proc, timeout=MASTER_READY_TIMEOUT_S, what="mooncake_master")
                 _check_cancel(cancel)
                 master = proc
@@ -402,7 +203,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                     raise MissingLibraryError(missing_library_message(binary, libs)) from None
                 auto = not (config.store.master_port and config.store.metrics_port)
                 # the master says nothing when its RPC port is taken: it just exits
-                clash = (_addr_in_use(proc.log) or port_in_use(host, rpc_port)
+                clash = (log_says_addr_in_use(proc.log) or port_in_use(host, rpc_port)
                          or port_in_use(host, metrics_port))
                 if auto and clash and attempt < PORT_RETRIES:
                     continue  # lost a race for an ephemeral port: pick again
@@ -447,14 +248,14 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                 health = f"http://{host}:{ports[e.name]}/health"
                 try:
                     wait_until(lambda: _cancelled(cancel) or (_ours(p, ports[e.name])
-                                                             and _http_ok(health)), p,
+                                                             and http_ok(health)), p,
                                timeout=max(1.0, deadline - time.monotonic()),
                                what=f"endpoint {e.name}")
                     _check_cancel(cancel)
                     break
                 except ProcessExited as exc:
                     started.remove(p)
-                    clash = _addr_in_use(p.log) or port_in_use(host, ports[e.name])
+                    clash = log_says_addr_in_use(p.log) or port_in_use(host, ports[e.name])
                     if e.port == 0 and clash and retries < PORT_RETRIES:
                         retries += 1
                         ports[e.name] = pick(0)
@@ -500,57 +301,6 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
         raise
 
 
-PENDING_FILE = "pending.json"
-
-
-class _Pending(list):
-    """Processes started but not yet in the state file, mirrored to ``pending.json`` so that a
-    start-up killed half-way (SIGKILL of adev) leaves nothing ``down`` cannot find."""
-
-    def __init__(self, sdir: Path):
-        super().__init__()
-        self.path = sdir / PENDING_FILE
-
-    def _sync(self) -> None:
-        if not self:
-            self.path.unlink(missing_ok=True)
-            return
-        tmp = self.path.with_suffix(".tmp")
-        tmp.write_text(json.dumps([{"name": p.name, "pid": p.pid, "create_time": p.create_time}
-                                   for p in self]))
-        os.replace(tmp, self.path)
-
-    def append(self, p: Proc) -> None:
-        super().append(p)
-        self._sync()
-
-    def remove(self, p: Proc) -> None:
-        super().remove(p)
-        self._sync()
-
-    def clear(self) -> None:
-        super().clear()
-        self._sync()
-
-
-def _stop_pending(sdir: Path) -> dict[str, str]:
-    """Stop what an interrupted start-up left in ``pending.json`` (endpoints first)."""
-    p = sdir / PENDING_FILE
-    try:
-        entries = json.loads(p.read_text())
-    except (OSError, ValueError):
-        p.unlink(missing_ok=True)
-        return {}
-    out = {}
-    for e in reversed(entries):
-        try:
-            out[e["name"]] = stop_process(int(e["pid"]), float(e["create_time"]), timeout=10.0)
-        except (KeyError, TypeError, ValueError):
-            continue
-    p.unlink(missing_ok=True)
-    return out
-
-
 def _ours(proc: Proc, port: int) -> bool:
     """``proc`` listens on ``port`` (unknowable without permission: assume yes)."""
     return listening(proc.pid, port) is not False
@@ -572,19 +322,6 @@ def _with_ports(config: StackConfig, rpc: int, metrics: int, ports: dict[str, in
         endpoints=[dataclasses.replace(e, port=ports[e.name]) for e in config.endpoints])
 
 
-def _stop_recorded(st: StackState, timeout: float = 15.0) -> dict[str, str]:
-    """Stop the processes of ``st``: endpoints together, then the master."""
-    out: dict[str, str] = {}
-    eps = list(st.endpoints.values())
-    if eps:
-        with concurrent.futures.ThreadPoolExecutor(len(eps)) as ex:
-            for p, r in zip(eps, ex.map(lambda q: stop_process(q.pid, q.create_time,
-                                                               timeout=timeout), eps)):
-                out[p.name] = r
-    out[st.master.name] = stop_process(st.master.pid, st.master.create_time, timeout=timeout)
-    return out
-
-
 def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
                timeout: float = 15.0, keep_disk: bool = False) -> dict[str, str] | None:
     """Stop the stack recorded in ``target``'s state dir (a StackInfo, StackConfig or path;
@@ -602,14 +339,14 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
         sdir = state_dir_path(target if target is not None else StackConfig().state_dir)
     if read_state(sdir) is None and not (sdir / PENDING_FILE).exists():
         return None
-    with _locked(sdir):
-        pending = _stop_pending(sdir)
+    with locked(sdir):
+        pending = stop_pending(sdir)
         st = read_state(sdir)
         if st is None:
             return pending or None
-        out = _stop_recorded(st, timeout=timeout)
+        out = stop_recorded(st, timeout=timeout)
         if not keep_disk:
-            _remove_disk(st)
+            remove_disk(st)
         remove_state(sdir)
         shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)
         return out
@@ -655,141 +392,3 @@ async def running_stack(config: StackConfig | None = None, **kwargs: Any) -> Asy
         yield info
     finally:
         release_user(config.state_dir, token)  # synchronous: a second cancel cannot interrupt it
-
-
-# --------------------------------------------------------------------------------------------
-# Status
-
-
-def stack_status(config: StackConfig | None = None) -> dict[str, Any]:
-    """What is up: per process pid, alive, healthy and URLs (embedded, from the state file), or
-    the configured URLs probed for health (external). ``running`` is True when all is healthy."""
-    config = config or load_stack()
-    if config.mode == "external":
-        info = external_info(config)
-        eps = {}
-        for n, url in info.endpoints.items():
-            root = url[: -len("/v1")] if url.endswith("/v1") else url
-            eps[n] = {"base_url": url, "metrics_url": info.metrics_urls[n],
-                      "healthy": _http_ok(root + "/health")}
-        master = ({"metrics_url": info.master_metrics_url,
-                   "healthy": _http_ok(info.master_metrics_url)}
-                  if info.master_metrics_url else None)
-        return {"mode": "external", "running": all(e["healthy"] for e in eps.values()),
-                "time_scale": 1.0, "model": info.model, "endpoints": eps, "master": master}
-    sdir = state_dir_path(config.state_dir)
-    st = read_state(sdir)
-    if st is None:
-        return {"mode": "embedded", "running": False, "state_file": str(sdir / "state.json"),
-                "reason": "no stack recorded in this state dir"}
-    cfg = st.stack_config()
-
-    def proc(p: ProcState, master: bool = False) -> dict[str, Any]:
-        alive = p.alive()
-        d: dict[str, Any] = {"pid": p.pid, "alive": alive,
-                             "healthy": alive and _http_ok(p.health_url),
-                             "metrics_url": p.metrics_url, "log": p.log}
-        if master:
-            d["address"] = p.url
-        else:
-            d["base_url"] = p.url
-            d["port"] = p.port
-        return d
-
-    usage = process_usage(st)
-    eps = {n: {**proc(p), **usage.get(n, {})} for n, p in st.endpoints.items()}
-    master = {**proc(st.master, master=True), **usage.get("master", {})}
-    master["lease_ttl_real_ms"] = st.lease_ttl_real_ms
-    running = master["healthy"] and all(e["healthy"] for e in eps.values())
-    return {"mode": "embedded", "running": running, "state_file": str(sdir / "state.json"),
-            "started_at": st.started_at, "time_scale": cfg.time_scale,
-            "configuration": cfg.configuration, "model": load_model_profile(cfg.profile).name,
-            "endpoints": eps, "master": master}
-
-
-# --------------------------------------------------------------------------------------------
-# Faults: the master going away and coming back
-
-
-def _target_dir(target: StackInfo | StackConfig | str | Path | None) -> Path:
-    if isinstance(target, StackInfo):
-        return state_dir_path(target.config.state_dir)
-    if isinstance(target, StackConfig):
-        return state_dir_path(target.state_dir)
-    return state_dir_path(target if target is not None else StackConfig().state_dir)
-
-
-def kill_master(target: StackInfo | StackConfig | str | Path | None = None, *,
-                hard: bool = True) -> str:
-    """Stop the running stack's master (SIGKILL when ``hard``), leaving the endpoints up.
-
-    Returns how it went ('killed', 'stopped' or 'gone'). The state file keeps the master's entry
-    so :func:`restart_master` can bring one back on the same ports.
-    """
-    sdir = _target_dir(target)
-    with _locked(sdir):
-        st = read_state(sdir)
-        if st is None:
-            raise StackError(f"no stack recorded in {sdir}")
-        m = st.master
-        return stop_process(m.pid, m.create_time, hard=hard)
-
-
-def restart_master(target: StackInfo | StackConfig | str | Path | None = None, *,
-                   timeout_s: float = MASTER_READY_TIMEOUT_S) -> StackInfo:
-    """Start the master again with its recorded command (same ports, same flags) if it is not
-    running, wait until it is ready and update the state file. Returns the refreshed StackInfo."""
-    sdir = _target_dir(target)
-    with _locked(sdir):
-        st = read_state(sdir)
-        if st is None:
-            raise StackError(f"no stack recorded in {sdir}")
-        m = st.master
-        if not m.alive():
-            host = m.url.rpartition(":")[0]
-            deadline = time.monotonic() + timeout_s
-            while True:  # the old sockets may linger for a moment after a kill
-                proc = spawn("master", m.cmd, Path(m.log), cwd=sdir,
-                             env=master_env(st.stack_config()),
-                             ports={"rpc": m.port, "metrics": m.metrics_port or 0})
-                try:
-                    wait_until(lambda: tcp_open(host, m.port) and _http_ok(m.metrics_url), proc,
-                               timeout=max(1.0, deadline - time.monotonic()),
-                               what="mooncake_master")
-                    break
-                except ProcessExited:
-                    if not _addr_in_use(proc.log) or time.monotonic() > deadline:
-                        raise
-                    time.sleep(0.5)
-            st.master = ProcState.from_proc(proc, port=m.port, url=m.url,
-                                            metrics_url=m.metrics_url, health_url=m.health_url,
-                                            metrics_port=m.metrics_port)
-            write_state(st)
-        return st.info(started_here=isinstance(target, StackInfo) and target.started_here)
-
-
-def process_usage(target: StackState | StackInfo | StackConfig | str | Path | None = None
-                  ) -> dict[str, dict[str, float]]:
-    """CPU seconds (user + system, since start) and resident memory of each live stack process.
-
-    CPU share over an interval = delta of ``cpu_s`` / wall seconds (cores used); this is what the
-    stack itself costs the machine, apart from the client driving it.
-    """
-    import psutil
-
-    from .procs import _process
-    st = target if isinstance(target, StackState) else read_state(_target_dir(target))
-    if st is None:
-        return {}
-    out: dict[str, dict[str, float]] = {}
-    for p in st.processes:
-        proc = _process(p.pid, p.create_time)
-        if proc is None:
-            continue
-        try:
-            with proc.oneshot():
-                t = proc.cpu_times()
-                out[p.name] = {"cpu_s": t.user + t.system, "rss_mb": proc.memory_info().rss / 2**20}
-        except psutil.Error:
-            continue
-    return out

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass, field
 
 from ..config import ModelProfile, StackConfig, load_model_profile
-from .lifecycle import master_flags
+from .commands import master_flags
 
 
 @dataclass

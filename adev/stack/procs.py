@@ -15,6 +15,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.error
+import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
@@ -112,17 +114,6 @@ def check_master_binary(binary: str | Path) -> None:
 # Ports
 
 
-def free_port(host: str = "127.0.0.1", avoid: set[int] | None = None) -> int:
-    """An ephemeral port that is free right now on ``host`` (the kernel picks it)."""
-    for _ in range(50):
-        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
-            s.bind((host, 0))
-            port = s.getsockname()[1]
-        if not avoid or port not in avoid:
-            return port
-    raise StackError("could not find a free port")
-
-
 def port_in_use(host: str, port: int) -> bool:
     """True when a server could not bind ``host:port`` now (someone listens on it)."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -148,6 +139,27 @@ def listening(pid: int, port: int) -> bool | None:
         return None
     except psutil.Error:
         return False
+
+
+_OPENER = urllib.request.build_opener(urllib.request.ProxyHandler({}))  # never via a proxy
+
+
+def http_ok(url: str, timeout: float = 2.0) -> bool:
+    """``url`` answers GET with a 2xx status within ``timeout`` seconds (never via a proxy)."""
+    try:
+        with _OPENER.open(url, timeout=timeout) as r:
+            return 200 <= r.status < 300
+    except (urllib.error.URLError, OSError, ValueError):
+        return False
+
+
+def log_says_addr_in_use(log: str) -> bool:
+    """The process log ``log`` says a bind failed: the address was already in use."""
+    try:
+        text = Path(log).read_text(errors="replace").lower()
+    except OSError:
+        return False
+    return "address already in use" in text or "errno 98" in text
 
 
 def tcp_open(host: str, port: int, timeout: float = 0.5) -> bool:

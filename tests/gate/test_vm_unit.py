@@ -11,7 +11,7 @@ libvirt = pytest.importorskip("libvirt")
 
 from adev.gate import vm as vmmod  # noqa: E402
 from adev.gate.image import Image  # noqa: E402
-from adev.gate.vm import GateVm, VmConfig, configure_qemu_conf, render_domain  # noqa: E402
+from adev.gate.vm import GateVm, VmConfig, render_domain  # noqa: E402
 
 pytestmark = pytest.mark.skipif(shutil.which("qemu-img") is None, reason="qemu-img missing")
 
@@ -97,16 +97,3 @@ async def test_no_snapshot_mode_boots_and_saves_nothing(image):
     assert t.started_by == "boot" and t.save_s is None
     assert not vm.snapdir.exists()
     await vm.stop()
-
-
-def test_qemu_conf_is_set_idempotently(tmp_path):
-    conf = tmp_path / "qemu.conf"
-    conf.write_text('#user = "qemu"\nuser = "libvirt-qemu"\nvnc_listen = "0.0.0.0"\n')
-    assert configure_qemu_conf(conf) is True
-    text = conf.read_text()
-    assert 'user = "root"' in text and 'user = "libvirt-qemu"' not in text
-    assert "dynamic_ownership = 0" in text and 'security_driver = "none"' in text
-    assert "cgroup_controllers = [ ]" in text and 'vnc_listen = "0.0.0.0"' in text
-    assert '#user = "qemu"' in text
-    assert configure_qemu_conf(conf) is False
-    assert conf.read_text() == text

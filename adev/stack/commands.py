@@ -1,0 +1,108 @@
+"""Command lines and environments of the embedded stack's processes.
+
+The master: :func:`master_flags` (ports, lease, disk tier), :func:`master_env`. An endpoint
+(contract 2): :func:`endpoint_command`, :func:`endpoint_env`. :func:`cpu_pin` prefixes either
+with ``taskset`` for ``stack.cpus``. ``adev stack up`` runs exactly these; ``adev stack plan
+vllm`` and the emulator's tests reuse them.
+"""
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from pathlib import Path
+
+from ..config import HOST_CPUS, StackConfig, check_cpus
+from .loopback import bind_env
+from .procs import StackError
+
+ENDPOINT_MODULE = "adev.emulator.server"
+ENDPOINT_MODULE_ENV = "ADEV_ENDPOINT_MODULE"
+"""Environment variable overriding the endpoint module (tests use a stand-in server)."""
+
+CLIENT_TTL_S = 10
+"""Master ``--client_ttl`` (real seconds a store client stays alive without a heartbeat)."""
+
+MASTER_READY_TIMEOUT_S = 30.0
+"""Seconds the master gets to listen on its ports and serve metrics after it is started."""
+
+
+def master_lease_ms(config: StackConfig) -> int:
+    """The master's ``--default_kv_lease_ttl`` in real milliseconds.
+
+    ``lease_real_ms = lease_ttl_s / time_scale * 1000`` (Mooncake counts the lease in real time;
+    the config gives it in model seconds), at least 1 ms.
+    """
+    return max(1, round(config.store.lease_ttl_s / config.time_scale * 1000.0))
+
+
+def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
+                 host: str | None = None, lease_ms: int | None = None) -> list[str]:
+    """``mooncake_master`` flags for ``config``.
+
+    Disk tier: ``store-ram+disk`` offloads objects to disk when RAM evicts them
+    (``--enable_offload=true --offload_on_evict=true``); ``disk-only`` writes every object through
+    to disk at put time (``--enable_offload=true``), the RAM segment being a staging area only.
+    """
+    host = host or config.host
+    flags = [f"--rpc_port={rpc_port}", f"--rpc_address={host}",
+             f"--metrics_port={metrics_port}", f"--metrics_host={host}",
+             f"--default_kv_lease_ttl={lease_ms if lease_ms is not None else master_lease_ms(config)}",
+             f"--client_ttl={CLIENT_TTL_S}"]
+    if config.configuration == "store-ram+disk":
+        flags += ["--enable_offload=true", "--offload_on_evict=true"]
+    elif config.configuration == "disk-only":
+        flags += ["--enable_offload=true"]
+    return flags
+
+
+def cpu_pin(cpus: list[int]) -> list[str]:
+    """The command prefix that runs a process on ``cpus`` (``stack.cpus``): util-linux's
+    ``taskset``, which execs the command (same pid) with the affinity set before it starts any
+    thread. [] = any core: no prefix, unless this process was itself pinned since start-up (a
+    fleet's ``client_cpus``), whose affinity the stack must not inherit."""
+    if not cpus:
+        if not HOST_CPUS or sorted(os.sched_getaffinity(0)) == HOST_CPUS:
+            return []
+        cpus = HOST_CPUS
+    check_cpus(cpus, "stack.cpus")
+    taskset = shutil.which("taskset")
+    if taskset is None:
+        raise StackError("stack.cpus needs taskset (Debian package util-linux); not found on PATH")
+    return [taskset, "--cpu-list", ",".join(str(c) for c in cpus)]
+
+
+def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str | None,
+                     disk_dir: Path | None) -> list[str]:
+    """Contract 2: the emulator process command line (``module`` may also be a ``.py`` path;
+    ``master`` None: no store, for the recompute and gpu-only configurations)."""
+    run = [sys.executable, module] if module.endswith(".py") else [sys.executable, "-m", module]
+    cmd = [*run, "--config", str(stack_json), "--endpoint", name, "--port", str(port)]
+    if master is not None:
+        cmd += ["--master", master]
+    if disk_dir is not None:
+        cmd += ["--disk-dir", str(disk_dir)]
+    return cmd
+
+
+def master_env(config: StackConfig) -> dict[str, str]:
+    """Environment of the master: every listener on ``stack.host`` (:mod:`.loopback`)."""
+    env = dict(os.environ)
+    env.update(bind_env(config.host, env))
+    return env
+
+
+def endpoint_env(config: StackConfig, disk_dir: Path | None) -> dict[str, str]:
+    """Environment of an endpoint process: Mooncake's client bound to the stack host (its
+    wildcard listeners too: :mod:`.loopback`) and, with a disk tier, the file-per-key offload
+    backend in the endpoint's own directory (mooncake.md)."""
+    env = dict(os.environ)
+    env.update(bind_env(config.host, env))
+    env["MC_TCP_BIND_ADDRESS"] = config.host
+    env["PYTHONUNBUFFERED"] = "1"
+    if disk_dir is not None:
+        env["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"] = str(disk_dir)
+        env["MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR"] = "file_per_key_storage_backend"
+        env["MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS"] = "1"
+        env.setdefault("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(128 << 20))
+    return env

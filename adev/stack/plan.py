@@ -6,7 +6,17 @@ instance, and ``vllm serve`` with the MooncakeStoreConnector, prompt-token detai
 ``cached_tokens`` is reported), 16-token blocks and the profile's context length. Every instance
 that shares the store gets the same ``PYTHONHASHSEED`` (vLLM's NONE_HASH depends on it, so the
 block keys would differ otherwise). Flag names follow vLLM's and Mooncake's documentation
-(``docs/features/mooncake_store_connector_usage.md``, ``mooncake_master --help``).
+(``docs/features/mooncake_store_connector_usage.md``, ``docs/features/nixl_connector_usage.md``,
+``mooncake_master --help``).
+
+Disaggregated prefill (endpoints with ``kv_role`` producer / consumer, e.g.
+``stacks/disagg-2p2d.toml``): a producer (prefill replica) runs vLLM's MultiConnector over the
+NixlConnector (its prompt's KV to the decode replica) and the MooncakeStoreConnector (the shared
+store; MultiConnector loads from the first connector that has the tokens and saves to all); a
+consumer (decode replica) runs the NixlConnector alone and never touches the store. adev's replay
+gateway plays the role of vLLM's disaggregated proxy: it sends each request to a prefill replica
+with ``kv_transfer_params.do_remote_decode`` and ``max_tokens`` 1, then to a decode replica with
+the ``kv_transfer_params`` the prefill replica answered.
 """
 from __future__ import annotations
 
@@ -110,22 +120,46 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
             cmd += ["--kv-cache-dtype", "fp8"]
         if parser:
             cmd += ["--enable-auto-tool-choice", "--tool-call-parser", parser]
-        if store:
-            cmd += ["--kv-transfer-config",
-                    json.dumps({"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"},
-                               separators=(",", ":"))]
+        transfer = kv_transfer_config(e.kv_role, store)
+        if transfer is not None:
+            cmd += ["--kv-transfer-config", json.dumps(transfer, separators=(",", ":"))]
+        if e.kv_role != "both":
+            cmd = ["env", f"VLLM_NIXL_SIDE_CHANNEL_PORT={5600 + i}", *cmd]
         serve[e.name] = cmd
         ext_lines += ["[[stack.endpoints]]", f'name = "{e.name}"',
-                      f'base_url = "http://{e.name.upper()}_HOST:{p}/v1"', ""]
+                      f'base_url = "http://{e.name.upper()}_HOST:{p}/v1"']
+        ext_lines += [f'kv_role = "{e.kv_role}"', ""] if e.kv_role != "both" else [""]
     if store:
         ext_lines += ["[stack.store]", f"ram_gb = {config.store.ram_gb:g}",
                       f"lease_ttl_s = {config.store.lease_ttl_s:g}",
                       f'metrics_url = "http://{master_host}:{metrics_port}/metrics"']
+    roles = {e.kv_role for e in config.endpoints}
+    if roles & {"producer", "consumer"}:
+        n_p = sum(e.kv_role == "producer" for e in config.endpoints)
+        n_d = sum(e.kv_role == "consumer" for e in config.endpoints)
+        notes.append(f"disaggregated prefill: {n_p} prefill x {n_d} decode replica(s), KV over "
+                     "NIXL (UCX; set UCX_NET_DEVICES to the RDMA NICs); `adev replay` is the "
+                     "proxy (prefill with do_remote_decode and max_tokens 1, then decode)")
     notes.append(f"GPU pool: vLLM sizes it from --gpu-memory-utilization; to match the profile's "
                  f"{profile.gpu_pool_tokens} tokens add --num-gpu-blocks-override "
                  f"{profile.gpu_pool_blocks}")
     return VllmPlan(master_cmd=master_cmd, mooncake_config=mooncake, env=env, serve_cmds=serve,
                     notes=notes, external_toml="\n".join(ext_lines) + "\n")
+
+
+def kv_transfer_config(kv_role: str, store: bool) -> dict | None:
+    """vLLM's ``--kv-transfer-config`` for an endpoint of ``kv_role`` (producer | consumer |
+    both), with or without the shared Mooncake store."""
+    mooncake = {"kv_connector": "MooncakeStoreConnector", "kv_role": "kv_both"}
+    nixl = {"kv_connector": "NixlConnector", "kv_role": "kv_both"}
+    if kv_role == "consumer":
+        return nixl
+    if kv_role == "producer":
+        if not store:
+            return nixl
+        return {"kv_connector": "MultiConnector", "kv_role": "kv_both",
+                "kv_connector_extra_config": {"connectors": [nixl, mooncake]}}
+    return mooncake if store else None
 
 
 def render(plan: VllmPlan) -> str:

@@ -16,9 +16,15 @@ the task's seeded mistakes (``task.toml`` ``mistakes``, which the task's tests c
 implementer of the round-1 module fixes it when the failing tests come back. A task without
 seeded mistakes gets a fallback mistake: one public function left as ``raise NotImplementedError``.
 
-**Output lengths.** Each reply asks the engine for ``output_tokens`` drawn from a log-normal per
-role (``output_tokens``: median and sigma), clipped to the request's ``max_tokens``; the engine
-pads the reasoning to that length.
+**Output lengths.** ``thinking`` says whether the served model thinks before it answers. The
+default (``false``) is the source study's model, Qwen3-Coder-30B-A3B-Instruct, which does not: a
+reply is its visible content and tool calls and nothing else, so the oracle asks for no
+``output_tokens`` (the engine generates the reply's own tokens) and its short notes of intent are
+part of the visible content, which the next request resends. With ``thinking = true`` each reply
+asks the engine for ``output_tokens`` drawn from a log-normal per role (``output_tokens``: median
+and sigma), clipped to the request's ``max_tokens``, and the engine pads the reasoning to that
+length; reasoning is never resent (chat templates drop it), so those generated tokens are cached
+on the GPU but no later prompt matches them.
 
 Everything is a pure function of the request (no state between calls), so concurrent sessions
 and replays give the same answers for the same seed.
@@ -50,15 +56,16 @@ class OracleConfig:
         "architect": (1100.0, 0.45), "contract": (800.0, 0.45), "test_writer": (500.0, 0.5),
         "implementer": (700.0, 0.5), "integrator": (900.0, 0.45), "other": (300.0, 0.5)})
     salt: str = "adev-oracle-v1"
+    thinking: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "OracleConfig":
         from ...config import ConfigError
         d = dict(d or {})
-        unknown = set(d) - {"round_shares", "output_tokens", "salt"}
+        unknown = set(d) - {"round_shares", "output_tokens", "salt", "thinking"}
         if unknown:
             raise ConfigError(f"oracle: unknown key(s) {sorted(unknown)}; allowed: "
-                              "output_tokens, round_shares, salt")
+                              "output_tokens, round_shares, salt, thinking")
         kw: dict[str, Any] = {}
         if "round_shares" in d:
             rs = d["round_shares"]
@@ -78,6 +85,10 @@ class OracleConfig:
             kw["output_tokens"] = ot
         if "salt" in d:
             kw["salt"] = str(d["salt"])
+        if "thinking" in d:
+            if not isinstance(d["thinking"], bool):
+                raise ConfigError(f"oracle.thinking: expected true or false, got {d['thinking']!r}")
+            kw["thinking"] = d["thinking"]
         return cls(**kw)
 
 
@@ -147,7 +158,8 @@ class OraclePolicy:
         if idx is None:
             return PolicyReply(content="I need a role and a task to work on.",
                                output_tokens=self._output_tokens("other", request.seed, ("none",),
-                                                                 request.max_tokens))
+                                                                 request.max_tokens)
+                               if self.config.thinking else None)
         prompt = _text(msgs[idx])
         role = ROLE_HEAD.search(prompt).group(1).strip().replace(" ", "_")
         m = ROUND.search(prompt)
@@ -169,6 +181,10 @@ class OraclePolicy:
         content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
         if content:
             content = f"{_voice(st)} {content}"
+        if not self.config.thinking:  # a non-thinking model says what it means to do, visibly
+            if reasoning:
+                content = f"{reasoning}\n\n{content}" if content else reasoning
+            return PolicyReply(content=content, tool_calls=calls)
         out = self._output_tokens(role, request.seed, (rnd, role, module, step),
                                   request.max_tokens)
         # never ask for fewer tokens than the reply itself holds (the engine would cut it)

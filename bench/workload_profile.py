@@ -151,7 +151,13 @@ def report(df: pd.DataFrame, pool_tokens: int | None, running: dict[str, float] 
            f"prompt tokens per call: mean {df['prompt'].mean():.0f}, p50 "
            f"{df['prompt'].median():.0f}, p90 {df['prompt'].quantile(0.9):.0f}, max "
            f"{df['prompt'].max():.0f}; completion tokens per call: mean "
-           f"{df['completion_tokens'].astype(float).mean():.0f}",
+           f"{df['completion_tokens'].astype(float).mean():.0f}, p50 "
+           f"{df['completion_tokens'].astype(float).median():.0f}, p90 "
+           f"{df['completion_tokens'].astype(float).quantile(0.9):.0f}",
+           f"growth per step (tokens a step adds to its role turn): mean {df['growth'].mean():.0f}, "
+           f"p50 {df['growth'].median():.0f}, p90 {df['growth'].quantile(0.9):.0f}; steps per role "
+           f"turn: mean {df.groupby('turn').size().mean():.1f}, p50 "
+           f"{df.groupby('turn').size().median():.0f}",
            f"store keys per call: mean {df['srv_store_keys_looked_up'].mean():.0f}; preemptions "
            f"{int(df['srv_preemptions'].fillna(0).sum())}"]
     if running:

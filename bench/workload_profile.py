@@ -16,6 +16,10 @@ tier split, ``server.tokens``: gpu / store_ram / store_disk / computed):
   session, round and call-id tag), i.e. what one step adds (reply + tool results);
 - **peak concurrent tokens** of an endpoint = the largest sum, over calls in flight at one
   instant ([t_sent, t_end)), of prompt + completion tokens: the KV a pool must hold at once;
+- **turnover before a call** = tokens the *other* calls on the same endpoint allocated (computed
+  prompt tokens + completion tokens) between the session's previous call on that endpoint and
+  this one (by send time): a session's blocks can leave an LRU pool only when this exceeds the
+  free room, so it is compared with the pool size;
 - **store keys per call** = mean of ``server.store_keys_looked_up``;
 - **requests running** of an endpoint = mean of the scraped ``vllm:num_requests_running`` gauge
   over the scrapes in the span (what vLLM reports as running: admitted, not waiting);
@@ -100,6 +104,30 @@ def peak_concurrent_tokens(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     return out
 
 
+def turnover_before_calls(df: pd.DataFrame) -> pd.Series:
+    """Per call (index of ``df``) with an earlier call of its session on the same endpoint: the
+    tokens the other calls on that endpoint sent in between allocated (computed + completion).
+    Calls without such an earlier call are left out."""
+    out = {}
+    alloc = (df["computed"] + df["completion_tokens"].fillna(0).astype(float))
+    for _, g in df.groupby("endpoint"):
+        g = g.sort_values("t_sent", kind="stable")
+        t = g["t_sent"].to_numpy(dtype=float)
+        a = alloc.loc[g.index].to_numpy(dtype=float)
+        cum = np.concatenate([[0.0], np.cumsum(a)])
+        sids = g["session_id"].to_numpy()
+        last: dict[str, int] = {}
+        for i, idx in enumerate(g.index):
+            j = last.get(sids[i])
+            if j is not None:
+                between = cum[i] - cum[j + 1]            # calls j+1 .. i-1 by send time
+                own = sum(a[k] for k in range(j + 1, i) if sids[k] == sids[i])
+                out[idx] = between - own
+            last[sids[i]] = i
+        del t
+    return pd.Series(out, dtype=float)
+
+
 def store_origin(df: pd.DataFrame) -> dict[str, float]:
     """Share of all store-served tokens by call kind (where the store's hits come from)."""
     s = float(df["store"].sum())
@@ -166,6 +194,14 @@ def report(df: pd.DataFrame, pool_tokens: int | None, running: dict[str, float] 
     if span_s:
         out.append(f"preemptions per 900 s: {df['srv_preemptions'].fillna(0).sum() * 900 / span_s:.1f}"
                    f" (span {span_s:.0f} s)")
+    tv = turnover_before_calls(df)
+    if len(tv):
+        line = (f"turnover before a call (other calls' allocations on its endpoint since the "
+                f"session's previous call there): p50 {tv.median():.0f}, p90 {tv.quantile(0.9):.0f}"
+                f", max {tv.max():.0f} tokens")
+        if pool_tokens:
+            line += f"; above the pool for {(tv > pool_tokens).mean() * 100:.1f}% of calls"
+        out.append(line)
     so = store_origin(df)
     out.append("store-served tokens by call kind: "
                + ", ".join(f"{k} {_pct(v)}" for k, v in so.items()))

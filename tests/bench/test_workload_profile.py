@@ -87,3 +87,19 @@ def test_mean_gauge():
                "master": [Scrape(0.0, True, {"other": 1.0})]}
     # scrapes at t=0 and t=5 fall in [0, 20): (1 + 3) / 2; the failed one is skipped
     assert wp.mean_gauge(scrapes, "vllm:num_requests_running", 0.0, 20.0) == {"coder": 2.0}
+
+
+def test_turnover_before_calls():
+    df = wp.prepare(pd.DataFrame([
+        _call("a", "coder", "implementer", 1, 0, 0.0, 1.0, 1000, 0, 0, 1000, out=100),
+        _call("b", "coder", "implementer", 1, 0, 1.0, 2.0, 2000, 0, 0, 500, out=50),
+        _call("a", "coder", "implementer", 1, 1, 3.0, 4.0, 1200, 1000, 0, 200, out=10),
+        _call("b", "coder", "implementer", 1, 1, 5.0, 6.0, 2100, 2000, 0, 100, out=10),
+    ]))
+    tv = wp.turnover_before_calls(df)
+    by_call = {df.loc[i, "call_id"]: v for i, v in tv.items()}
+    # a's second call: b's first call allocated 500 computed + 50 completion in between
+    assert by_call["a/r1/implementer/s1"] == 550
+    # b's second call: a's second call allocated 200 + 10
+    assert by_call["b/r1/implementer/s1"] == 210
+    assert len(by_call) == 2  # first calls have no earlier call of their session

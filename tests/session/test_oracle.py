@@ -151,3 +151,15 @@ def test_non_thinking_reply_is_its_own_length():
     assert rep.tool_calls[0].name == "list_files"
     with pytest.raises(ConfigError, match="oracle.thinking"):
         OracleConfig.from_dict({"thinking": "no"})
+
+
+def test_one_call_per_turn_what_if():
+    """The what-if puts a turn's scripted steps in one reply: reads, the write and finish."""
+    task = tiny_task()
+    o = OraclePolicy({"one_call_per_turn": True}, tasks={"calc": task})
+    roles = load_roles()
+    rep = o.reply(_req(roles["architect"].render(round=1, max_rounds=3, task="calc", modules=""),
+                       seed=5, max_tokens=4096))
+    assert [c.name for c in rep.tool_calls] == ["list_files", "write_file", "finish"]
+    with pytest.raises(ConfigError, match="oracle.one_call_per_turn"):
+        OracleConfig.from_dict({"one_call_per_turn": 1})

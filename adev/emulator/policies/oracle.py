@@ -26,6 +26,9 @@ and sigma), clipped to the request's ``max_tokens``, and the engine pads the rea
 length; reasoning is never resent (chat templates drop it), so those generated tokens are cached
 on the GPU but no later prompt matches them.
 
+**One call per turn** (``one_call_per_turn``, a what-if, off by default): each role turn's
+scripted steps come in one reply, so a round is one call per role (plus one per implementer).
+
 Everything is a pure function of the request (no state between calls), so concurrent sessions
 and replays give the same answers for the same seed.
 """
@@ -57,15 +60,17 @@ class OracleConfig:
         "implementer": (700.0, 0.5), "integrator": (900.0, 0.45), "other": (300.0, 0.5)})
     salt: str = "adev-oracle-v1"
     thinking: bool = False
+    one_call_per_turn: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "OracleConfig":
         from ...config import ConfigError
         d = dict(d or {})
-        unknown = set(d) - {"round_shares", "output_tokens", "salt", "thinking"}
+        unknown = set(d) - {"round_shares", "output_tokens", "salt", "thinking",
+                            "one_call_per_turn"}
         if unknown:
             raise ConfigError(f"oracle: unknown key(s) {sorted(unknown)}; allowed: "
-                              "output_tokens, round_shares, salt, thinking")
+                              "one_call_per_turn, output_tokens, round_shares, salt, thinking")
         kw: dict[str, Any] = {}
         if "round_shares" in d:
             rs = d["round_shares"]
@@ -85,10 +90,11 @@ class OracleConfig:
             kw["output_tokens"] = ot
         if "salt" in d:
             kw["salt"] = str(d["salt"])
-        if "thinking" in d:
-            if not isinstance(d["thinking"], bool):
-                raise ConfigError(f"oracle.thinking: expected true or false, got {d['thinking']!r}")
-            kw["thinking"] = d["thinking"]
+        for key in ("thinking", "one_call_per_turn"):
+            if key in d:
+                if not isinstance(d[key], bool):
+                    raise ConfigError(f"oracle.{key}: expected true or false, got {d[key]!r}")
+                kw[key] = d[key]
         return cls(**kw)
 
 
@@ -178,7 +184,10 @@ class OraclePolicy:
         module = mm.group(1) if mm else None
         st = _State(self, task, request.seed, rnd, role, module, step, msgs[:idx], turn)
         play = getattr(self, f"_play_{role}", None)
-        content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
+        if play and self.config.one_call_per_turn and step == 0:
+            content, reasoning, calls = self._whole_turn(play, st)
+        else:
+            content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
         if content:
             content = f"{_voice(st)} {content}"
         if not self.config.thinking:  # a non-thinking model says what it means to do, visibly
@@ -191,6 +200,22 @@ class OraclePolicy:
         out = max(out, self._natural(content, reasoning, calls) + 2)
         return PolicyReply(content=content, reasoning=reasoning, tool_calls=calls,
                            output_tokens=out)
+
+    @staticmethod
+    def _whole_turn(play, st: "_State"):
+        """A what-if (``one_call_per_turn``): the turn's scripted steps in one reply (reads,
+        writes and ``finish`` together), so a role turn is one model call."""
+        texts, reasoning, calls = [], None, []
+        for k in range(32):
+            st.step = k
+            c, r, cl = play(st)
+            texts.append(c or "")
+            reasoning = reasoning or r
+            calls += cl
+            if any(x.name == "finish" for x in cl):
+                break
+        st.step = 0
+        return " ".join(t for t in texts if t), reasoning, calls
 
     def _natural(self, content: str | None, reasoning: str | None, calls: list[ToolCall]) -> int:
         """The reply's own length in the emulator's tokens (as the engine counts it)."""

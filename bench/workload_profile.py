@@ -1,7 +1,9 @@
 """Where a fleet run's prompt tokens and their hits come from: per role, endpoint, round and call
 kind, from the records of one run directory.
 
-    PYTHONPATH=$PWD .venv/bin/python bench/workload_profile.py results/runs/<run id> [--windows]
+    PYTHONPATH=$PWD .venv/bin/python bench/workload_profile.py [results/runs/<run id>] [--windows]
+
+Without a run directory it profiles the newest run under ``results/runs/`` (none: says so).
 
 Every figure is computed from ``calls.jsonl`` (successful calls with the emulator's per-request
 tier split, ``server.tokens``: gpu / store_ram / store_disk / computed):
@@ -219,11 +221,24 @@ def report(df: pd.DataFrame, pool_tokens: int | None, running: dict[str, float] 
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("run", type=Path)
+    ap.add_argument("run", type=Path, nargs="?",
+                    help="run directory (default: the newest under results/runs)")
     ap.add_argument("--windows", action="store_true", help="only calls sent inside windows")
     a = ap.parse_args(argv)
     from adev.analysis.run import load_run
-    run = load_run(a.run)
+    from adev.config import ROOT
+    if a.run is None:
+        runs = sorted((p for p in (ROOT / "results" / "runs").glob("*/calls.jsonl")),
+                      key=lambda p: p.stat().st_mtime)
+        if not runs:
+            print("workload_profile: no run under results/runs to profile (run `adev fleet`)")
+            return 0
+        a.run = runs[-1].parent
+    try:
+        run = load_run(a.run)
+    except (FileNotFoundError, ValueError) as e:
+        print(f"workload_profile: {e}", file=sys.stderr)
+        return 2
     df = prepare(run.calls)
     spans = [(float(df["t_sent"].min()), float(df["t_end"].max()))] if len(df) else []
     if a.windows:

@@ -79,7 +79,7 @@ def _req(role_prompt: str, **kw) -> PolicyRequest:
 
 def test_output_tokens_cover_the_reply():
     task = tiny_task()
-    o = OraclePolicy(tasks={"calc": task})
+    o = OraclePolicy({"thinking": True}, tasks={"calc": task})
     roles = load_roles()
     tok = Tokenizer()
     prompt = roles["test_writer"].render(round=1, max_rounds=3, task="calc", modules="")
@@ -135,3 +135,31 @@ def test_sessions_share_the_task_text_then_diverge():
     firsts = [o.reply(_req(prompt, seed=s)).content for s in range(12)]
     assert len(set(firsts)) >= 8
     assert o.reply(_req(prompt, seed=5)).content == firsts[5]
+
+
+def test_non_thinking_reply_is_its_own_length():
+    """The default model does not think: no reasoning, no padding (the engine generates the
+    reply's own tokens), and the note of intent is visible content that later requests resend."""
+    task = tiny_task()
+    o = OraclePolicy(tasks={"calc": task})
+    assert o.config.thinking is False
+    roles = load_roles()
+    rep = o.reply(_req(roles["architect"].render(round=1, max_rounds=3, task="calc", modules=""),
+                       seed=5, max_tokens=4096))
+    assert rep.reasoning is None and rep.output_tokens is None
+    assert "As the architect I should follow the specification" in rep.content
+    assert rep.tool_calls[0].name == "list_files"
+    with pytest.raises(ConfigError, match="oracle.thinking"):
+        OracleConfig.from_dict({"thinking": "no"})
+
+
+def test_one_call_per_turn_what_if():
+    """The what-if puts a turn's scripted steps in one reply: reads, the write and finish."""
+    task = tiny_task()
+    o = OraclePolicy({"one_call_per_turn": True}, tasks={"calc": task})
+    roles = load_roles()
+    rep = o.reply(_req(roles["architect"].render(round=1, max_rounds=3, task="calc", modules=""),
+                       seed=5, max_tokens=4096))
+    assert [c.name for c in rep.tool_calls] == ["list_files", "write_file", "finish"]
+    with pytest.raises(ConfigError, match="oracle.one_call_per_turn"):
+        OracleConfig.from_dict({"one_call_per_turn": 1})

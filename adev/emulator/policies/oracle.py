@@ -16,9 +16,18 @@ the task's seeded mistakes (``task.toml`` ``mistakes``, which the task's tests c
 implementer of the round-1 module fixes it when the failing tests come back. A task without
 seeded mistakes gets a fallback mistake: one public function left as ``raise NotImplementedError``.
 
-**Output lengths.** Each reply asks the engine for ``output_tokens`` drawn from a log-normal per
-role (``output_tokens``: median and sigma), clipped to the request's ``max_tokens``; the engine
-pads the reasoning to that length.
+**Output lengths.** ``thinking`` says whether the served model thinks before it answers. The
+default (``false``) is the source study's model, Qwen3-Coder-30B-A3B-Instruct, which does not: a
+reply is its visible content and tool calls and nothing else, so the oracle asks for no
+``output_tokens`` (the engine generates the reply's own tokens) and its short notes of intent are
+part of the visible content, which the next request resends. With ``thinking = true`` each reply
+asks the engine for ``output_tokens`` drawn from a log-normal per role (``output_tokens``: median
+and sigma), clipped to the request's ``max_tokens``, and the engine pads the reasoning to that
+length; reasoning is never resent (chat templates drop it), so those generated tokens are cached
+on the GPU but no later prompt matches them.
+
+**One call per turn** (``one_call_per_turn``, a what-if, off by default): each role turn's
+scripted steps come in one reply, so a round is one call per role (plus one per implementer).
 
 Everything is a pure function of the request (no state between calls), so concurrent sessions
 and replays give the same answers for the same seed.
@@ -50,15 +59,18 @@ class OracleConfig:
         "architect": (1100.0, 0.45), "contract": (800.0, 0.45), "test_writer": (500.0, 0.5),
         "implementer": (700.0, 0.5), "integrator": (900.0, 0.45), "other": (300.0, 0.5)})
     salt: str = "adev-oracle-v1"
+    thinking: bool = False
+    one_call_per_turn: bool = False
 
     @classmethod
     def from_dict(cls, d: dict[str, Any] | None) -> "OracleConfig":
         from ...config import ConfigError
         d = dict(d or {})
-        unknown = set(d) - {"round_shares", "output_tokens", "salt"}
+        unknown = set(d) - {"round_shares", "output_tokens", "salt", "thinking",
+                            "one_call_per_turn"}
         if unknown:
             raise ConfigError(f"oracle: unknown key(s) {sorted(unknown)}; allowed: "
-                              "output_tokens, round_shares, salt")
+                              "one_call_per_turn, output_tokens, round_shares, salt, thinking")
         kw: dict[str, Any] = {}
         if "round_shares" in d:
             rs = d["round_shares"]
@@ -78,6 +90,11 @@ class OracleConfig:
             kw["output_tokens"] = ot
         if "salt" in d:
             kw["salt"] = str(d["salt"])
+        for key in ("thinking", "one_call_per_turn"):
+            if key in d:
+                if not isinstance(d[key], bool):
+                    raise ConfigError(f"oracle.{key}: expected true or false, got {d[key]!r}")
+                kw[key] = d[key]
         return cls(**kw)
 
 
@@ -147,7 +164,8 @@ class OraclePolicy:
         if idx is None:
             return PolicyReply(content="I need a role and a task to work on.",
                                output_tokens=self._output_tokens("other", request.seed, ("none",),
-                                                                 request.max_tokens))
+                                                                 request.max_tokens)
+                               if self.config.thinking else None)
         prompt = _text(msgs[idx])
         role = ROLE_HEAD.search(prompt).group(1).strip().replace(" ", "_")
         m = ROUND.search(prompt)
@@ -166,15 +184,38 @@ class OraclePolicy:
         module = mm.group(1) if mm else None
         st = _State(self, task, request.seed, rnd, role, module, step, msgs[:idx], turn)
         play = getattr(self, f"_play_{role}", None)
-        content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
+        if play and self.config.one_call_per_turn and step == 0:
+            content, reasoning, calls = self._whole_turn(play, st)
+        else:
+            content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
         if content:
             content = f"{_voice(st)} {content}"
+        if not self.config.thinking:  # a non-thinking model says what it means to do, visibly
+            if reasoning:
+                content = f"{reasoning}\n\n{content}" if content else reasoning
+            return PolicyReply(content=content, tool_calls=calls)
         out = self._output_tokens(role, request.seed, (rnd, role, module, step),
                                   request.max_tokens)
         # never ask for fewer tokens than the reply itself holds (the engine would cut it)
         out = max(out, self._natural(content, reasoning, calls) + 2)
         return PolicyReply(content=content, reasoning=reasoning, tool_calls=calls,
                            output_tokens=out)
+
+    @staticmethod
+    def _whole_turn(play, st: "_State"):
+        """A what-if (``one_call_per_turn``): the turn's scripted steps in one reply (reads,
+        writes and ``finish`` together), so a role turn is one model call."""
+        texts, reasoning, calls = [], None, []
+        for k in range(32):
+            st.step = k
+            c, r, cl = play(st)
+            texts.append(c or "")
+            reasoning = reasoning or r
+            calls += cl
+            if any(x.name == "finish" for x in cl):
+                break
+        st.step = 0
+        return " ".join(t for t in texts if t), reasoning, calls
 
     def _natural(self, content: str | None, reasoning: str | None, calls: list[ToolCall]) -> int:
         """The reply's own length in the emulator's tokens (as the engine counts it)."""

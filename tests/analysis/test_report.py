@@ -16,7 +16,8 @@ from .synth import make_run
 def night(tmp_path_factory):
     base = tmp_path_factory.mktemp("night")
     for w in (1, 3):
-        make_run(base, width=w, windows=2, window_s=120, seed=w, max_prompt=20000)
+        make_run(base, width=w, windows=2, window_s=120, seed=w, max_prompt=20000,
+                 protocol="batch" if w == 1 else "steady")
     return base
 
 
@@ -34,9 +35,8 @@ def test_report_one_folder(night, tmp_path):
     assert md.index("## Headline figures") < md.index("## The source study beside adev") \
         < md.index("## Width sweep")
     assert re.search(r"- Gross saving: \d+\.\d\d% \(CV", md)
-    # the width-1 run sits beside the source's 45.0% GPU / 38.0% store hit share at one session
-    assert re.search(r"\| 1 session \| GPU hit share \| 45\.00% \| \d+\.\d\d% \|", md)
-    assert re.search(r"\| 1 session \| Store hit share \| 38\.00% \|", md)
+    # the width-1 batch run sits beside the source's 0.28% gross saving at one session
+    assert re.search(r"\| 1 session, batch, pause 0 s \| Gross saving \| 0\.28% \| -?\d+\.\d\d% \|", md)
     # HTML: headings in words, no snake_case column names, every table scrolls inside the page
     assert "gross_saving_lo" not in html and "Gross saving, 95% low" in html
     assert html.count("<table>") == html.count("<div class='tw'><table>") > 0

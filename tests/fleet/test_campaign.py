@@ -87,9 +87,10 @@ def test_two_nights_and_comparison(tmp_path, monkeypatch):
 
 def test_source_beside_a_night_at_a_source_point(tmp_path):
     from tests.analysis.synth import make_run
-    run = make_run(tmp_path, width=1, windows=2, window_s=120, seed=1, max_prompt=20000)
+    run = make_run(tmp_path, width=1, windows=2, window_s=120, seed=1, max_prompt=20000,
+                   protocol="batch")
     md = C.source_beside_markdown([str(run), str(tmp_path / "missing-run")])
-    assert "| 1 session | GPU hit share | 45.00% |" in md
+    assert "| 1 session, batch, pause 0 s | Gross saving | 0.28% |" in md
     assert "Runs that could not be read:" in md and "missing-run" in md
 
 

@@ -1,4 +1,4 @@
-"""The reuse ledger (contract 5): chained block hashes of every prompt, stored as a touch stream.
+"""The reuse ledger (docs/design.md §5.2): chained block hashes of every prompt, as a touch stream.
 
 Every full ``block_size``-token block of every prompt is a **touch**. A block is named by a chained
 hash, so a block's key names its whole prefix (as vLLM's prefix cache does). Two algorithms:

@@ -1,11 +1,11 @@
 """Start, reuse and stop the embedded stack (Mooncake master + emulated endpoints).
 
 ``start_stack`` starts a local ``mooncake_master`` and one emulator process per endpoint
-(contract 2: ``python -m adev.emulator.server --config STACK_JSON --endpoint NAME --port PORT
---master HOST:PORT [--disk-dir DIR]``), waits until each is healthy and writes the state file;
-if anything fails, whatever it started is stopped again before the error is raised. ``stop_stack``
-stops exactly the recorded processes (by pid and start time), endpoints first, master last.
-``running_stack`` is the async context manager sessions and fleets use (contract 3).
+(``endpoint_command``: ``python -m adev.emulator.server --config STACK_JSON --endpoint NAME
+--port PORT --master HOST:PORT [--disk-dir DIR]``), waits until each is healthy and writes the
+state file; if anything fails, whatever it started is stopped again before the error is raised.
+``stop_stack`` stops exactly the recorded processes (by pid and start time), endpoints first,
+master last. ``running_stack`` is the async context manager sessions and fleets use.
 """
 from __future__ import annotations
 
@@ -101,7 +101,7 @@ def cpu_pin(cpus: list[int]) -> list[str]:
 
 def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str | None,
                      disk_dir: Path | None) -> list[str]:
-    """Contract 2: the emulator process command line (``module`` may also be a ``.py`` path;
+    """The emulator process command line (``module`` may also be a ``.py`` path;
     ``master`` None: no store, for the recompute and gpu-only configurations)."""
     run = [sys.executable, module] if module.endswith(".py") else [sys.executable, "-m", module]
     cmd = [*run, "--config", str(stack_json), "--endpoint", name, "--port", str(port)]
@@ -616,12 +616,12 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
 
 
 # --------------------------------------------------------------------------------------------
-# Contract 3: the async context manager
+# running_stack: the async context manager
 
 
 @contextlib.asynccontextmanager
 async def running_stack(config: StackConfig | None = None, **kwargs: Any) -> AsyncIterator[StackInfo]:
-    """Use the stack of ``config``: reuse a matching one that is up, else start one (contract 3).
+    """Use the stack of ``config``: reuse a matching one that is up, else start one.
 
     Every user registers in the state dir; on exit (also on exceptions, cancellation and Ctrl-C)
     the last user out stops a stack that a ``running_stack`` started, so concurrent fleets can

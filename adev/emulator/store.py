@@ -30,8 +30,8 @@ attributed to RAM and counted as unknown.
 Placement: puts carry ``ReplicateConfig.preferred_segment`` = this client's own segment (the
 master falls back to any other segment when it is full; eviction stays global). On one CPU host a
 read from a segment in another process goes over the TCP transport and costs ~4x the CPU of a
-read from one's own segment (~120 vs ~30 us per 24 KiB key, both processes together:
-docs/measurements/emulator.md); same-session reuse dominates, so most hits become local reads. Hit/miss behaviour,
+read from one's own segment (measured: 24 KiB objects, ~120 vs ~30 us per key, both processes
+together); same-session reuse dominates, so most hits become local reads. Hit/miss behaviour,
 capacity and leases are unchanged; ``prefer_local=False`` restores Mooncake's random placement.
 
 Payloads are ``bytes_per_block / payload_scale`` real bytes. The client is blocking; every call runs

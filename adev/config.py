@@ -186,7 +186,7 @@ def resolve(name_or_path: str, folder: str | Path, suffix: str = ".toml") -> Pat
 
 
 # --------------------------------------------------------------------------------------------
-# Model and tier profiles (DESIGN.md section 4)
+# Model and tier profiles (docs/design.md §4)
 
 
 @dataclass(frozen=True)
@@ -263,7 +263,7 @@ def load_tier_profile(name_or_path: str) -> TierProfile:
 # The stack: embedded (Mooncake master + emulated endpoints here) or external (real vLLM)
 
 Configuration = Literal["recompute", "gpu-only", "store-ram", "store-ram+disk", "disk-only"]
-"""Cache configurations (DESIGN.md section 3): full recompute (no prefix caching, no store);
+"""Cache configurations (docs/design.md §3): full recompute (no prefix caching, no store);
 GPU prefix cache only; + shared RAM store; + RAM store with a disk tier below it; disk tier with no
 RAM store (the GDS-like case)."""
 

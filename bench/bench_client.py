@@ -21,7 +21,7 @@ system under test. ``--client-realtime`` schedules this client's event loop SCHE
 (``fleet.client_realtime``): on a shared host the kernel otherwise often wakes it on a CPU busy
 with the stack and lets it wait there for milliseconds, which land in its first-byte stamps.
 
-Printed figures (wall milliseconds, from the CallRecords and the emulator's contract-1 stamps,
+Printed figures (wall milliseconds, from the CallRecords and the emulator's extension stamps,
 all on the host's CLOCK_MONOTONIC):
 - dispatch delay = t_sent - t_scheduled (client queueing + request build + pool wait), p50/p99;
   target p99 < 10 ms;
@@ -110,7 +110,7 @@ async def run_scenario(a, scenario: str) -> None:
             clock = RunClock(time_scale=info.time_scale)
             eps = [Endpoint(n, u) for n, u in info.endpoints.items()]
             ledger = None
-            if not a.no_ledger:  # as in a fleet: token ids to the reuse ledger (contract 5)
+            if not a.no_ledger:  # as in a fleet: token ids to the reuse ledger (LedgerHook)
                 from adev.analysis.ledger_worker import LedgerProcess
                 ledger = LedgerProcess(rd)
             async with LLMClient(eps, clock=clock, run_dir=rd, pool_size=4 * a.sessions,

@@ -197,7 +197,7 @@ def print_late(ok: list[dict], errs: list[float], S: float) -> None:
     """Where the requests over the 5% target lost their time, in wall ms: at the endpoint (its
     first token after its modelled time: a real store read slower than the tier profile, or the
     endpoint's loop busy or without a CPU) or on the hops (client send -> endpoint arrival, first
-    token sent -> client; stamps of contract 1). Split by whether the request read store hits."""
+    token sent -> client; extension stamps). Split by whether the request read store hits."""
     late = [(r, e) for r, e in zip(ok, errs) if e > 0.05]
     for label, group in (("read store hits", [(r, e) for r, e in late if r["server"]["store_hit_blocks"]]),
                          ("no store hits", [(r, e) for r, e in late if not r["server"]["store_hit_blocks"]])):

@@ -1,4 +1,4 @@
-"""A stand-in endpoint with the emulator's process command line (contract 2), for the stack's
+"""A stand-in endpoint with the emulator's command line (``endpoint_command``), for the stack's
 lifecycle tests only: it loads the stack JSON exactly as the emulator must, checks the master's RPC
 port answers, then serves ``/health``, ``/metrics`` and ``/v1/models`` on 127.0.0.1.
 

@@ -89,7 +89,7 @@ def test_master_flags(configuration, offload):
     assert flags[6:] == offload
 
 
-def test_endpoint_command_is_contract_2(tmp_path):
+def test_endpoint_command_line(tmp_path):
     cmd = endpoint_command("adev.emulator.server", tmp_path / "stack.json", "coder", 8001,
                            "127.0.0.1:5000", tmp_path / "disk")
     assert cmd == [sys.executable, "-m", "adev.emulator.server", "--config",
@@ -219,7 +219,7 @@ def test_up_status_down_leaves_nothing_running(sdir):
         disks = {n: p.disk_dir for n, p in st.endpoints.items()}
         assert len(set(disks.values())) == 2
         assert all(Path(d).is_dir() and Path(d).is_relative_to(sdir) for d in disks.values())
-        # stack.json = contract 2's STACK_JSON, with the actual ports
+        # stack.json = endpoint_command's STACK_JSON, with the actual ports
         sj = from_dict(StackConfig, json.loads((sdir / "stack.json").read_text()), "stack")
         assert sj.store.master_port == st.master.port
         status = stack_status(cfg)

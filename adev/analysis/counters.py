@@ -1,6 +1,6 @@
 """Counter deltas over a window from periodic scrapes: resets and missing scrapes made explicit.
 
-Metric names read (vLLM: ``notes/vllm-interface.md``; Mooncake master: ``notes/mooncake.md``) are
+Metric names read (vLLM v1's ``/metrics``; the Mooncake master's HTTP ``/metrics``) are
 listed once here, each with its fallbacks.
 
 Rules (:func:`counter_delta`):

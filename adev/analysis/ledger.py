@@ -1,4 +1,4 @@
-"""The reuse ledger (contract 5): chained block hashes of every prompt, stored as a touch stream.
+"""The reuse ledger (docs/design.md §5.2): chained block hashes of every prompt, as a touch stream.
 
 Every full ``block_size``-token block of every prompt is a **touch**, named by its chained block
 key (:mod:`adev.analysis.hashing`: the ``fast`` vectorised chain by default, or vLLM's

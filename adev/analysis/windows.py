@@ -1,4 +1,4 @@
-"""Window analytics (DESIGN.md section 5): per endpoint and window W = [t0, t1).
+"""Window analytics (docs/design.md §5.1): per endpoint and window W = [t0, t1).
 
 Each figure is defined once below, as a function with its formula in the docstring;
 :func:`analyse_window` assembles them into one :class:`WindowFigures` per (window, endpoint),

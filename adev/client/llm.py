@@ -21,8 +21,8 @@ Every call streams with ``stream_options.include_usage`` and (when a ledger is a
 
 ``dispatch delay = t_sent - t_scheduled`` (client queueing + request building + pool wait).
 Usage and ``prompt_tokens_details.cached_tokens`` come from the final chunk; the emulator's
-``adev`` extension field (team contract 1) lands in ``CallRecord.server`` unchanged; the prompt's
-token ids (``prompt_token_ids``) go to the ledger hook (team contract 5) and are then dropped:
+``adev`` field (``EndpointExtension``) lands in ``CallRecord.server`` unchanged; the prompt's
+token ids (``prompt_token_ids``) go to the :class:`LedgerHook` and are then dropped:
 records never hold them.
 
 Retries: connection errors (before or during the stream) and HTTP 5xx are retried with
@@ -67,7 +67,7 @@ __all__ = ["Endpoint", "RetryPolicy", "LLMClient", "ChatResult", "ToolCallOut", 
 BLOCK_SIZE = 16  # tokens per block for CallRecord.n_prompt_blocks (vLLM's default)
 
 class LedgerHook(Protocol):
-    """Receives each prompt's token ids (team contract 5). A hook that also has
+    """Receives each prompt's token ids (the reuse ledger). A hook that also has
     ``add_json(t, session_id, call_id, ids_json: bytes)`` (e.g.
     :class:`adev.analysis.ledger_worker.LedgerProcess`) gets the raw JSON array instead and
     parses it itself, so the ids are never parsed on the client's event loop."""

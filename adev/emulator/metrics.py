@@ -2,7 +2,7 @@
 
 One ``CollectorRegistry`` per process (``Metrics``). Labels ``model_name`` (the served name) and
 ``engine`` ("0"), as vLLM v1 exports them. Counters are exported with ``_total``; ``_created``
-samples are disabled. Counting rules (notes/vllm-interface.md):
+samples are disabled. Counting rules (vLLM v1's, docs/design.md §4):
 
 - ``vllm:prefix_cache_queries_total`` += prompt tokens, ``vllm:prefix_cache_hits_total`` += local
   hit tokens (whole blocks, capped at len-1), both when the request is first admitted;

@@ -1,4 +1,4 @@
-"""The two fleet protocols (DESIGN.md section 2), independent of how a session is run.
+"""The two fleet protocols (docs/design.md §2), independent of how a session is run.
 
 * **steady** (:meth:`Fleet.run_steady`): ``width`` slots start ``stagger_s`` apart; each slot runs
   a session, and on completion launches a new one with a new seed, until the fleet stops. The

@@ -2,7 +2,7 @@
 signals, resume, summary.
 
 ``run_fleet(cfg)`` creates ``results/runs/<id>/`` (manifest, ``fleet.json`` with what
-``--resume`` needs), brings the stack up (:func:`adev.stack.running_stack`, contract 3; it is
+``--resume`` needs), brings the stack up (:func:`adev.stack.running_stack`; it is
 stopped on exit only if this process started it), and runs the protocol of
 :mod:`adev.fleet.protocols`. Batch runs restart the embedded stack between runs so each run
 starts from a fresh stack state (if the stack was already up and reused, it cannot be restarted:

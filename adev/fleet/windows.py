@@ -1,6 +1,6 @@
 """Regime detection and window cuts (pure functions over a timeline; no I/O).
 
-Steady state (DESIGN.md section 2): the first window opens once the fleet is *in regime*
+Steady state (docs/design.md §2): the first window opens once the fleet is *in regime*
 (:class:`RegimeDetector`, rule in :class:`~adev.fleet.config.WarmupRule`), then K consecutive
 windows of fixed length follow (:func:`plan_windows`). A window is announced by an
 ``EventRecord("window_open", {index, t0})`` when it opens and closed by a ``WindowRecord`` at its

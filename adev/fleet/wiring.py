@@ -1,7 +1,7 @@
 """The real stages a fleet runs on (the only place the fleet touches them):
-the stack (:func:`adev.stack.running_stack`, contract 3), the gate executors
-(:mod:`adev.gate.registry`), the sessions (:func:`adev.session.loop.run_session`,
-contract 4) with the one LLM client and the reuse ledger (contract 5), and the measurement
+the stack (:func:`adev.stack.running_stack`), the gate executors
+(:mod:`adev.gate.registry`), the sessions (:func:`adev.session.loop.run_session`)
+with the one LLM client and the reuse ledger (``LedgerHook``), and the measurement
 stage's summary and report.
 """
 from __future__ import annotations

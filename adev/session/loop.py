@@ -1,4 +1,4 @@
-"""The round loop of one agent session (DESIGN.md section 2; team contract 4).
+"""The round loop of one agent session (docs/design.md §2): :func:`run_session`.
 
 A round is: architect -> contract -> test writer -> implementers (one per module, in parallel)
 -> integrator -> gate. Up to ``max_rounds`` (3) rounds; the session passes when the agent-written
@@ -84,7 +84,7 @@ class SessionContext:
 
     @property
     def ledger(self):
-        """The reuse-ledger hook (team contract 5); the client calls it per call."""
+        """The reuse-ledger hook (``LedgerHook``); the client calls it per call."""
         return self.llm.ledger
 
     def workspace_for(self, session_id: str) -> Path:

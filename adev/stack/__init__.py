@@ -1,6 +1,6 @@
 """The stack: a local Mooncake master + emulated endpoints (embedded), or external endpoints.
 
-Contract 3 API::
+API::
 
     from adev.stack import running_stack, start_stack, stop_stack, read_state, StackInfo
 

@@ -1,11 +1,11 @@
 """Start, reuse and stop the embedded stack (Mooncake master + emulated endpoints).
 
 ``start_stack`` starts a local ``mooncake_master`` and one emulator process per endpoint
-(contract 2: ``python -m adev.emulator.server --config STACK_JSON --endpoint NAME --port PORT
---master HOST:PORT [--disk-dir DIR]``), waits until each is healthy and writes the state file;
-if anything fails, whatever it started is stopped again before the error is raised. ``stop_stack``
-stops exactly the recorded processes (by pid and start time), endpoints first, master last.
-``running_stack`` is the async context manager sessions and fleets use (contract 3).
+(``endpoint_command``: ``python -m adev.emulator.server --config STACK_JSON --endpoint NAME
+--port PORT --master HOST:PORT [--disk-dir DIR]``), waits until each is healthy and writes the
+state file; if anything fails, whatever it started is stopped again before the error is raised.
+``stop_stack`` stops exactly the recorded processes (by pid and start time), endpoints first,
+master last. ``running_stack`` is the async context manager sessions and fleets use.
 
 The processes' command lines live in :mod:`.commands`, configs beyond the file in
 :mod:`.configs`, the state dir's lock, users and pending start-ups in :mod:`.tracking`;

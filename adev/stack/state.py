@@ -1,4 +1,4 @@
-"""The stack handle (:class:`StackInfo`, contract 3) and the state file of a running stack.
+"""The stack handle (:class:`StackInfo`) and the state file of a running stack.
 
 ``<state_dir>/state.json`` records what ``adev stack up`` started: the config it ran with (actual
 ports filled in), and per process the pid, start time, command, ports, URLs and log file. It is
@@ -118,7 +118,7 @@ class StackState:
 
 @dataclass
 class StackInfo:
-    """Handle on a stack that is up (contract 3): what a client needs to use and observe it.
+    """Handle on a stack that is up: what a client needs to use and observe it.
 
     ``endpoints``: name -> OpenAI base URL (``http://127.0.0.1:PORT/v1``); ``metrics_urls``: name ->
     Prometheus URL; ``master_metrics_url``: the Mooncake master's metrics (None when an external

@@ -14,7 +14,7 @@ The re-activations of the ``parallel`` sessions are sent together. Configuration
 stack: ``gpu-only`` (nothing outside the GPU: recompute), ``store-ram`` (read back from the RAM
 tier), ``disk-only`` (read back from the disk tier: every object is written through to disk and
 every hit is charged at the disk tier's profile). Per re-activation, from the emulator's
-extension field (contract 1):
+extension field (:class:`adev.emulator.schema.EndpointExtension`):
 
 - ``ttft_s``: the endpoint's TTFT (model seconds); the client-side TTFT
   (``t_first_content - t_sent``, model seconds) is kept beside it;

@@ -1,5 +1,5 @@
 """The LLM client against the real emulated endpoint (embedded stack): discovery, stamps on the
-shared monotonic clock, usage and cached tokens, the contract-1 field, token ids to the ledger."""
+shared monotonic clock, usage and cached tokens, ``EndpointExtension``, token ids to the ledger."""
 from __future__ import annotations
 
 import msgspec

@@ -383,7 +383,7 @@ _ANGLES = ("keeping the specification's names exact", "with the error types in m
 
 def _voice(st: "_State") -> str:
     """A seeded lead-in to every visible reply: like a sampled model, each session words its
-    messages its own way, so sessions share the task text and then diverge (DESIGN.md section 2)
+    messages its own way, so sessions share the task text and then diverge (docs/design.md §2)
     instead of replaying byte-identical transcripts across the fleet."""
     key = (st.rnd, st.role, st.module, st.step)
     a = _OPENERS[int(st.oracle._u(st.seed, "voice-a", *key) * len(_OPENERS))]

@@ -1,7 +1,7 @@
 """Command lines and environments of the embedded stack's processes.
 
-The master: :func:`master_flags` (ports, lease, disk tier), :func:`master_env`. An endpoint
-(contract 2): :func:`endpoint_command`, :func:`endpoint_env`. :func:`cpu_pin` prefixes either
+The master: :func:`master_flags` (ports, lease, disk tier), :func:`master_env`. An endpoint:
+:func:`endpoint_command`, :func:`endpoint_env`. :func:`cpu_pin` prefixes either
 with ``taskset`` for ``stack.cpus``. ``adev stack up`` runs exactly these; ``adev stack plan
 vllm`` and the emulator's tests reuse them.
 """
@@ -74,7 +74,7 @@ def cpu_pin(cpus: list[int]) -> list[str]:
 
 def endpoint_command(module: str, stack_json: Path, name: str, port: int, master: str | None,
                      disk_dir: Path | None) -> list[str]:
-    """Contract 2: the emulator process command line (``module`` may also be a ``.py`` path;
+    """The emulator process command line (``module`` may also be a ``.py`` path;
     ``master`` None: no store, for the recompute and gpu-only configurations)."""
     run = [sys.executable, module] if module.endswith(".py") else [sys.executable, "-m", module]
     cmd = [*run, "--config", str(stack_json), "--endpoint", name, "--port", str(port)]

@@ -353,12 +353,12 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
 
 
 # --------------------------------------------------------------------------------------------
-# Contract 3: the async context manager
+# The async context manager sessions and fleets use
 
 
 @contextlib.asynccontextmanager
 async def running_stack(config: StackConfig | None = None, **kwargs: Any) -> AsyncIterator[StackInfo]:
-    """Use the stack of ``config``: reuse a matching one that is up, else start one (contract 3).
+    """Use the stack of ``config``: reuse a matching one that is up, else start one.
 
     Every user registers in the state dir; on exit (also on exceptions, cancellation and Ctrl-C)
     the last user out stops a stack that a ``running_stack`` started, so concurrent fleets can

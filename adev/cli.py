@@ -30,7 +30,7 @@ def build_parser() -> argparse.ArgumentParser:
         description="How much GPU prefill work does a KV-cache store tier save for agentic coding "
                     "workloads, and at what cost?")
     sub = parser.add_subparsers(dest="verb", metavar="VERB")
-    for verb, modname in VERBS.items():
+    for modname in VERBS.values():
         try:
             mod = importlib.import_module(modname)
         except ModuleNotFoundError as e:

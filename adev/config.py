@@ -18,9 +18,12 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, TypeVar, get_args, get_origin, get_type_hints
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, get_args, get_origin, get_type_hints
 
-T = TypeVar("T")
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
+T = TypeVar("T", bound="DataclassInstance")
 
 ROOT = Path(__file__).resolve().parent.parent
 """The project root (where ``stacks/``, ``fleets/``, ``roles/`` live)."""
@@ -84,7 +87,7 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where}: expected {_type_name(tp)}, got {value!r}")
         _, varg = get_args(tp) or (str, Any)
         return {k: _convert(varg, v, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(tp):
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
         if not isinstance(value, dict):
             raise ConfigError(f"{where}: expected a table, got {value!r}")
         return from_dict(tp, value, where)
@@ -148,7 +151,7 @@ def from_dict(cls: type[T], data: dict[str, Any], where: str = "") -> T:
 
 def to_dict(obj: Any) -> Any:
     """Dataclass -> plain TOML/JSON-able dict (tuples become lists)."""
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else obj
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else obj
 
 
 def load_toml(path: str | Path) -> dict[str, Any]:

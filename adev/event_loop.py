@@ -35,7 +35,7 @@ def _factory() -> tuple[str, Callable[[], asyncio.AbstractEventLoop] | None]:
         import uvloop
     except ImportError:
         if want == "uvloop":
-            raise ConfigError(f"{ENV}=uvloop but uvloop is not installed (pip install uvloop)")
+            raise ConfigError(f"{ENV}=uvloop but uvloop is not installed (pip install uvloop)") from None
         return "asyncio", None
     return f"uvloop {uvloop.__version__}", uvloop.new_event_loop
 

@@ -76,7 +76,7 @@ def build_manifest(run_id: str, *, command: list[str] | None = None, config: Any
     cfg = {k: to_dict(v) for k, v in config.items()} if isinstance(config, dict) else to_dict(config)
     return redact({
         "run_id": run_id,
-        "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+        "started_at": datetime.datetime.now(datetime.UTC).isoformat(),
         "command": command if command is not None else sys.argv,
         "time_scale": time_scale,
         "config": cfg,

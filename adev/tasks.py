@@ -168,7 +168,8 @@ class Task:
         Text before the first ``## `` heading comes first with heading ``""``.
         """
         out: list[tuple[str, str]] = []
-        head, buf = "", []
+        head = ""
+        buf: list[str] = []
         for line in self.spec.splitlines(keepends=True):
             if line.startswith("## "):
                 if buf and ("".join(buf).strip() or head):
@@ -209,19 +210,15 @@ def apply_mistake(text: str, mistake: Mistake) -> str:
     return text.replace(mistake.find, mistake.replace)
 
 
-def _stub(node: ast.AST) -> ast.AST:
+def _stub(node: ast.stmt) -> ast.stmt:
     """A def/class with bodies reduced to docstring + ``...``; private members dropped."""
+    body: list[ast.stmt] = []
     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
-        body: list[ast.stmt] = []
         doc = ast.get_docstring(node, clean=False)
         if doc:
             body.append(ast.Expr(ast.Constant(doc)))
         body.append(ast.Expr(ast.Constant(...)))
-        new = copy.copy(node)
-        new.body = body
-        return new
-    if isinstance(node, ast.ClassDef):
-        body = []
+    elif isinstance(node, ast.ClassDef):
         doc = ast.get_docstring(node, clean=False)
         if doc:
             body.append(ast.Expr(ast.Constant(doc)))
@@ -241,10 +238,11 @@ def _stub(node: ast.AST) -> ast.AST:
                 body.append(_stub(item))
         if not body:
             body.append(ast.Expr(ast.Constant(...)))
-        new = copy.copy(node)
-        new.body = body
-        return new
-    return node
+    else:
+        return node
+    new = copy.copy(node)
+    new.body = body
+    return new
 
 
 def public_interface(source: str) -> str:

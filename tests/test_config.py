@@ -3,8 +3,18 @@ from __future__ import annotations
 
 import pytest
 
-from adev.config import (ConfigError, ModelProfile, StackConfig, StoreSpec, from_dict, load,
-                         load_model_profile, load_stack, load_tier_profile, to_dict)
+from adev.config import (
+    ConfigError,
+    ModelProfile,
+    StackConfig,
+    StoreSpec,
+    from_dict,
+    load,
+    load_model_profile,
+    load_stack,
+    load_tier_profile,
+    to_dict,
+)
 
 
 def test_unknown_key_names_field_and_allowed_keys():

@@ -24,10 +24,25 @@ import psutil
 import pytest
 
 from adev.config import ROOT, ConfigError, StackConfig, from_dict
-from adev.stack import (MASTER_ENV, MissingBinaryError, MissingLibraryError, PortInUseError,
-                        StackError, config_diff, endpoint_command, external_info, master_flags,
-                        master_lease_ms, process_usage, read_state, running_stack, small_config,
-                        stack_status, start_stack, stop_stack)
+from adev.stack import (
+    MASTER_ENV,
+    MissingBinaryError,
+    MissingLibraryError,
+    PortInUseError,
+    StackError,
+    config_diff,
+    endpoint_command,
+    external_info,
+    master_flags,
+    master_lease_ms,
+    process_usage,
+    read_state,
+    running_stack,
+    small_config,
+    stack_status,
+    start_stack,
+    stop_stack,
+)
 from adev.stack.plan import render, vllm_plan
 
 FAKE = str(Path(__file__).with_name("stack_fake_endpoint.py"))
@@ -208,7 +223,7 @@ def test_up_status_down_leaves_nothing_running(sdir):
         assert info.started_here and set(info.endpoints) == {"coder", "reasoner"}
         assert set(info.pids) == {"coder", "reasoner", "master"}
         assert all(running(p) for p in info.pids.values())
-        for name, url in info.endpoints.items():
+        for url in info.endpoints.values():
             assert url.startswith("http://127.0.0.1:") and url.endswith("/v1")
             assert get(url[:-3] + "/health") == 200
         master_metrics = urllib.request.urlopen(info.master_metrics_url, timeout=5).read().decode()

@@ -35,7 +35,7 @@ def _extension(body: dict[str, Any]) -> dict[str, Any] | None:
     return ext if isinstance(ext, dict) else None
 
 
-def _sampling(ep: "Endpoint", body: dict[str, Any], chat: bool) -> tuple[Sampling, Transfer]:
+def _sampling(ep: Endpoint, body: dict[str, Any], chat: bool) -> tuple[Sampling, Transfer]:
     ep.check_request(body)
     sp = parse_sampling(body, chat)
     transfer = transfer_kind(body, ep.kv_role)
@@ -58,7 +58,7 @@ async def _drain(r: Request) -> float | None:
 # ------------------------------------------------------------------------------------ chat
 
 
-async def chat(ep: "Endpoint", request: web.Request) -> web.StreamResponse:
+async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
     t_arrival = time.monotonic()
     body = await json_object(request)
     if isinstance(body, web.Response):
@@ -86,7 +86,7 @@ async def chat(ep: "Endpoint", request: web.Request) -> web.StreamResponse:
         raise
 
 
-async def _chat_complete(ep: "Endpoint", r: Request, plan: OutputPlan, sp: Sampling,
+async def _chat_complete(ep: Endpoint, r: Request, plan: OutputPlan, sp: Sampling,
                          transfer: Transfer) -> web.Response:
     t_first = await _drain(r)
     t_end = time.monotonic()
@@ -108,13 +108,13 @@ async def _chat_complete(ep: "Endpoint", r: Request, plan: OutputPlan, sp: Sampl
     return json_response(body)
 
 
-def _kv_out(ep: "Endpoint", r: Request, transfer: Transfer) -> dict[str, Any] | None:
+def _kv_out(ep: Endpoint, r: Request, transfer: Transfer) -> dict[str, Any] | None:
     if transfer != "produce":
         return None
     return producer_params(ep.name, ep.stack.host, ep.port, len(r.prompt), ep.profile.block_size)
 
 
-async def _chat_stream(ep: "Endpoint", request: web.Request, r: Request, plan: OutputPlan,
+async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: OutputPlan,
                        sp: Sampling, transfer: Transfer) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
     base = {"id": r.rid, "object": "chat.completion.chunk", "created": int(time.time()), "model": ep.model}
@@ -133,7 +133,7 @@ async def _chat_stream(ep: "Endpoint", request: web.Request, r: Request, plan: O
         return sse(d)
 
     first = {"role": "assistant", "content": ""}
-    first_event = chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {}))
+    first_event = chunk(first, prompt_token_ids=r.prompt) if want_ids else chunk(first)
     t_byte_sent = time.monotonic()  # before the headers go: no byte of the answer precedes it
     await resp.prepare(request)
     await resp.write(first_event)
@@ -184,7 +184,7 @@ async def _chat_stream(ep: "Endpoint", request: web.Request, r: Request, plan: O
 # ------------------------------------------------------------------------------ completions
 
 
-async def complete(ep: "Endpoint", request: web.Request) -> web.StreamResponse:
+async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
     t_arrival = time.monotonic()
     body = await json_object(request)
     if isinstance(body, web.Response):
@@ -217,7 +217,7 @@ async def complete(ep: "Endpoint", request: web.Request) -> web.StreamResponse:
         raise
 
 
-async def _complete_body(ep: "Endpoint", rid: str, rs: list[Request], plans: list[OutputPlan],
+async def _complete_body(ep: Endpoint, rid: str, rs: list[Request], plans: list[OutputPlan],
                          sp: Sampling, transfer: Transfer) -> web.Response:
     firsts = await asyncio.gather(*(_drain(r) for r in rs))
     t_end = time.monotonic()
@@ -237,7 +237,7 @@ async def _complete_body(ep: "Endpoint", rid: str, rs: list[Request], plans: lis
     return json_response(body)
 
 
-async def _complete_stream(ep: "Endpoint", request: web.Request, rid: str, rs: list[Request],
+async def _complete_stream(ep: Endpoint, request: web.Request, rid: str, rs: list[Request],
                            plans: list[OutputPlan], sp: Sampling,
                            transfer: Transfer) -> web.StreamResponse:
     resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})

@@ -9,7 +9,6 @@ from aiohttp import web
 
 from adev.emulator.params import BadRequest
 
-
 _ENCODER = msgspec.json.Encoder()
 
 

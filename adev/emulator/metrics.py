@@ -22,7 +22,7 @@ store errors, read-path seconds, store blocks by tier.
 from __future__ import annotations
 
 import bisect
-from typing import Callable
+from collections.abc import Callable
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, generate_latest
 from prometheus_client.utils import floatToGoString
@@ -44,7 +44,8 @@ READ_PATH_BUCKETS = [0.0005, 0.001, 0.002, 0.005, 0.01, 0.02, 0.05, 0.1, 0.2, 0.
 
 def build_1_2_5_buckets(max_value: int) -> list[int]:
     """vLLM's 1-2-5 buckets up to ``max_value``: 1, 2, 5, 10, 20, 50, ..."""
-    out, exp = [], 0
+    out: list[int] = []
+    exp = 0
     while True:
         for m in (1, 2, 5):
             v = m * 10 ** exp
@@ -280,6 +281,6 @@ class Exposition:
         for comments, prefixes, read in self._parts:
             if comments:
                 out.append(comments)
-            for head, v in zip(prefixes, read()):
+            for head, v in zip(prefixes, read(), strict=True):
                 out.append(f"{head}{fmt(v)}\n")
         return "".join(out).encode()

@@ -36,7 +36,7 @@ def block_hashes(tokens: list[int], block_size: int = 16, parent: int = NONE_HAS
     # on a 60K-token prompt, bench/bench_endpoint_cpu.py; every request hashes its whole prompt
     # on the endpoint's loop)
     it = iter(tokens) if start == 0 and n == len(tokens) else iter(tokens[start:n])
-    for block in zip(*[it] * block_size):
+    for block in zip(*[it] * block_size, strict=True):
         h = hash((h, block)) & _MASK
         append(h)
     return out

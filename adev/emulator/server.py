@@ -9,9 +9,10 @@ hits to RAM or disk; without it, ``stack.store.metrics_url`` or ``stack.store.me
 used when set.
 
 Routes (vLLM's shapes): ``POST /v1/chat/completions`` and ``POST /v1/completions``
-(:mod:`adev.emulator.completions`), ``POST /tokenize``, ``POST /detokenize``, ``POST /reset_prefix_cache``, ``GET /metrics``,
-``GET /health``, ``GET|POST /ping``, ``GET /version``, ``GET /v1/models``. Every completion
-carries the ``"adev"`` extension object (:class:`adev.emulator.schema.EndpointExtension`).
+(:mod:`adev.emulator.completions`), ``POST /tokenize``, ``POST /detokenize``,
+``POST /reset_prefix_cache``, ``GET /metrics``, ``GET /health``, ``GET|POST /ping``,
+``GET /version``, ``GET /v1/models``. Every completion carries the ``"adev"`` extension object
+(:class:`adev.emulator.schema.EndpointExtension`).
 """
 from __future__ import annotations
 
@@ -31,8 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from adev import event_loop
-from adev.config import (ConfigError, KvRole, ModelProfile, StackConfig, from_dict,
-                         load_model_profile, load_tier_profile)
+from adev.config import ConfigError, KvRole, ModelProfile, StackConfig, from_dict, load_model_profile, load_tier_profile
 from adev.emulator import completions
 from adev.emulator.disagg import Transfer, load_link_profile
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
@@ -348,7 +348,7 @@ async def serve(stack: StackConfig, name: str, port: int, master: str | None, di
     await runner.cleanup()
     try:  # bounded: process exit does not need the store client's goodbye
         await asyncio.wait_for(ep.close(), 10.0)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         log.warning("endpoint %s: store client did not close within 10 s; exiting anyway", name)
 
 

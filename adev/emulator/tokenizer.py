@@ -22,7 +22,8 @@ import json
 import re
 import zlib
 from collections import OrderedDict
-from typing import Any
+from collections.abc import Callable
+from typing import Any, cast
 
 import orjson
 
@@ -72,7 +73,7 @@ class Tokenizer:
                     p = pieces[j]
                     i = ids[p] = crc(p.encode("utf-8", "surrogatepass")) % NUM_PLAIN
                     out[j] = i
-        return out
+        return cast(list[int], out)  # every None was just filled in
 
     def encode_pieces(self, text: str) -> tuple[list[int], list[str]]:
         ps = _PIECE.findall(text)
@@ -102,13 +103,14 @@ class Tokenizer:
         return "".join(self._rev.get(int(i), "") for i in ids)
 
     # ---------------------------------------------------------------------------- chat template
-    def _cached(self, key: Any, render) -> list[int]:
+    def _cached(self, key: Any, render: Callable[..., list[int]], *args: Any) -> list[int]:
+        """``render(*args)``, memoised under ``key`` (an LRU of ``_msg_cache_max`` rendered turns)."""
         c = self._msg_cache
         hit = c.get(key)
         if hit is not None:
             c.move_to_end(key)
             return hit
-        toks = render()
+        toks = render(*args)
         c[key] = toks
         if len(c) > self._msg_cache_max:
             c.popitem(last=False)
@@ -123,8 +125,7 @@ class Tokenizer:
         if tools or first_system:
             sys_text = _content_text(msgs[0].get("content")) if first_system else ""
             tools_key = _key(tools) if tools else b""
-            out.extend(self._cached(("sys", sys_text, tools_key),
-                                    lambda: self._render_system(sys_text, tools)))
+            out.extend(self._cached(("sys", sys_text, tools_key), self._render_system, sys_text, tools))
             if first_system:
                 msgs = msgs[1:]
         n = len(msgs)
@@ -135,22 +136,25 @@ class Tokenizer:
                 next_tool = i + 1 < n and msgs[i + 1].get("role") == "tool"
                 content = _content_text(m.get("content"))
                 out.extend(self._cached(("tool", content, prev_tool, next_tool),
-                                        lambda: self._render_tool(content, prev_tool, next_tool)))
+                                        self._render_tool, content, prev_tool, next_tool))
             elif role == "assistant":
                 content = _content_text(m.get("content"))
                 calls = m.get("tool_calls") or []
                 ck = _key(calls) if calls else b""
-                out.extend(self._cached(("assistant", content, ck),
-                                        lambda: self._render_assistant(content, calls)))
+                out.extend(self._cached(("assistant", content, ck), self._render_assistant, content, calls))
             else:
                 content = _content_text(m.get("content"))
                 r = str(role or "user")
-                out.extend(self._cached((r, content),
-                                        lambda: [IM_START] + self.encode(f"{r}\n{content}") + [IM_END]
-                                        + self.encode("\n")))
+                out.extend(self._cached((r, content), self._render_plain, r, content))
         if add_generation_prompt:
-            out.extend(self._cached(("genprompt",), lambda: [IM_START] + self.encode("assistant\n")))
+            out.extend(self._cached(("genprompt",), self._render_generation_prompt))
         return out
+
+    def _render_plain(self, role: str, content: str) -> list[int]:
+        return [IM_START] + self.encode(f"{role}\n{content}") + [IM_END] + self.encode("\n")
+
+    def _render_generation_prompt(self) -> list[int]:
+        return [IM_START] + self.encode("assistant\n")
 
     def _render_system(self, sys_text: str, tools: list[dict[str, Any]] | None) -> list[int]:
         text = sys_text

@@ -12,6 +12,7 @@ import json
 import os
 import sys
 import tempfile
+from typing import Any
 
 
 def register(subparsers) -> None:
@@ -70,12 +71,11 @@ def cmd_status(args) -> int:
     from .image import image_for
     from .vm import up_status
     img = image_for()
-    out = {"image": {"dir": str(img.dir), "recipe_hash": img.recipe_hash, "ready": img.ready()}}
+    image: dict[str, Any] = {"dir": str(img.dir), "recipe_hash": img.recipe_hash, "ready": img.ready()}
     if img.ready():
-        out["image"].update({k: v for k, v in img.meta.items() if k != "host_key"})
+        image.update({k: v for k, v in img.meta.items() if k != "host_key"})
     snaps = sorted(p.name for p in img.dir.glob("snap-*")) if img.dir.is_dir() else []
-    out["snapshots"] = snaps
-    out["up"] = up_status()
+    out = {"image": image, "snapshots": snaps, "up": up_status()}
     print(json.dumps(out, indent=1))
     return 0
 

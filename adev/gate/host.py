@@ -14,6 +14,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 log = logging.getLogger("adev.gate.vm")  # the VM's logger: host set-up is part of its start
 
@@ -61,7 +62,8 @@ def _pid_alive(pidfile: Path) -> bool:
 
 def prepare_host(log_fn=log.info) -> dict:
     """Make ``qemu:///system`` usable here; returns what was done. Safe to call repeatedly."""
-    done = {"systemd": systemd_is_init(), "qemu_conf_changed": False, "started": []}
+    started: list[str] = []
+    done: dict[str, Any] = {"systemd": systemd_is_init(), "qemu_conf_changed": False, "started": started}
     if done["systemd"]:
         return done  # a normal host: its own libvirt units and defaults
     if os.geteuid() != 0:
@@ -77,13 +79,13 @@ def prepare_host(log_fn=log.info) -> dict:
     for daemon in ("virtlogd", "libvirtd"):
         if not _pid_alive(Path(f"/run/{daemon}.pid")):
             subprocess.run([daemon, "-d"], check=True, stdin=subprocess.DEVNULL)
-            done["started"].append(daemon)
-    if "libvirtd" in done["started"]:
+            started.append(daemon)
+    if "libvirtd" in started:
         for _ in range(100):
             if Path("/run/libvirt/libvirt-sock").exists():
                 break
             time.sleep(0.1)
-        log_fn(f"[vm] started {', '.join(done['started'])}")
+        log_fn(f"[vm] started {', '.join(started)}")
     return done
 
 

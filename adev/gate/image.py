@@ -121,10 +121,11 @@ def ensure_image(rebuild: bool = False, log=print, root: Path = ROOT) -> Image:
         tail = logf.read_text(errors="replace")[-2000:]
         raise ImageError(f"image build failed (exit {proc.returncode}); {logf}:\n{tail}")
     build_s = time.monotonic() - t0
+    base_bytes = img.base.stat().st_size
     meta = {"recipe_hash": img.recipe_hash, "build_s": round(build_s, 1),
             "built_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-            "base_bytes": img.base.stat().st_size,
+            "base_bytes": base_bytes,
             "host_key": img.host_key_pub.read_text().strip()}
     (img.dir / "meta.json").write_text(json.dumps(meta, indent=1))
-    log(f"[vm] image built in {build_s:.0f} s ({meta['base_bytes'] / 1e6:.0f} MB)")
+    log(f"[vm] image built in {build_s:.0f} s ({base_bytes / 1e6:.0f} MB)")
     return img

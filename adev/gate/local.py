@@ -9,7 +9,8 @@ only: it runs model-written code with the user's privileges, its only protection
 throw-away copy, a scrubbed environment and a process group killed on timeout.
 
 Per run: the session's workspace is copied to a temporary folder (regular files only; symlinks
-and files with more than one hard link skipped), ``GateRequest.overlay`` files (hidden acceptance tests) are written into the copy, and
+and files with more than one hard link skipped), ``GateRequest.overlay`` files (hidden acceptance
+tests) are written into the copy, and
 ``python -m pytest -q -p no:cacheprovider --junitxml=...`` runs there with the copy on
 ``PYTHONPATH``. Block-device tasks get ``ADEV_BLOCK_DEVICE`` = a sparse file of
 ``block_device_bytes`` in the run's output folder. Per-test results come from the JUnit XML
@@ -134,7 +135,7 @@ class LocalGate:
                 # on timeout/cancel wait_for cancels it: mark its CancelledError as seen
                 both.add_done_callback(lambda f: f.cancelled() or f.exception())
                 await asyncio.wait_for(both, req.timeout_s)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 timed_out = True
             except asyncio.CancelledError:
                 _kill_group(proc.pid)

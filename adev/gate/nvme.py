@@ -8,7 +8,8 @@ removes it afterwards; tests find it in env ``ADEV_BLOCK_DEVICE``.
 """
 from __future__ import annotations
 
-from typing import Awaitable, Protocol
+from collections.abc import Awaitable
+from typing import Protocol
 
 from .base import parse_markers
 

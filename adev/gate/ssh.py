@@ -23,13 +23,17 @@ import re
 import shlex
 import tarfile
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Awaitable, Callable
+from typing import TYPE_CHECKING
 
 from ..config import ROOT
 from .base import GateRequest, GateResult, parse_junit, parse_markers, summarise
 from .nvme import NvmeError, create_device, remove_device
+
+if TYPE_CHECKING:
+    import asyncssh
 
 log = logging.getLogger("adev.gate.ssh")
 
@@ -182,15 +186,15 @@ class SshGate:
         self.target = target
         self.opt = options or SshGateOptions()
         self.recover = recover  # called when the guest is unresponsive; returns the new target
-        self._conn = None
-        self._sftp = None
+        self._conn: asyncssh.SSHClientConnection | None = None
+        self._sftp: asyncssh.SFTPClient | None = None
         self._sessions: set[str] = set()
         self._lock = asyncio.Lock()
         self._generation = 0  # bumps on each (re)connect
         self.stats: dict[str, float | int] = {"reconnects": 0, "recoveries": 0}
 
     # -- lifecycle -------------------------------------------------------------------------
-    async def __aenter__(self) -> "SshGate":
+    async def __aenter__(self) -> SshGate:
         await self.start()
         return self
 
@@ -217,7 +221,7 @@ class SshGate:
             conn.close()
             try:
                 await asyncio.wait_for(conn.wait_closed(), 5)
-            except (asyncio.TimeoutError, OSError):
+            except (TimeoutError, OSError):
                 pass
 
     async def run(self, request: GateRequest) -> GateResult:
@@ -235,7 +239,7 @@ class SshGate:
                 err = f"guest unresponsive: {e}"
                 if self.recover is not None:
                     try:
-                        await self._recover(gen)
+                        await self._recover(gen, self.recover)
                         err += "; VM restored from its clean snapshot"
                     except Exception as re_:  # noqa: BLE001 - recorded, not raised
                         err += f"; restore failed: {re_}"
@@ -251,7 +255,7 @@ class SshGate:
                         last = f"{e}; reconnect failed: {e2}"
                         if self.recover is not None:  # the guest is gone or hung: restore it
                             try:
-                                await self._recover(gen)
+                                await self._recover(gen, self.recover)
                                 last += "; VM restored from its clean snapshot"
                             except Exception as e3:  # noqa: BLE001 - recorded, not raised
                                 last += f"; restore failed: {e3}"
@@ -264,16 +268,16 @@ class SshGate:
         import asyncssh
         t = self.target
         try:
-            self._conn = await asyncio.wait_for(asyncssh.connect(
+            conn = self._conn = await asyncio.wait_for(asyncssh.connect(
                 t.host, t.port, username=t.username, client_keys=[str(t.client_key)],
                 known_hosts=asyncssh.import_known_hosts(t.known_hosts.decode()),
                 agent_path=None, config=None, connect_timeout=t.connect_timeout_s,
                 keepalive_interval=10, keepalive_count_max=3), t.connect_timeout_s + 5)
-            self._sftp = await asyncio.wait_for(self._conn.start_sftp_client(), self.opt.op_timeout_s)
-            await self._upload_scripts()
+            sftp = self._sftp = await asyncio.wait_for(conn.start_sftp_client(), self.opt.op_timeout_s)
+            await self._upload_scripts(sftp)
         except asyncssh.HostKeyNotVerifiable as e:
-            raise GateTransportError(f"host key of {t.host}:{t.port} does not match the pinned key: {e}")
-        except (asyncio.TimeoutError, OSError, asyncssh.Error) as e:
+            raise GateTransportError(f"host key of {t.host}:{t.port} does not match the pinned key: {e}") from e
+        except (TimeoutError, OSError, asyncssh.Error) as e:
             raise GateTransportError(f"connect to {t.host}:{t.port} failed: {e!r}") from e
         self._generation += 1
 
@@ -286,22 +290,22 @@ class SshGate:
             await self._connect()
             await asyncio.gather(*(self._setup_remote(sid) for sid in sorted(self._sessions)))
 
-    async def _recover(self, gen: int) -> None:
+    async def _recover(self, gen: int, recover: Callable[[], Awaitable[SshTarget]]) -> None:
         async with self._lock:
             if gen != self._generation and self._conn is not None:
                 return  # another run already recovered the guest
             self.stats["recoveries"] += 1
             await self.close()
-            self.target = await self.recover()
+            self.target = await recover()
             await self._connect()
             await asyncio.gather(*(self._setup_remote(sid) for sid in sorted(self._sessions)))
 
-    async def _upload_scripts(self) -> None:
+    async def _upload_scripts(self, sftp: asyncssh.SFTPClient) -> None:
         root = self.target.remote_root
-        await self._sftp.makedirs(f"{root}/bin", exist_ok=True)
+        await sftp.makedirs(f"{root}/bin", exist_ok=True)
         for rel in GUEST_SCRIPTS:
             data = (ROOT / rel).read_bytes()
-            async with self._sftp.open(f"{root}/bin/{Path(rel).name}", "wb") as f:
+            async with sftp.open(f"{root}/bin/{Path(rel).name}", "wb") as f:
                 await f.write(data)
 
     async def _setup_remote(self, session_id: str) -> None:
@@ -322,7 +326,7 @@ class SshGate:
             raise GateTransportError("not connected")
         try:
             res = await asyncio.wait_for(conn.run(cmd, check=False), timeout_s)
-        except asyncio.TimeoutError as e:  # includes asyncssh.TimeoutError
+        except TimeoutError as e:  # includes asyncssh.TimeoutError
             what = " ".join(w for w in cmd.split()[4:6])
             raise GuestUnresponsive(f"no answer within {timeout_s:g} s to {what!r}") from e
         except (OSError, asyncssh.Error) as e:
@@ -349,7 +353,7 @@ class SshGate:
         import asyncssh
         try:
             return await asyncio.wait_for(coro, self.opt.op_timeout_s)
-        except asyncio.TimeoutError as e:
+        except TimeoutError as e:
             raise GuestUnresponsive(f"SFTP silent for {self.opt.op_timeout_s:g} s") from e
         except (OSError, asyncssh.Error) as e:
             if isinstance(e, asyncssh.SFTPNoSuchFile):

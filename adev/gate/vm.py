@@ -22,6 +22,7 @@ import uuid
 from dataclasses import dataclass, field
 from pathlib import Path
 from string import Template
+from typing import TYPE_CHECKING
 
 from ..config import ROOT
 from ..net import free_port
@@ -29,6 +30,9 @@ from .base import GateRequest, GateResult
 from .host import VmError, open_libvirt, prepare_host, qemu_binary
 from .image import Image, ensure_image
 from .ssh import GateTransportError, SshGate, SshGateOptions, SshTarget
+
+if TYPE_CHECKING:
+    import libvirt
 
 log = logging.getLogger("adev.gate.vm")
 
@@ -76,24 +80,24 @@ class GateVm:
         self.port: int | None = None
         self.uuid = str(uuid.uuid4())
         self.timings = VmTimings()
-        self._conn = None
-        self._dom = None
+        self._conn: libvirt.virConnect | None = None
+        self._dom: libvirt.virDomain | None = None
         self.owned = True  # False when attached to the VM of `adev vm up`: left running on stop
 
     @classmethod
-    def attach(cls, info: dict, image: Image) -> "GateVm":
+    def attach(cls, info: dict, image: Image) -> GateVm:
         """The VM recorded by ``adev vm up`` (see :func:`read_up`); raises VmError if it is gone."""
         import libvirt
         vm = cls(image, VmConfig(uri=info["uri"], memory_mib=info["memory_mib"], vcpus=info["vcpus"]))
         vm.name, vm.uuid, vm.port, vm.owned = info["name"], info["uuid"], info["port"], False
         vm.rundir = Path(info["rundir"])
         vm.overlay, vm.console_log = vm.rundir / "overlay.qcow2", vm.rundir / "console.log"
-        vm._conn = open_libvirt(vm.cfg.uri)
+        conn = vm._conn = open_libvirt(vm.cfg.uri)
         try:
-            vm._dom = vm._conn.lookupByName(vm.name)
+            dom = vm._dom = conn.lookupByName(vm.name)
         except libvirt.libvirtError as e:
             raise VmError(f"the VM from `adev vm up` ({vm.name}) is gone: {e}") from e
-        if not vm._dom.isActive():
+        if not dom.isActive():
             raise VmError(f"the VM from `adev vm up` ({vm.name}) is not running")
         return vm
 
@@ -102,6 +106,16 @@ class GateVm:
                 "memory_mib": self.cfg.memory_mib, "vcpus": self.cfg.vcpus,
                 "rundir": str(self.rundir), "image_dir": str(self.image.dir),
                 "recipe_hash": self.image.recipe_hash, "timings": self.timings.__dict__}
+
+    def _libvirt(self) -> libvirt.virConnect:
+        if self._conn is None:
+            raise VmError(f"{self.name}: no libvirt connection (the VM is not started)")
+        return self._conn
+
+    def _domain(self) -> libvirt.virDomain:
+        if self._dom is None:
+            raise VmError(f"{self.name}: no libvirt domain (the VM is not running)")
+        return self._dom
 
     @property
     def snapdir(self) -> Path:
@@ -153,8 +167,8 @@ class GateVm:
                         str(self.image.base), str(self.overlay)], check=True)
         self.port = free_port()
         t0 = time.monotonic()
-        self._dom = self._conn.defineXML(self._xml(self.port, self.overlay))
-        self._dom.create()
+        dom = self._dom = self._libvirt().defineXML(self._xml(self.port, self.overlay))
+        dom.create()
         await self._wait_ssh(self.cfg.boot_timeout_s)
         self.timings.boot_s = time.monotonic() - t0
 
@@ -163,7 +177,7 @@ class GateVm:
         tmp = Path(tempfile.mkdtemp(prefix="snap.", dir=self.image.dir))
         t0 = time.monotonic()
         # save stops the guest; the overlay copied now matches the saved memory (page cache included)
-        await asyncio.to_thread(self._dom.save, str(tmp / "state.save"))
+        await asyncio.to_thread(self._domain().save, str(tmp / "state.save"))
         shutil.copyfile(self.overlay, tmp / "overlay.qcow2")
         self.timings.save_s = time.monotonic() - t0
         (tmp / "meta.json").write_text(json.dumps({"saved_at": time.time(), "uuid": self.uuid,
@@ -180,18 +194,19 @@ class GateVm:
         # libvirt restores only into the saved name and uuid; disk path and port may change
         self.name, self.uuid = meta["name"], meta["uuid"]
         with contextlib.suppress(libvirt.libvirtError):
-            other = self._conn.lookupByName(self.name)
+            other = self._libvirt().lookupByName(self.name)
             if other.isActive() and (self._dom is None or other.UUIDString() != self._dom.UUIDString()):
                 raise SnapshotBusy(f"the clean snapshot is in use by the running VM {self.name}")
         self._dom = None
         shutil.copyfile(self.snapdir / "overlay.qcow2", self.overlay)
         self.port = free_port()
         t0 = time.monotonic()
-        xml = self._xml(self.port, self.overlay)
+        xml: str | None = self._xml(self.port, self.overlay)
         if self.cfg.uri.startswith("test:"):
             xml = None  # libvirt's test driver restores only the saved XML (no dxml support)
-        await asyncio.to_thread(self._conn.restoreFlags, str(self.snapdir / "state.save"), xml, 0)
-        self._dom = self._conn.lookupByName(self.name)
+        conn = self._libvirt()
+        await asyncio.to_thread(conn.restoreFlags, str(self.snapdir / "state.save"), xml, 0)
+        self._dom = conn.lookupByName(self.name)
         await self._wait_ssh(60.0)
         self.timings.restore_s = time.monotonic() - t0
         if not self.owned:
@@ -202,7 +217,7 @@ class GateVm:
         deadline = time.monotonic() + timeout_s
         t, last = self.target(), None
         while time.monotonic() < deadline:
-            if not self._dom.isActive():
+            if not self._domain().isActive():
                 raise VmError(f"VM stopped while waiting for SSH; console: {self._console_tail()}")
             try:
                 async with asyncssh.connect(
@@ -212,7 +227,7 @@ class GateVm:
                     r = await asyncio.wait_for(c.run("true", check=False), 10)
                     if r.exit_status == 0:
                         return
-            except (OSError, asyncssh.Error, asyncio.TimeoutError) as e:
+            except (TimeoutError, OSError, asyncssh.Error) as e:
                 last = e
             await asyncio.sleep(0.5)
         raise VmError(f"no SSH within {timeout_s:g} s ({last!r}); console: {self._console_tail()}")
@@ -228,7 +243,7 @@ class GateVm:
         dom = self._dom
         if dom is None:
             with contextlib.suppress(libvirt.libvirtError):
-                dom = self._conn.lookupByName(self.name)
+                dom = self._libvirt().lookupByName(self.name)
         if dom is None:
             return
         with contextlib.suppress(libvirt.libvirtError):
@@ -356,12 +371,12 @@ class VmGate:
     @classmethod
     def from_config(cls, memory_mib: int = 2048, vcpus: int = 2, uri: str = "qemu:///system",
                     nvme_size_mb: int = 256, timeout_margin_s: float = 60.0,
-                    use_snapshot: bool = True) -> "VmGate":
+                    use_snapshot: bool = True) -> VmGate:
         return cls(VmGateConfig(
             vm=VmConfig(uri=uri, memory_mib=memory_mib, vcpus=vcpus, use_snapshot=use_snapshot),
             ssh=SshGateOptions(nvme_size_mb=nvme_size_mb, timeout_margin_s=timeout_margin_s)))
 
-    async def __aenter__(self) -> "VmGate":
+    async def __aenter__(self) -> VmGate:
         await self.start()
         return self
 

@@ -75,15 +75,15 @@ def main(args: argparse.Namespace) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
-    from ..clock import RunClock
     from ..client.llm import Endpoint, LLMClient
+    from ..clock import RunClock
     from ..config import load_stack
     from ..gate.registry import check_gate_policy, make_gate
     from ..manifest import build_manifest
     from ..records import RunDir, new_run_id
+    from ..tasks import load_task
     from .loop import SessionContext, run_session
     from .roles import load_roles
-    from ..tasks import load_task
 
     task = load_task(args.task)
     roles = load_roles(args.roles)

@@ -70,7 +70,7 @@ class Roles:
     def __getitem__(self, name: str) -> Role:
         return self.roles[name]
 
-    def with_overrides(self, overrides: dict[str, dict]) -> "Roles":
+    def with_overrides(self, overrides: dict[str, dict]) -> Roles:
         """Roles with settings replaced per role, e.g. ``{"integrator": {"endpoint": "coder"}}``
         (how a fleet file remaps roles to endpoints)."""
         roles = dict(self.roles)

@@ -17,9 +17,11 @@ from __future__ import annotations
 import json
 import os
 import stat
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
-from typing import Any, Callable
+from typing import Any
+
 
 # OpenAI tool schemas, by tool name. Roles pick a subset (roles/*.md front matter ``tools``).
 def _tool(name: str, description: str, required: list[str], **params: str) -> dict[str, Any]:

@@ -20,15 +20,28 @@ Modules: :mod:`.procs` (binaries, ports, processes), :mod:`.state` (StackInfo, s
 from __future__ import annotations
 
 from .cli import register
-from .commands import (CLIENT_TTL_S, ENDPOINT_MODULE, ENDPOINT_MODULE_ENV, endpoint_command,
-                       master_flags, master_lease_ms)
+from .commands import (
+                       CLIENT_TTL_S,
+                       ENDPOINT_MODULE,
+                       ENDPOINT_MODULE_ENV,
+                       endpoint_command,
+                       master_flags,
+                       master_lease_ms,
+)
 from .configs import config_diff, external_info, small_config
 from .faults import kill_master, restart_master
 from .lifecycle import release_user, running_stack, start_stack, stop_stack
-from .status import process_usage, stack_status
-from .procs import (DEBIAN_PACKAGES, MASTER_ENV, MissingBinaryError, MissingLibraryError,
-                    PortInUseError, StackError, find_master_binary)
+from .procs import (
+                       DEBIAN_PACKAGES,
+                       MASTER_ENV,
+                       MissingBinaryError,
+                       MissingLibraryError,
+                       PortInUseError,
+                       StackError,
+                       find_master_binary,
+)
 from .state import ProcState, StackInfo, StackState, read_state, state_dir_path
+from .status import process_usage, stack_status
 
 __all__ = [
     "StackInfo", "StackState", "ProcState", "StackError", "MissingBinaryError",

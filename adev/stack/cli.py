@@ -9,7 +9,7 @@ import sys
 import time
 from typing import Any, get_args
 
-from ..config import Configuration, ConfigError, StackConfig, from_dict, load_stack, parse_cpu_list
+from ..config import ConfigError, Configuration, StackConfig, from_dict, load_stack, parse_cpu_list
 from ..emulator.policies import POLICIES
 
 LEASE_WARN_MS = 50
@@ -81,8 +81,8 @@ def _print_info_table(status: dict[str, Any]) -> None:
 
 def cmd_up(args: argparse.Namespace) -> int:
     from .lifecycle import start_stack, stop_stack
-    from .status import stack_status
     from .procs import StackError
+    from .status import stack_status
     cfg = load_from_args(args)
     if cfg.mode == "external":
         print("adev: stack mode is 'external': nothing to start (see `adev stack status`)",

@@ -10,8 +10,7 @@ from pathlib import Path
 
 from ..config import StackConfig
 from .commands import MASTER_READY_TIMEOUT_S, master_env
-from .procs import (ProcessExited, StackError, http_ok, log_says_addr_in_use, spawn, stop_process,
-                    tcp_open, wait_until)
+from .procs import ProcessExited, StackError, http_ok, log_says_addr_in_use, spawn, stop_process, tcp_open, wait_until
 from .state import ProcState, StackInfo, read_state, write_state
 from .tracking import locked, target_dir
 

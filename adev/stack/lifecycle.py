@@ -24,26 +24,58 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from ..config import ROOT, StackConfig, load_stack
 from ..net import NoFreePortError, free_port
-from .commands import (CLIENT_TTL_S, ENDPOINT_MODULE, ENDPOINT_MODULE_ENV, MASTER_READY_TIMEOUT_S,
-                       cpu_pin, endpoint_command, endpoint_env, master_env, master_flags,
-                       master_lease_ms)
+from .commands import (
+    CLIENT_TTL_S,
+    ENDPOINT_MODULE,
+    ENDPOINT_MODULE_ENV,
+    MASTER_READY_TIMEOUT_S,
+    cpu_pin,
+    endpoint_command,
+    endpoint_env,
+    master_env,
+    master_flags,
+    master_lease_ms,
+)
 from .configs import config_diff, external_info, small_config
 from .faults import kill_master, restart_master
 from .loopback import warn_host
-from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, StackError,
-                    check_master_binary, find_master_binary, http_ok, library_error_in_log,
-                    listening, log_says_addr_in_use, missing_library_message, port_in_use, spawn,
-                    stop_process, wait_until)
-from .state import (ProcState, StackInfo, StackState, read_state, remove_state, state_dir_path,
-                    write_state)
+from .procs import (
+    MissingLibraryError,
+    PortInUseError,
+    Proc,
+    ProcessExited,
+    StackError,
+    check_master_binary,
+    find_master_binary,
+    http_ok,
+    library_error_in_log,
+    listening,
+    log_says_addr_in_use,
+    missing_library_message,
+    port_in_use,
+    spawn,
+    stop_process,
+    wait_until,
+)
+from .state import ProcState, StackInfo, StackState, read_state, remove_state, state_dir_path, write_state
 from .status import process_usage, stack_status
-from .tracking import (PENDING_FILE, USERS_DIR, Pending, add_user, live_users, locked, remove_disk,
-                       stop_pending, stop_recorded)
+from .tracking import (
+    PENDING_FILE,
+    USERS_DIR,
+    Pending,
+    add_user,
+    live_users,
+    locked,
+    remove_disk,
+    stop_pending,
+    stop_recorded,
+)
 
 __all__ = [
     "start_stack", "stop_stack", "running_stack", "release_user",
@@ -190,13 +222,12 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
             try:
                 # ready = *our* master listens on both ports (a lost port race must not pass
                 # for ready because someone else answers there) and serves metrics
-                wait_until(lambda: _cancelled(cancel) or (
-                    _ours(proc, rpc_port) and _ours(proc, metrics_port) and http_ok(metrics_url)),
-                    proc, timeout=MASTER_READY_TIMEOUT_S, what="mooncake_master")
+                wait_until(_serving(cancel, proc, (rpc_port, metrics_port), metrics_url),
+                           proc, timeout=MASTER_READY_TIMEOUT_S, what="mooncake_master")
                 _check_cancel(cancel)
                 master = proc
                 break
-            except ProcessExited as e:
+            except ProcessExited as exited:
                 started.remove(proc)
                 libs = library_error_in_log(proc.log)
                 if libs is not None:
@@ -211,7 +242,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                     raise PortInUseError(f"mooncake_master could not bind its ports "
                                          f"(rpc {rpc_port}, metrics {metrics_port}): "
                                          f"address already in use; log {proc.log}") from None
-                raise StackError(str(e)) from None
+                raise StackError(str(exited)) from None
         assert master is not None
         master_addr = f"{host}:{rpc_port}"
 
@@ -247,8 +278,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
                 p = procs[e.name]
                 health = f"http://{host}:{ports[e.name]}/health"
                 try:
-                    wait_until(lambda: _cancelled(cancel) or (_ours(p, ports[e.name])
-                                                             and http_ok(health)), p,
+                    wait_until(_serving(cancel, p, (ports[e.name],), health), p,
                                timeout=max(1.0, deadline - time.monotonic()),
                                what=f"endpoint {e.name}")
                     _check_cancel(cancel)
@@ -274,7 +304,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
 
         state = StackState(
             state_dir=str(sdir),
-            started_at=datetime.datetime.now(datetime.timezone.utc).isoformat(),
+            started_at=datetime.datetime.now(datetime.UTC).isoformat(),
             owner_pid=os.getpid(),
             config=dataclasses.asdict(actual),
             master=ProcState.from_proc(master, port=rpc_port, url=master_addr,
@@ -304,6 +334,14 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
 def _ours(proc: Proc, port: int) -> bool:
     """``proc`` listens on ``port`` (unknowable without permission: assume yes)."""
     return listening(proc.pid, port) is not False
+
+
+def _serving(cancel: threading.Event | None, proc: Proc, ports: tuple[int, ...],
+             url: str) -> Callable[[], bool]:
+    """Readiness predicate for :func:`wait_until`: cancelled, or *our* ``proc`` listens on every
+    one of ``ports`` (a lost port race must not pass for ready because someone else answers
+    there) and ``url`` answers. Binds its arguments now, not the caller's loop variables."""
+    return lambda: _cancelled(cancel) or (all(_ours(proc, port) for port in ports) and http_ok(url))
 
 
 def _cancelled(cancel: threading.Event | None) -> bool:

@@ -47,7 +47,7 @@ class ProcState:
     disk_dir: str | None = None
 
     @classmethod
-    def from_proc(cls, proc: Proc, **kw: Any) -> "ProcState":
+    def from_proc(cls, proc: Proc, **kw: Any) -> ProcState:
         return cls(name=proc.name, pid=proc.pid, create_time=proc.create_time, cmd=proc.cmd,
                    log=proc.log, **kw)
 
@@ -87,7 +87,7 @@ class StackState:
     def any_alive(self) -> bool:
         return any(self.live().values())
 
-    def info(self, *, started_here: bool = False) -> "StackInfo":
+    def info(self, *, started_here: bool = False) -> StackInfo:
         cfg = self.stack_config()
         return StackInfo(
             endpoints={n: p.url for n, p in self.endpoints.items()},
@@ -109,7 +109,7 @@ class StackState:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any]) -> "StackState":
+    def from_dict(cls, d: dict[str, Any]) -> StackState:
         d = dict(d)
         d["master"] = ProcState(**d["master"])
         d["endpoints"] = {k: ProcState(**v) for k, v in d["endpoints"].items()}

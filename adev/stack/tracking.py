@@ -16,8 +16,8 @@ import fcntl
 import json
 import os
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Iterator
 
 from ..config import StackConfig
 from .procs import Proc, stop_process
@@ -138,7 +138,7 @@ def stop_recorded(st: StackState, timeout: float = 15.0) -> dict[str, str]:
     if eps:
         with concurrent.futures.ThreadPoolExecutor(len(eps)) as ex:
             for p, r in zip(eps, ex.map(lambda q: stop_process(q.pid, q.create_time,
-                                                               timeout=timeout), eps)):
+                                                               timeout=timeout), eps), strict=True):
                 out[p.name] = r
     out[st.master.name] = stop_process(st.master.pid, st.master.create_time, timeout=timeout)
     return out

@@ -69,8 +69,17 @@ def _kv_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--block-size", type=int, default=16, help="tokens per block (default 16)")
 
 
-def _kv_bytes(args: argparse.Namespace, required: bool = True) -> tuple[int, int, str] | None:
-    """(bytes per token, bytes per block, where from)."""
+def _kv_bytes(args: argparse.Namespace) -> tuple[int, int, str]:
+    """(bytes per token, bytes per block, where from) from --hf-config or --profile; ConfigError
+    when neither is given."""
+    kv = _kv_bytes_given(args)
+    if kv is None:
+        raise ConfigError("give the model's KV size: --hf-config CONFIG_JSON or --profile NAME")
+    return kv
+
+
+def _kv_bytes_given(args: argparse.Namespace) -> tuple[int, int, str] | None:
+    """As :func:`_kv_bytes`; None when neither option is given."""
     from .kv import kv_profile_file
     if getattr(args, "hf_config", None):
         kp = kv_profile_file(args.hf_config, tp=args.tp, kv_dtype=args.kv_dtype,
@@ -79,8 +88,6 @@ def _kv_bytes(args: argparse.Namespace, required: bool = True) -> tuple[int, int
     if getattr(args, "profile", None):
         mp = load_model_profile(args.profile)
         return mp.bytes_per_token, mp.bytes_per_block, f"model profile {args.profile}"
-    if required:
-        raise ConfigError("give the model's KV size: --hf-config CONFIG_JSON or --profile NAME")
     return None
 
 
@@ -111,7 +118,7 @@ def cmd_profile(args: argparse.Namespace) -> int:
 def cmd_capacity(args: argparse.Namespace) -> int:
     from .runstats import run_kv
     from .sizing import capacity
-    kv = _kv_bytes(args, required=False)
+    kv = _kv_bytes_given(args)
     measured = None
     if args.run:
         measured = run_kv(args.run, kv[0] if kv else None)
@@ -119,10 +126,11 @@ def cmd_capacity(args: argparse.Namespace) -> int:
             from ..analysis.run import load_run
             prof = load_run(args.run).profile
             kv = (measured.bytes_per_token, prof.bytes_per_block if prof else 0,
-                  f"the run's model profile")
+                  "the run's model profile")
     if kv is None:
         raise ConfigError("give the model's KV size: --hf-config, --profile or --run")
     bpt, bpb, src = kv
+    per: float
     if args.kv_per_session:
         per, per_src = parse_bytes(args.kv_per_session, "--kv-per-session"), "given"
     elif args.context_tokens:
@@ -152,9 +160,10 @@ def cmd_capacity(args: argparse.Namespace) -> int:
              f"disk tier:        {human(cap.disk_bytes)} = {cap.disk_blocks:,} blocks "
              "(x retention)"]
     if cap.disk_hours is not None:
-        how = "given" if args.new_kv_per_hour else (
-            f"measured: {measured.computed_tokens:,.0f} computed tokens over "
-            f"{measured.span_s / 3600:.3f} model h ({measured.computed_source})")
+        how = "given"
+        if measured is not None and not args.new_kv_per_hour:
+            how = (f"measured: {measured.computed_tokens:,.0f} computed tokens over "
+                   f"{measured.span_s / 3600:.3f} model h ({measured.computed_source})")
         lines.append(f"new KV per hour:  {human(cap.new_kv_bytes_per_hour)} ({how})")
         lines.append(f"a disk tier of {human(cap.disk_hours_for_bytes)} retains "
                      f"{cap.disk_hours:,.2f} hours of new KV")
@@ -167,7 +176,7 @@ def cmd_capacity(args: argparse.Namespace) -> int:
 
 
 def _stamp() -> str:
-    return datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+    return datetime.datetime.now(datetime.UTC).strftime("%Y%m%dT%H%M%SZ")
 
 
 def cmd_fio(args: argparse.Namespace) -> int:

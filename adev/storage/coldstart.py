@@ -154,9 +154,9 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
                   seed: int = 0) -> list[Reactivation]:
     """Warm, evict and re-activate sessions on the running stack ``info`` (a
     :class:`adev.stack.StackInfo`); one :class:`Reactivation` per session and context."""
+    from ..analysis.windows import in_flight
     from ..client.llm import Endpoint, LLMClient
     from ..clock import RunClock
-    from ..analysis.windows import in_flight
     cfg: StackConfig = info.config
     name = endpoint or next(iter(info.endpoints))
     base = info.endpoints[name]
@@ -201,7 +201,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
             ends = np.array([b.read_end_mono or np.nan for b in batch], dtype=float)
             if np.isfinite(starts).any():
                 n = in_flight(starts, ends + 1e-9, starts)
-                for b, nb in zip(batch, n):
+                for b, nb in zip(batch, n, strict=True):
                     ok = np.isfinite(b.read_start_mono or np.nan)
                     b.reads_in_flight = int(nb) if ok else None
             if cycle:  # the first cycle warms connections and the store client up; not reported

@@ -74,7 +74,7 @@ class FioResult:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, d: dict[str, Any], where: str = "fio result") -> "FioResult":
+    def from_json(cls, d: dict[str, Any], where: str = "fio result") -> FioResult:
         try:
             return cls(**{**d, "read": FioDirection(**d["read"]),
                           "write": FioDirection(**d["write"])})
@@ -205,7 +205,7 @@ def run_fio(target: str, *, block_bytes: int, runtime_s: float = 60.0,
     return FioResult(target=path, block_bytes=block_bytes, runtime_s=runtime_s,
                      size_bytes=size_bytes, numjobs=numjobs, iodepth=iodepth, rwmixread=rwmixread,
                      direct=direct, direct_note=note, read=read, write=write, fio_version=version,
-                     command=cmd, date=datetime.datetime.now(datetime.timezone.utc).isoformat(
+                     command=cmd, date=datetime.datetime.now(datetime.UTC).isoformat(
                          timespec="seconds"), block_source=block_source)
 
 

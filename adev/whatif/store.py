@@ -80,7 +80,7 @@ class _Log:
         """Up to ``k`` live ids from the head that pass ``ok``; an ordered log stops at the first
         live id failing it, an unordered one skips it (nothing is removed; leading dead entries
         are skipped for good)."""
-        out = []
+        out: list[np.ndarray] = []
         pos_hi = self.head
         while k > 0 and pos_hi < self.n:
             hi = min(self.n, pos_hi + 2 * k + 64)

@@ -87,7 +87,7 @@ def grid(base: Params, axes: dict[str, list[Any]]) -> list[tuple[dict[str, Any],
     names = list(axes)
     pts = []
     for combo in itertools.product(*(axes[n] for n in names)):
-        point = dict(zip(names, combo))
+        point = dict(zip(names, combo, strict=True))
         kw = {AXES[n].field: v for n, v in point.items()}
         pts.append((point, with_overrides(base, **kw)))
     return pts
@@ -140,7 +140,7 @@ def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store
         for key, g in (tot.groupby(rest) if rest else [((), tot)]):
             g = g.sort_values(x)
             ax.plot(g[x], g[metric], marker="o",
-                    label=", ".join(f"{a}={v}" for a, v in zip(rest, np.atleast_1d(key))) or None)
+                    label=", ".join(f"{a}={v}" for a, v in zip(rest, np.atleast_1d(key), strict=True)) or None)
         ax.set_xlabel(f"{x} ({AXES[x].unit})" if AXES[x].unit else x)
         ax.set_ylabel(label)
         xs = pd.to_numeric(tot[x], errors="coerce")
@@ -159,7 +159,7 @@ def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store
         groups = list(tot.groupby(rest)) if rest else [((), tot)]
         fig, axs = plt.subplots(1, len(groups), figsize=(max(6.5, 5 * len(groups)), 4.4),
                                 squeeze=False)
-        for ax, (key, g) in zip(axs[0], groups):
+        for ax, (key, g) in zip(axs[0], groups, strict=True):
             pv = g.pivot_table(index=ya, columns=xa, values=metric, aggfunc="mean")
             im = ax.imshow(pv.to_numpy(dtype=float), origin="lower", aspect="auto",
                            cmap="viridis")
@@ -175,7 +175,7 @@ def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store
                 ax.text(j, i, f"{v:.3f}", ha="center", va="center", fontsize=7,
                         color="k" if v > mid else "w")
             if rest:
-                ax.set_title(", ".join(f"{a}={v}" for a, v in zip(rest, np.atleast_1d(key))),
+                ax.set_title(", ".join(f"{a}={v}" for a, v in zip(rest, np.atleast_1d(key), strict=True)),
                              fontsize=8)
             fig.colorbar(im, ax=ax, label=label)
     if title:

@@ -133,16 +133,17 @@ def validate(run: Any) -> Validation:
 
 def lease_ranking(vals: list[Validation]) -> pd.DataFrame:
     """For runs of equal width and RAM tier at different leases: whether the predicted store hit
-    shares (mean over windows) order the leases as the measured ones do."""
+    shares (mean over windows) order the leases as the measured ones do. A run whose manifest
+    does not record its lease cannot be placed in the order and is left out."""
     rows = []
     groups: dict[Any, list[Validation]] = {}
     for v in vals:
         groups.setdefault((v.width, v.ram_gb), []).append(v)
     for (width, ram), vs in sorted(groups.items(), key=lambda kv: (kv[0][0] is None, kv[0])):
-        leases = {v.lease_s for v in vs}
-        if len(leases) < 2:
+        known = [v for v in vs if v.lease_s is not None]
+        if len({v.lease_s for v in known}) < 2:
             continue
-        vs = sorted(vs, key=lambda v: v.lease_s)
+        vs = sorted(known, key=lambda v: v.lease_s or 0.0)  # no lease is None in `known`
         pred = [float(v.table["store_hit_share_pred"].mean()) for v in vs]
         meas = [float(v.table["store_hit_share_meas"].mean()) for v in vs]
         same = list(np.argsort(pred, kind="stable")) == list(np.argsort(meas, kind="stable"))

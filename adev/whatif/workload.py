@@ -13,8 +13,8 @@ Block ids are dense integers (``0 .. n_ids-1``), one per distinct block key. Sou
 - a run directory (:func:`from_run`): the reuse ledger (``<run>/ledger``, one touch per full block
   of every prompt) joined on ``call_id`` with the run's call records (endpoint, the server's
   admission stamp ``t_admit``, ``t_admit + read_path_s + prefill_s`` as the save time, the end
-  on the endpoint's own clock (:func:`_engine_end`), the endpoint's count of its preemptions; a call without a server record is
-  admitted at its send time ``t`` and saved and freed at once);
+  on the endpoint's own clock (:func:`_engine_end`), the endpoint's count of its preemptions; a call
+  without a server record is admitted at its send time ``t`` and saved and freed at once);
 - the Mooncake FAST'25 trace format (:func:`from_mooncake_trace`): one JSON object per line,
   ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (512-token blocks, the
   last one possibly partial: only the ``input_length // 512`` full blocks are touched); one
@@ -31,6 +31,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import pandas as pd
 
 MOONCAKE_BLOCK = 512
 
@@ -118,7 +119,7 @@ def from_run(run: Any) -> Workload:
         cids.append(cid)
         t = float(tc["t"][first[j]])
         r = rows.loc[cid] if rows is not None and cid in rows.index else None
-        if isinstance(r, type(rows)):  # a retried call id: its last record
+        if isinstance(r, pd.DataFrame):  # a retried call id: its last record
             r = r.iloc[-1]
         name = str(r["endpoint"]) if r is not None and isinstance(r["endpoint"], str) else "?"
         ep[j] = eps.setdefault(name, len(eps))
@@ -138,7 +139,7 @@ def from_run(run: Any) -> Workload:
         pre[j] = int(pr) if np.isfinite(pr) else 0
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(counts, out=off[1:])
-    names = sorted(eps, key=eps.get)
+    names = sorted(eps, key=eps.__getitem__)
     return _sorted(Workload(f"run {run.path}", bs, names, ep, ta, ts, te, pt, ot, off,
                             dense.astype(np.int64), len(uniq), cids, pre))
 

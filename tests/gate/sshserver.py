@@ -63,7 +63,7 @@ class FakeGuest:
         process.stderr.write(err.decode(errors="replace"))
         process.exit(proc.returncode if proc.returncode >= 0 else 255)
 
-    async def start(self) -> "FakeGuest":
+    async def start(self) -> FakeGuest:
         """Start (or, after ``stop``, restart on a new port with the same keys: a restored guest)."""
         self.client_key_path = self.workdir / "id_ed25519"
         if self.host_key is None:

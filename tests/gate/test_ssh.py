@@ -11,9 +11,17 @@ import asyncssh
 import pytest
 
 from adev.gate.base import GateRequest
-from adev.gate.ssh import (GateInputError, GateTransportError, SshGate, SshGateOptions,
-                           build_upload, compose_result, parse_markers, session_dirname,
-                           session_user)
+from adev.gate.ssh import (
+    GateInputError,
+    GateTransportError,
+    SshGate,
+    SshGateOptions,
+    build_upload,
+    compose_result,
+    parse_markers,
+    session_dirname,
+    session_user,
+)
 
 from .sshserver import FakeGuest
 

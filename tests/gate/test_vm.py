@@ -99,7 +99,7 @@ def vm_available() -> str | None:
 @pytest.mark.skipif(vm_available() is not None, reason=str(vm_available()))
 async def test_three_sessions_in_the_vm(tmp_path):
     from adev.gate.image import ensure_image
-    from adev.gate.vm import VmGate, VmGateConfig, VmConfig
+    from adev.gate.vm import VmConfig, VmGate, VmGateConfig
 
     t0 = time.monotonic()
     image = await asyncio.to_thread(ensure_image)
@@ -171,6 +171,7 @@ async def test_three_sessions_in_the_vm(tmp_path):
         name = gate.vm.name if gate.vm else None
         await gate.close()
     import libvirt
+
     from adev.gate.vm import open_libvirt
     conn = open_libvirt("qemu:///system")
     try:

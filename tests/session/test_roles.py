@@ -13,7 +13,7 @@ def test_builtin_roles_load():
     roles = load_roles()
     assert set(roles.roles) == set(ROLE_NAMES)
     assert "specification follows" in roles.system_prompt
-    for name, role in roles.roles.items():
+    for role in roles.roles.values():
         assert role.template.startswith("## Role: ")
         assert "finish" in role.settings.tools
         text = role.render(round=2, max_rounds=3, task="t", modules="- a", module="a.py",

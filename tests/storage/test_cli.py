@@ -69,8 +69,8 @@ def test_capacity_needs_a_kv_source(capsys):
 
 
 def test_crossover_with_a_run_prefill(tmp_path, capsys):
-    from tests.storage.test_fio import REPORT
     from adev.storage.fio import FioResult, parse_fio_json, save_result
+    from tests.storage.test_fio import REPORT
     from tests.storage.test_runstats import make
     r, w, v = parse_fio_json(json.dumps(REPORT))
     p = save_result(FioResult("t", 1_572_864, 1, 1, 16, 1, 75, True, None, r, w, v, ["fio"], "d"),

@@ -1,8 +1,6 @@
 """What planning reads from a run's records: a hand-made run of three calls."""
 from __future__ import annotations
 
-import json
-
 import pytest
 
 from adev.config import ConfigError

@@ -75,3 +75,13 @@ def test_lease_ranking():
                           v(18, 5.0, [0.2], [0.2])])
     assert rank["width"].tolist() == [6, 12]
     assert rank["ranking_kept"].tolist() == [True, False]
+
+
+def test_lease_ranking_leaves_out_runs_without_a_recorded_lease():
+    def v(lease, pred, meas):
+        t = pd.DataFrame({"store_hit_share_pred": [pred], "store_hit_share_meas": [meas]})
+        return Validation("r", 6, lease, t, None, 32.0)
+    rank = lease_ranking([v(300.0, 0.1, 0.2), v(None, 0.9, 0.9), v(5.0, 0.2, 0.3)])
+    assert rank["leases"].tolist() == [[5.0, 300.0]]
+    assert rank["ranking_kept"].tolist() == [True]
+    assert lease_ranking([v(None, 0.1, 0.2), v(5.0, 0.2, 0.3)]).empty

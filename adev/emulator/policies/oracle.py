@@ -41,9 +41,12 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import PurePosixPath
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .base import PolicyReply, PolicyRequest, ToolCall
+
+if TYPE_CHECKING:
+    from ..tokenizer import Tokenizer
 
 ROLE_HEAD = re.compile(r"^## Role: ([a-z _]+)$", re.M)
 ROUND = re.compile(r"This is round (\d+) of (\d+) of task `([A-Za-z0-9_-]+)`")
@@ -63,7 +66,7 @@ class OracleConfig:
     one_call_per_turn: bool = False
 
     @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> "OracleConfig":
+    def from_dict(cls, d: dict[str, Any] | None) -> OracleConfig:
         from ...config import ConfigError
         d = dict(d or {})
         unknown = set(d) - {"round_shares", "output_tokens", "salt", "thinking",
@@ -115,7 +118,7 @@ class OraclePolicy:
                  tasks: dict[str, Any] | None = None):
         self.config = config if isinstance(config, OracleConfig) else OracleConfig.from_dict(config)
         self._tasks: dict[str, Any] = dict(tasks or {})
-        self._tok = None
+        self._tok: Tokenizer | None = None
 
     # ---- seeded decisions ---------------------------------------------------------------
     def _u(self, seed: int | None, *parts: Any) -> float:
@@ -160,14 +163,14 @@ class OraclePolicy:
     # ---- the policy -------------------------------------------------------------------
     def reply(self, request: PolicyRequest) -> PolicyReply:
         msgs = request.messages
-        idx = _role_prompt_index(msgs)
-        if idx is None:
+        found = _role_prompt(msgs)
+        if found is None:
             return PolicyReply(content="I need a role and a task to work on.",
                                output_tokens=self._output_tokens("other", request.seed, ("none",),
                                                                  request.max_tokens)
                                if self.config.thinking else None)
+        idx, role = found
         prompt = _text(msgs[idx])
-        role = ROLE_HEAD.search(prompt).group(1).strip().replace(" ", "_")
         m = ROUND.search(prompt)
         if not m:
             return PolicyReply(content="The role prompt names no round or task.")
@@ -202,7 +205,7 @@ class OraclePolicy:
                            output_tokens=out)
 
     @staticmethod
-    def _whole_turn(play, st: "_State"):
+    def _whole_turn(play, st: _State):
         """A what-if (``one_call_per_turn``): the turn's scripted steps in one reply (reads,
         writes and ``finish`` together), so a role turn is one model call."""
         texts, reasoning, calls = [], None, []
@@ -229,7 +232,7 @@ class OraclePolicy:
         return n
 
     # ---- roles (each returns content, reasoning, tool calls) ----------------------------
-    def _play_architect(self, st: "_State"):
+    def _play_architect(self, st: _State):
         t = st.task
         if st.step == 0:
             calls = [_call("list_files", path=".")]
@@ -245,7 +248,7 @@ class OraclePolicy:
                          + " -> ".join(PurePosixPath(x.path).stem for x in _dep_order(t))
                          + (f"; round {st.rnd} focuses on the failing tests" if st.rnd > 1 else ""))])
 
-    def _play_contract(self, st: "_State"):
+    def _play_contract(self, st: _State):
         t = st.task
         if st.rnd > 1:
             if st.step == 0:
@@ -264,7 +267,7 @@ class OraclePolicy:
                 [_finish("CONTRACT.md fixes the public interface of "
                          + ", ".join(f"`{x.path}`" for x in t.modules))])
 
-    def _play_test_writer(self, st: "_State"):
+    def _play_test_writer(self, st: _State):
         t = st.task
         files = sorted(t.tests)
         if st.rnd > 1:
@@ -286,9 +289,9 @@ class OraclePolicy:
         return ("All test files are written.", None,
                 [_finish(f"wrote {len(files)} test files: " + ", ".join(files))])
 
-    def _play_implementer(self, st: "_State"):
+    def _play_implementer(self, st: _State):
         t, path = st.task, st.module
-        if path not in t.reference:
+        if path is None or path not in t.reference:
             return ("That module is not part of this task's plan.", None,
                     [_finish(f"no such module {path}")])
         now = [m for m in st.oracle.mistakes_for(t, st.seed, st.rnd) if m.path == path]
@@ -317,7 +320,7 @@ class OraclePolicy:
                    f"rewrote {path}" if now else f"{path}: no failing test involves it")
         return ("Done with my module.", None, [_finish(summary)])
 
-    def _play_integrator(self, st: "_State"):
+    def _play_integrator(self, st: _State):
         t = st.task
         if st.step == 0:
             calls = [_call("read_file", path=x.path) for x in t.modules]
@@ -356,10 +359,12 @@ def _text(msg: dict[str, Any]) -> str:
     return c or ""
 
 
-def _role_prompt_index(msgs: list[dict[str, Any]]) -> int | None:
+def _role_prompt(msgs: list[dict[str, Any]]) -> tuple[int, str] | None:
+    """The index of the last user message with a role heading, and the role it names."""
     for i in range(len(msgs) - 1, -1, -1):
-        if msgs[i].get("role") == "user" and ROLE_HEAD.search(_text(msgs[i])):
-            return i
+        head = ROLE_HEAD.search(_text(msgs[i])) if msgs[i].get("role") == "user" else None
+        if head:
+            return i, head.group(1).strip().replace(" ", "_")
     return None
 
 
@@ -381,7 +386,7 @@ _ANGLES = ("keeping the specification's names exact", "with the error types in m
            "tracking what each module imports", "reading the examples closely")
 
 
-def _voice(st: "_State") -> str:
+def _voice(st: _State) -> str:
     """A seeded lead-in to every visible reply: like a sampled model, each session words its
     messages its own way, so sessions share the task text and then diverge (docs/design.md §2)
     instead of replaying byte-identical transcripts across the fleet."""
@@ -541,7 +546,7 @@ def _stub_mistake(path: str, source: str) -> _Mistake | None:
             find = "".join(lines[a:b])
             if source.count(find) != 1:
                 continue
-            indent = re.match(r"\s*", lines[a]).group(0)
+            indent = lines[a][:len(lines[a]) - len(lines[a].lstrip())]
             return _Mistake(path, find, f"{indent}raise NotImplementedError('TODO')\n",
                             f"leaves {node.name}() unimplemented")
     return None

@@ -15,9 +15,10 @@ import io
 import json
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from .config import ROOT
 
@@ -221,7 +222,7 @@ def _ends_torn(p: Path) -> bool:
 def new_run_id(prefix: str = "run") -> str:
     import datetime
     import secrets
-    ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{prefix}-{ts}-{secrets.token_hex(2)}"
 
 
@@ -234,7 +235,7 @@ class RunDir:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, run_id: str | None = None, base: str | Path | None = None) -> "RunDir":
+    def create(cls, run_id: str | None = None, base: str | Path | None = None) -> RunDir:
         run_id = run_id or new_run_id()
         path = Path(base or RUNS_DIR) / run_id
         path.mkdir(parents=True, exist_ok=False)
@@ -272,7 +273,7 @@ class RunDir:
                 fh.close()
             self._files.clear()
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -160,7 +160,7 @@ def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width:
     wall_ms = [(observed(r) - r["server"]["ttft_s"]) / S * 1000 for r in ok]
     srv_err = [((r["server"]["t_first_token_mono"] - r["server"]["t_arrival_mono"]) * S
                 - r["server"]["ttft_s"]) / r["server"]["ttft_s"] for r in ok]
-    big = [x for r, x in zip(ok, errs) if r["server"]["ttft_s"] >= 1.0]
+    big = [x for r, x in zip(ok, errs, strict=True) if r["server"]["ttft_s"] >= 1.0]
     prompts = [r["prompt_tokens"] for r in res]
     cached = [r["cached_tokens"] or 0 for r in res]
     tiers = {k: sum(r["server"]["tokens"][k] for r in res) for k in ("gpu", "store_ram", "store_disk", "computed")}
@@ -198,7 +198,7 @@ def print_late(ok: list[dict], errs: list[float], S: float) -> None:
     first token after its modelled time: a real store read slower than the tier profile, or the
     endpoint's loop busy or without a CPU) or on the hops (client send -> endpoint arrival, first
     token sent -> client; extension stamps). Split by whether the request read store hits."""
-    late = [(r, e) for r, e in zip(ok, errs) if e > 0.05]
+    late = [(r, e) for r, e in zip(ok, errs, strict=True) if e > 0.05]
     for label, group in (("read store hits", [(r, e) for r, e in late if r["server"]["store_hit_blocks"]]),
                          ("no store hits", [(r, e) for r, e in late if not r["server"]["store_hit_blocks"]])):
         if not group:
@@ -265,7 +265,8 @@ async def main() -> int:
                 print(f"   (host load average {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
                 for p, obs, rep, mod in rows:
                     print(f"S={S:>4}: prompt {p:>6} tok  modelled {mod:8.4f}s  reported {rep:8.4f}s "
-                          f"({(rep - mod) / mod * 100:+6.2f}%)  observed {obs:8.4f}s ({(obs - mod) / mod * 100:+6.2f}%)")
+                          f"({(rep - mod) / mod * 100:+6.2f}%)  "
+                          f"observed {obs:8.4f}s ({(obs - mod) / mod * 100:+6.2f}%)")
                 print_growth(S, rows)
         if not a.skip_load:
             await load(a, base)

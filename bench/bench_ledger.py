@@ -12,6 +12,7 @@ Usage: .venv/bin/python bench/bench_ledger.py [--tokens 65536] [--repeat 7]
 from __future__ import annotations
 
 import argparse
+import functools
 import hashlib
 import pickle
 import sys
@@ -22,10 +23,8 @@ from pathlib import Path
 import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-from adev.analysis.hashing import (fast_chain, none_hash_sha256_cbor,  # noqa: E402
-                                   sha256_cbor_chain)
+from adev.analysis.hashing import fast_chain, none_hash_sha256_cbor, sha256_cbor_chain  # noqa: E402
 from adev.analysis.ledger import LedgerWriter  # noqa: E402
-
 
 CLOCK = time.thread_time  # CPU time of this thread: robust on a machine shared with others
 
@@ -38,6 +37,16 @@ def best(fn, repeat: int) -> float:
         fn()
         b = min(b, CLOCK() - t)
     return b
+
+
+def _cold_adder(w: LedgerWriter, tokens: list[int]):
+    """A function that adds ``tokens`` to ``w`` as a new session's prompt (every block hashed)."""
+    k = [0]
+
+    def add_cold():
+        k[0] += 1
+        w.add(float(k[0]), f"s{k[0]}", "c", tokens)
+    return add_cold
 
 
 def best_interleaved(fns: dict, repeat: int) -> dict:
@@ -99,12 +108,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory() as d:
         for algo in ("fast", "sha256_cbor"):
             w = LedgerWriter(Path(d) / algo, algo=algo)
-            k = [0]
-
-            def add_cold():
-                k[0] += 1
-                w.add(float(k[0]), f"s{k[0]}", "c", lst)   # a new session: every block hashed
-            t = best(add_cold, rep)
+            t = best(_cold_adder(w, lst), rep)
             print(f"LedgerWriter.add cold, list in  {t * 1e3:8.2f} ms  {mt(t):7.1f} M tokens/s"
                   f"  [{algo}; list->array, hashing, touch records written]")
             # incremental: a 32K-token prompt extended by k blocks
@@ -125,8 +129,9 @@ def main() -> int:
                 print(f"  incremental {algo:11s} +{kb:5d} new blocks on {len(half)} tokens: add "
                       f"{ti * 1e3:7.3f} ms, of which hashing {th * 1e3:7.3f} ms "
                       f"({th / kb * 1e6:5.2f} us per new block)")
-            hc = best(lambda: (fast_chain if algo == "fast" else
-                               (lambda a, b: sha256_cbor_chain(a, b, 0, none)))(arr[: n // 2 + 1024 * 16], 16), rep)
+            prompt = arr[: n // 2 + 1024 * 16]
+            hc = best(functools.partial(fast_chain, prompt, 16) if algo == "fast" else
+                      functools.partial(sha256_cbor_chain, prompt, 16, 0, none), rep)
             print(f"  cold hashing of the same {n // 2 + 1024 * 16}-token prompt: {hc * 1e3:.3f} ms "
                   "(the add of a prompt also converts the list and writes one touch per block)")
             w.close()

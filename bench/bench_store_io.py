@@ -8,10 +8,10 @@ The emulated endpoint models a load of n store blocks as ``lookup_latency_s + n 
 read_bytes_per_s`` (the tier profile, model seconds; /S on the wall) and does the real read
 alongside it with the real Mooncake client. Where the real read takes longer than the modelled one,
 the request's first token comes out late (``adev_emulator_read_path_overrun_seconds``; the fleet
-report's "TTFT over the emulator's model" and "real store reads / tier profile"). This benchmark runs each read path the emulator's store
-tier takes (:class:`adev.emulator.store.MooncakeTier`, the code the endpoints run, on a real
-``mooncake_master`` with the stack's own flags and its lease at ``--time-scale``) on ``--blocks``
-blocks at the stack's payload size:
+report's "TTFT over the emulator's model" and "real store reads / tier profile"). This benchmark runs
+each read path the emulator's store tier takes (:class:`adev.emulator.store.MooncakeTier`, the code
+the endpoints run, on a real ``mooncake_master`` with the stack's own flags and its lease at
+``--time-scale``) on ``--blocks`` blocks at the stack's payload size:
 
 - ``lookup``: ``batch_is_exist`` over keys that are present (it grants their leases);
 - ``ram, own segment``: a load of blocks this client put (the default ``local`` placement: reads
@@ -159,7 +159,7 @@ async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
                 await asyncio.sleep(1.1)
             await asyncio.sleep(1.5)
             tiers = await t.tiers(allk[:total // 2])
-            dkeys = [k for k, tr in zip(allk, tiers) if tr == "disk"][:n]
+            dkeys = [k for k, tr in zip(allk[:total // 2], tiers, strict=True) if tr == "disk"][:n]
             if len(dkeys) < n // 2:
                 raise RuntimeError(f"only {len(dkeys)} of the first {total // 2} blocks are disk-only")
 

@@ -30,11 +30,11 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from adev.analysis.run import load_run
-from adev.whatif.simulator import simulate
-from adev.whatif.sweep import run_sweep
-from adev.whatif.validate import run_busy, run_params, run_windows
-from adev.whatif.workload import from_run
+from adev.analysis.run import load_run  # noqa: E402
+from adev.whatif.simulator import simulate  # noqa: E402
+from adev.whatif.sweep import run_sweep  # noqa: E402
+from adev.whatif.validate import run_busy, run_params, run_windows  # noqa: E402
+from adev.whatif.workload import from_run  # noqa: E402
 
 SWEEP = {"ram": [4.0, 8.0, 16.0, 32.0, 64.0], "lease": [1.0, 5.0, 60.0, 300.0]}
 

@@ -73,7 +73,7 @@ def breakdown(df: pd.DataFrame, by: list[str]) -> pd.DataFrame:
     for key, g in df.groupby(by, sort=True):
         key = key if isinstance(key, tuple) else (key,)
         s = shares(g)
-        rows.append({**dict(zip(by, key)), "calls": len(g), "prompt_sum": int(g["prompt"].sum()),
+        rows.append({**dict(zip(by, key, strict=True)), "calls": len(g), "prompt_sum": int(g["prompt"].sum()),
                      "of_run": g["prompt"].sum() / total if total else np.nan,
                      "prompt_mean": g["prompt"].mean(), "prompt_p50": g["prompt"].median(),
                      "prompt_p90": g["prompt"].quantile(0.9),
@@ -90,8 +90,8 @@ def peak_concurrent_tokens(df: pd.DataFrame) -> dict[str, tuple[float, float]]:
     for ep, g in df.groupby("endpoint"):
         g = g[g["t_end"].notna()]
         size = (g["prompt"] + g["completion_tokens"].fillna(0).astype(float)).to_numpy()
-        ev = sorted([(float(t), s) for t, s in zip(g["t_sent"], size)]
-                    + [(float(t), -s) for t, s in zip(g["t_end"], size)],
+        ev = sorted([(float(t), s) for t, s in zip(g["t_sent"], size, strict=True)]
+                    + [(float(t), -s) for t, s in zip(g["t_end"], size, strict=True)],
                     key=lambda e: (e[0], e[1]))  # ends before starts at the same instant
         cur = peak = area = busy = 0.0
         last = None

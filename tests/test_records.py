@@ -10,8 +10,18 @@ import time
 
 import pytest
 
-from adev.records import (RECORD_TYPES, CallRecord, EventRecord, GateRecord, RunDir,
-                          ScrapeRecord, SessionRecord, ToolEvent, WindowRecord, new_run_id)
+from adev.records import (
+    RECORD_TYPES,
+    CallRecord,
+    EventRecord,
+    GateRecord,
+    RunDir,
+    ScrapeRecord,
+    SessionRecord,
+    ToolEvent,
+    WindowRecord,
+    new_run_id,
+)
 from adev.records import TestResult as GateTest
 
 

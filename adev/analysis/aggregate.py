@@ -7,8 +7,9 @@ Only valid windows are aggregated; invalid ones are listed with their reason.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -192,7 +193,8 @@ def op_key(s: RunSummary) -> tuple:
 
 def op_label(key: tuple) -> str:
     conf, disk, lease, pause = key
-    f = (lambda v: "?" if v is None else f"{v:g}")
+    def f(v: float | None) -> str:
+        return "?" if v is None else f"{v:g}"
     return (f"{conf or '?'}" + (f" ({disk})" if disk else "")
             + f", lease {f(lease)} s, pause {f(pause)} s")
 

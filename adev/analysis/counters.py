@@ -23,8 +23,8 @@ Rules (:func:`counter_delta`):
 """
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Callable, Sequence
 
 import numpy as np
 
@@ -136,7 +136,7 @@ def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
         return Delta(None, reason=f"{what}: boundary scrapes out of order")
     acc, resets, gaps = 0.0, 0, 0
     prev = pts[ia][1]
-    for t, v in pts[ia + 1: ib + 1]:
+    for _, v in pts[ia + 1: ib + 1]:
         if v is None:
             gaps += 1
             continue

@@ -27,7 +27,9 @@ from __future__ import annotations
 
 import array as _array
 import hashlib
-from typing import Literal, Sequence
+import itertools
+from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 
@@ -168,7 +170,7 @@ def sha256_cbor_chain(tokens: np.ndarray, block_size: int, first_block: int,
     tail = b"\xf6"  # None (extra keys)
     base = hashlib.sha256(head)  # every message starts with the same 3 bytes: hash them once
     bo = offs[::block_size].tolist()
-    suffixes = [arr + enc[a:b] + tail for a, b in zip(bo, bo[1:])]
+    suffixes = [arr + enc[a:b] + tail for a, b in itertools.pairwise(bo)]
     h = parent
     out = []
     append = out.append

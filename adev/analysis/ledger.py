@@ -40,14 +40,23 @@ import json
 import os
 import threading
 import time
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 import numpy as np
 
-from .hashing import (ALGOS, Algo, as_tokens, block_keys, digest_keys, fast_chain,
-                      none_hash_sha256_cbor, sha256_cbor_chain)
+from .hashing import (
+    ALGOS,
+    Algo,
+    as_tokens,
+    block_keys,
+    digest_keys,
+    fast_chain,
+    none_hash_sha256_cbor,
+    sha256_cbor_chain,
+)
 
 __all__ = ["ALGOS", "Algo", "block_keys", "fast_chain", "none_hash_sha256_cbor",
            "sha256_cbor_chain", "LEDGER_DIRNAME", "FORMAT_VERSION", "TOUCH_DTYPE", "HASH_DTYPE",
@@ -217,7 +226,7 @@ class LedgerWriter:
                     fh.close()
             self._state.clear()
 
-    def __enter__(self) -> "LedgerWriter":
+    def __enter__(self) -> LedgerWriter:
         return self
 
     def __exit__(self, *exc: Any) -> None:
@@ -259,9 +268,9 @@ class Ledger:
     calls: list[dict[str, Any]]
     sessions: dict[int, str]  # session index -> session id
     torn_bytes: int = 0
-    _classified: dict[Any, "Classified"] = field(default_factory=dict, repr=False)
+    _classified: dict[Any, Classified] = field(default_factory=dict, repr=False)
 
-    def classified(self, lease_ttl_s: float | None = None) -> "Classified":
+    def classified(self, lease_ttl_s: float | None = None) -> Classified:
         """:func:`classify` of the touches, cached per lease TTL."""
         c = self._classified.get(lease_ttl_s)
         if c is None:
@@ -276,7 +285,7 @@ class Ledger:
         raw = p.read_bytes()
         raw = raw[: len(raw) - len(raw) % HASH_DTYPE.itemsize]
         rec = np.frombuffer(raw, dtype=HASH_DTYPE)
-        return {int(k): bytes(d) for k, d in zip(rec["key"], rec["digest"])}
+        return {int(k): bytes(d) for k, d in zip(rec["key"], rec["digest"], strict=True)}
 
 
 def has_ledger(run_dir: Any) -> bool:

@@ -28,8 +28,9 @@ import os
 import queue as _queue
 import select
 import struct
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 import orjson
@@ -206,7 +207,7 @@ class LedgerProcess:
             raise RuntimeError(f"ledger process failed (exit code {self._p.exitcode}): "
                                f"{err or 'no error reported'}")
 
-    def __enter__(self) -> "LedgerProcess":
+    def __enter__(self) -> LedgerProcess:
         return self
 
     def __exit__(self, *exc: Any) -> None:

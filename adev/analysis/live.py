@@ -10,8 +10,9 @@ Counters are differenced between the first and the latest OK scrape of each targ
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from functools import lru_cache
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 

@@ -2,15 +2,16 @@
 directories (a night of a campaign), each read with its window table and summary."""
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 import pandas as pd
 
 from .aggregate import RunSummary, summarise
 from .run import Run, load_run
 from .windows import window_table
+
 
 def is_run_dir(p: Path) -> bool:
     return p.is_dir() and ((p / "manifest.json").exists() or (p / "calls.jsonl").exists())

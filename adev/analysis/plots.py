@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 import numpy as np
 
@@ -70,7 +70,7 @@ def fig_saving_vs_width(summ: Sequence[RunSummary], labels: Sequence[str] | None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     series = []
-    for g, lab in zip(groups, labels):
+    for g, lab in zip(groups, labels, strict=True):
         t = sweep_table(g)
         t = t[t["width"].notna() & t["gross_saving"].notna()]
         ops = list(dict.fromkeys(t["operating_point"])) if len(t) else []
@@ -167,11 +167,11 @@ def fig_ttft_cdfs(loaded: Sequence[Loaded], labels: Sequence[str] | None = None)
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for lab, a, b in series[:12]:
-        for ax, v in zip(axes, (a, b)):
+        for ax, v in zip(axes, (a, b), strict=True):
             x, y = _cdf(v)
             ax.step(x, y, where="post", label=lab)
     from matplotlib.ticker import NullFormatter
-    for ax, t in zip(axes, ("from send", "from schedule")):
+    for ax, t in zip(axes, ("from send", "from schedule"), strict=True):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"TTFT {t} (model s)")

@@ -6,9 +6,10 @@ from __future__ import annotations
 import base64
 import html
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import markdown as _markdown
 import pandas as pd
@@ -125,8 +126,8 @@ class Doc:
                 if b.png is None:
                     parts.append(f"<p class='missing'><b>Missing:</b> {html.escape(b.reason or '')}</p>")
                 else:
-                    parts.append("<img alt='%s' src='data:image/png;base64,%s'>"
-                                 % (html.escape(b.title), base64.b64encode(b.png).decode()))
+                    parts.append(f"<img alt='{html.escape(b.title)}' "
+                                 f"src='data:image/png;base64,{base64.b64encode(b.png).decode()}'>")
                 if b.caption:
                     parts.append(f"<p><i>{html.escape(b.caption)}</i></p>")
             else:

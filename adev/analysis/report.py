@@ -16,16 +16,18 @@ import argparse
 import datetime
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .loaded import Loaded, expand, is_run_dir, load_all  # noqa: F401  (the report's API)
-from .plots import (OP_WIDTH, Figure, fig_hit_shares, fig_operating_points,  # noqa: F401
-                    fig_reuse, fig_saving_vs_width, fig_ttft_cdfs)
-from .render import PCT_COLS, Doc, fmt as _fmt, md_table, write as _write
+from .plots import OP_WIDTH, Figure, fig_hit_shares, fig_operating_points, fig_reuse, fig_saving_vs_width, fig_ttft_cdfs  # noqa: F401
+from .render import PCT_COLS, Doc, md_table
+from .render import fmt as _fmt
+from .render import write as _write
 from .run import load_run
 from .source import beside, beside_markdown
 from .windows import window_table
@@ -209,7 +211,7 @@ def write_report(paths: Sequence[str | Path] | str | Path, out: str | Path | Non
             out = loaded[0].run.path / "report"
         else:
             from ..config import ROOT
-            ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+            ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
             out = ROOT / "results" / "reports" / f"report-{ts}"
     return _write(build_report(loaded), Path(out))
 
@@ -222,7 +224,7 @@ def write_compare(a: str | Path, b: str | Path, out: str | Path | None = None,
     doc = build_compare(load_all([a], with_reuse), load_all([b], with_reuse), la, lb)
     if out is None:
         from ..config import ROOT
-        ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
         out = ROOT / "results" / "reports" / f"compare-{ts}"
     return _write(doc, Path(out))
 

@@ -265,7 +265,7 @@ class LLMClient:
             await self._session.close()
             self._session = None
 
-    async def __aenter__(self) -> "LLMClient":
+    async def __aenter__(self) -> LLMClient:
         return self
 
     async def __aexit__(self, *exc: Any) -> None:

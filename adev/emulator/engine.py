@@ -31,7 +31,7 @@ import bisect
 import logging
 import time
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
@@ -256,7 +256,7 @@ class Engine:
             self._wake.clear()
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 if nxt is None or self.wall(plan.ends[nxt - 1]) - now >= delay - margin:
                     if margin:
                         continue

@@ -33,7 +33,7 @@ it took, what it emitted, finished and preempted), as the unit tests use it.
 from __future__ import annotations
 
 from collections import deque
-from typing import Callable
+from collections.abc import Callable
 
 from adev.emulator.metrics import Metrics, observe_n
 from adev.emulator.pool import NONE_HASH, PrefixPool, block_hashes, max_hit_blocks

@@ -22,9 +22,9 @@ Which tier served a hit: Mooncake's client does not say. The master's HTTP admin
 master's hit counters (``get_replica_desc`` does bump them, so it would double-count
 ``mem_cache_hit_bytes_total``); the engine queries it (:meth:`MooncakeTier.tiers`) for the hit
 keys concurrently with the load: a key with a memory replica was served from RAM (Mooncake reads
-memory replicas first), one with only a disk replica from disk. To keep the master's work small it queries every 16th key
-and then every key between two samples that differ (exact unless a tier changes twice within 16
-consecutive blocks). It needs the master's HTTP (metrics) address; without it every hit is
+memory replicas first), one with only a disk replica from disk. To keep the master's work small it
+queries every 16th key and then every key between two samples that differ (exact unless a tier
+changes twice within 16 consecutive blocks). It needs the master's HTTP (metrics) address; without it every hit is
 attributed to RAM and counted as unknown.
 
 Placement: puts carry ``ReplicateConfig.preferred_segment`` = this client's own segment (the
@@ -47,6 +47,7 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
+import itertools
 import json
 import logging
 import os
@@ -256,7 +257,7 @@ class MooncakeTier:
         ex = c.put_exec if op == "put" else c.exec
         try:
             return await asyncio.wait_for(loop.run_in_executor(ex, fn, c, *args), self.s.io_timeout_s)
-        except asyncio.TimeoutError:
+        except TimeoutError:
             log.warning("store %s timed out after %.1f s", op, self.s.io_timeout_s)
             self.on_error(op)
             return None
@@ -408,7 +409,7 @@ class MooncakeTier:
         q = await self._query([keys[i] for i in idx])
         out: list[str | None] = [None] * n
         refine: list[int] = []
-        for a, b in zip(idx, idx[1:]):
+        for a, b in itertools.pairwise(idx):
             ta, tb = q[keys[a]], q[keys[b]]
             if ta == tb:
                 for i in range(a, b + 1):
@@ -433,7 +434,7 @@ class MooncakeTier:
         if ex is None:
             res.error = True
             return res
-        missing = [k for k, e in zip(cand, ex) if not e]
+        missing = [k for k, e in zip(cand, ex, strict=True) if not e]
         res.present = len(cand) - len(missing)
         p = self.s.payload_bytes
         for i in range(0, len(missing), self.s.batch_keys):

@@ -25,8 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ROOT, ConfigError, StackConfig, from_dict
-from .config import (CampaignConfig, CampaignPoint, FleetConfig, load_campaign,
-                     load_fleet, resolve_path, set_dotted)
+from .config import CampaignConfig, CampaignPoint, FleetConfig, load_campaign, load_fleet, resolve_path, set_dotted
 
 DEFAULT_CAMPAIGN = ROOT / "fleets" / "nightly.toml"
 
@@ -179,7 +178,7 @@ def run_campaign(path: str | Path | None = None, *, quick: bool = False, date: s
     fleets = [(p, point_fleet(camp, base_dir, p, quick=quick, extra=extra)) for p in points]
     root = Path(results_dir or camp.results_dir)
     root = root if root.is_absolute() else ROOT / root
-    date = date or datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
+    date = date or datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d")
     night = root / date
     k = 2
     while night.exists():
@@ -187,7 +186,7 @@ def run_campaign(path: str | Path | None = None, *, quick: bool = False, date: s
         k += 1
     night.mkdir(parents=True)
     doc: dict[str, Any] = {"campaign": camp.name, "night": night.name, "quick": quick,
-                           "started_at": datetime.datetime.now(datetime.timezone.utc).isoformat(),
+                           "started_at": datetime.datetime.now(datetime.UTC).isoformat(),
                            "points": {}}
     worst = 0
     for p, cfg in fleets:
@@ -213,7 +212,7 @@ def run_campaign(path: str | Path | None = None, *, quick: bool = False, date: s
         _write(night / "night.json", doc)
         if outcome.stopped:
             break
-    doc["finished_at"] = datetime.datetime.now(datetime.timezone.utc).isoformat()
+    doc["finished_at"] = datetime.datetime.now(datetime.UTC).isoformat()
     _write(night / "night.json", doc)
     prev = previous_night(root, night.name)
     new = {k: v.get("figures") or {} for k, v in doc["points"].items()}

@@ -1,10 +1,10 @@
 """``adev fleet``: run one fleet (``fleets/default.toml`` plus command-line overrides)."""
 from __future__ import annotations
 
-from ..gate.registry import GATES
-
 import argparse
 import sys
+
+from ..gate.registry import GATES
 
 OVERRIDES = {  # CLI option dest -> dotted fleet key
     "width": "width", "protocol": "protocol", "windows": "windows.count",

@@ -13,7 +13,8 @@ import asyncio
 import sys
 import time
 from collections import Counter
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from ..records import RunDir
 

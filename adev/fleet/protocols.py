@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import asyncio
 import random
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 from ..clock import RunClock
 from ..records import EventRecord, SessionRecord, WindowRecord
@@ -86,7 +87,7 @@ class Fleet:
         if delay > 0:
             try:
                 await asyncio.wait_for(self.stop_event.wait(), timeout=delay)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         return not self.stop_event.is_set()
 

@@ -24,9 +24,10 @@ import os
 import signal
 import sys
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 from .. import event_loop
 from ..clock import RunClock
@@ -135,7 +136,7 @@ class _Signals:
         else:
             self.main.cancel()
 
-    def __enter__(self) -> "_Signals":
+    def __enter__(self) -> _Signals:
         for s in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 self.loop.add_signal_handler(s, self._handle, s.name)

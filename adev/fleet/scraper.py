@@ -7,7 +7,8 @@ record with ``ok=False`` and the error, never an exception.
 from __future__ import annotations
 
 import asyncio
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import httpx
 

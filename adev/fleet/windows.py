@@ -10,8 +10,9 @@ the run, and measurement continues with new windows until ``count`` valid window
 """
 from __future__ import annotations
 
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Iterable, Mapping
+from typing import Any
 
 from ..client.scrape import total
 from .config import WarmupRule

@@ -8,8 +8,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any, AsyncIterator
+from typing import Any
 
 from .. import event_loop
 from ..client.llm import Endpoint, LLMClient

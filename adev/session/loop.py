@@ -45,8 +45,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..clock import RunClock
 from ..client.llm import ChatResult, ContextLengthError, LLMClient, LLMError
+from ..clock import RunClock
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, ToolEvent
 from .roles import Role, Roles, load_roles
@@ -317,7 +317,7 @@ class _Session:
             turns = await _gather([self.run_role(roles["implementer"], rnd, m,
                                                  tag=f"implementer{i}")
                                    for i, m in enumerate(self.task.modules)])
-            for i, turn in enumerate(turns):
+            for turn in turns:
                 self.add_turn(turn, rnd)
             for i, turn in enumerate(turns):
                 self.check_progress(turn, f"implementer{i}", rnd)

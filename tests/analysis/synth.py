@@ -16,15 +16,14 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import math
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Sequence
 
 import numpy as np
 
 from adev.analysis.ledger import LedgerWriter
 from adev.config import StackConfig, StoreSpec, load_model_profile
 from adev.records import CallRecord, RunDir, ScrapeRecord, SessionRecord, WindowRecord
-
 
 T0_MONO = 1000.0   # the run clock's origin on the (synthetic) host monotonic clock
 TIME_SCALE = 10.0
@@ -87,7 +86,7 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
             t = s0 + float(rng.uniform(0, 5))
             prompt = np.concatenate([shared_prefix,
                                      rng.integers(0, prof.vocab_size, 500, dtype=np.uint32)])
-            step = 0
+            step = grow = 0  # grow: tokens the last call added to the prompt (read from step 1)
             while t < s1 - 5:
                 ep = endpoints[step % len(endpoints)]
                 p = len(prompt)
@@ -200,9 +199,9 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
             lo = int(np.searchsorted(adm, origin, side="right")) if origin is not None else 0
             cur = cum[hi] - cum[lo]
             if target == "master":
-                samples = {k: float(v) for k, v in zip(keys, cur)}
+                samples = {k: float(v) for k, v in zip(keys, cur, strict=True)}
             else:
-                samples = {f'{k}{{engine="0",model_name="m"}}': float(v) for k, v in zip(keys, cur)}
+                samples = {f'{k}{{engine="0",model_name="m"}}': float(v) for k, v in zip(keys, cur, strict=True)}
                 samples['vllm:num_requests_running{engine="0",model_name="m"}'] = 0.0
             rd.append(ScrapeRecord(run_id=run_id, target=target, url=f"http://127.0.0.1/{target}",
                                    t=float(ts), ok=True, samples=samples))

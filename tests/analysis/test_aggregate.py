@@ -6,8 +6,15 @@ import math
 import pandas as pd
 import pytest
 
-from adev.analysis.aggregate import (burst_windows, operating_points, spread, summarise,
-                                     sweep_table, t_interval, window_stats)
+from adev.analysis.aggregate import (
+    burst_windows,
+    operating_points,
+    spread,
+    summarise,
+    sweep_table,
+    t_interval,
+    window_stats,
+)
 from adev.analysis.run import load_run
 from adev.analysis.windows import ALL, window_table
 

@@ -7,8 +7,16 @@ import numpy as np
 import pytest
 
 from adev.analysis.hashing import ALGOS, block_keys, none_hash_sha256_cbor
-from adev.analysis.ledger import (CROSS_SESSION, NEW, SAME_SESSION, TOUCH_DTYPE, LedgerWriter,
-                                  classify, read_ledger, reuse_profile)
+from adev.analysis.ledger import (
+    CROSS_SESSION,
+    NEW,
+    SAME_SESSION,
+    TOUCH_DTYPE,
+    LedgerWriter,
+    classify,
+    read_ledger,
+    reuse_profile,
+)
 from tests.analysis.test_hashing import vllm_sha256_cbor_reference
 
 cbor2 = pytest.importorskip("cbor2")
@@ -48,7 +56,7 @@ def test_classification_and_distances(tmp_path):
     led = read_ledger(tmp_path)
     c = classify(led.touches, lease_ttl_s=60.0)
     by = list(zip(led.touches["call"].tolist(), led.touches["pos"].tolist(), c.cls.tolist(),
-                  np.nan_to_num(c.distance, nan=-1).tolist(), c.aged.tolist()))
+                  np.nan_to_num(c.distance, nan=-1).tolist(), c.aged.tolist(), strict=True))
     assert by == [
         (0, 0, NEW, -1, False), (0, 1, NEW, -1, False),
         (1, 0, SAME_SESSION, 5.0, False), (1, 1, SAME_SESSION, 5.0, False), (1, 2, NEW, -1, False),

@@ -9,8 +9,15 @@ import pytest
 
 from adev.analysis import counters as C
 from adev.analysis.run import Scrape, load_run
-from adev.analysis.windows import (ALL, analyse_window, busy_time, in_flight, store_read_over_profile,
-                                   ttft_model_error, window_table)
+from adev.analysis.windows import (
+    ALL,
+    analyse_window,
+    busy_time,
+    in_flight,
+    store_read_over_profile,
+    ttft_model_error,
+    window_table,
+)
 from adev.config import StackConfig, StoreSpec, load_model_profile
 from adev.records import CallRecord, RunDir, ScrapeRecord, WindowRecord
 

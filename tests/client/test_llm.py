@@ -91,7 +91,7 @@ class FakeServer:
         if b == "slow":
             try:
                 await asyncio.wait_for(self.release.wait(), 30)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
         t_first = time.monotonic()
         await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {

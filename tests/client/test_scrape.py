@@ -73,7 +73,7 @@ def test_warm_parse_does_not_call_the_parser_except_for_uncacheable_lines(monkey
 
 
 def test_malformed_line_raises_and_total_sums_labels():
-    with pytest.raises(Exception):
+    with pytest.raises(ValueError):
         parse_metrics('bad{x="1} 3\n')
     s = parse_metrics('a{k="1"} 2\na{k="2"} 3\nb 1\n')
     assert total(s, "a") == 5 and total(s, "a", k="2") == 3 and total(s, "c") is None

@@ -62,7 +62,7 @@ class Master:
     def metrics_url(self) -> str:
         return f"http://127.0.0.1:{self.http}/metrics"
 
-    def start(self) -> "Master":
+    def start(self) -> Master:
         cfg = from_dict(StackConfig, {"configuration": self.configuration}, "stack")
         cmd = [str(find_master_binary()), *master_flags(
             cfg, rpc_port=self.rpc, metrics_port=self.http, host="127.0.0.1", lease_ms=self.lease_ms)]
@@ -104,7 +104,7 @@ class Emulator:
     def root(self) -> str:
         return f"http://127.0.0.1:{self.port}"
 
-    def start(self, timeout: float = 30) -> "Emulator":
+    def start(self, timeout: float = 30) -> Emulator:
         cfg = self.workdir / f"stack-{self.name}.json"
         cfg.write_text(json.dumps(dataclasses.asdict(self.stack)))
         disk = None
@@ -121,7 +121,8 @@ class Emulator:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if self.proc.poll() is not None:
-                raise RuntimeError(f"emulator exited: {(self.workdir / f'emulator-{self.name}.log').read_text()[-3000:]}")
+                log = (self.workdir / f"emulator-{self.name}.log").read_text()
+                raise RuntimeError(f"emulator exited: {log[-3000:]}")
             try:
                 if httpx.get(self.root + "/health", timeout=0.5).status_code == 200:
                     return self

@@ -9,8 +9,8 @@ import pytest
 from aiohttp import web
 
 from adev.client.scrape import parse_metrics, total
-from adev.emulator.policies.base import PolicyReply, ToolCall
 from adev.emulator.planning import build_output, deltas
+from adev.emulator.policies.base import PolicyReply, ToolCall
 from adev.emulator.server import Endpoint
 from adev.emulator.tokenizer import IM_END, Tokenizer
 from tests.emulator.helpers import free_port, make_stack, prompt_messages, tmpdir, write_profile
@@ -81,7 +81,7 @@ async def test_prefix_hit_counting_rules(endpoint):
     assert sum(a["tokens"].values()) == p
     assert a["t_arrival_mono"] <= a["t_first_token_mono"] <= a["t_end_mono"]
     # metric names and labels as vLLM exports them
-    assert 'vllm:time_to_first_token_seconds_count{engine="0",model_name="%s"}' % MODEL in s2
+    assert f'vllm:time_to_first_token_seconds_count{{engine="0",model_name="{MODEL}"}}' in s2
     assert any(k.startswith("vllm:cache_config_info{block_size=\"16\"") for k in s2)
 
 

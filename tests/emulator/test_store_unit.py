@@ -1,5 +1,6 @@
 """MooncakeTier logic that does not need a master: key format, sampled tier attribution, load batching."""
 import time
+
 from adev.emulator.store import MooncakeTier, StoreSettings, block_key
 
 

@@ -1,8 +1,7 @@
 import pytest
 
-from adev.config import ConfigError, StackConfig
+from adev.config import ROOT, ConfigError, StackConfig
 from adev.fleet.config import fleet_from_dict, load_campaign, load_fleet
-from adev.config import ROOT
 
 
 def test_default_file_loads_and_overrides_apply():
@@ -60,12 +59,12 @@ def test_nightly_campaign_file_is_valid():
 
 
 def test_client_and_stack_cpus(monkeypatch):
+    import argparse
     import os
 
     from adev.config import HOST_CPUS
     from adev.fleet import runner
     from adev.fleet.cli import overrides_from_args, register
-    import argparse
     ap = argparse.ArgumentParser()
     register(ap.add_subparsers())
     a = ap.parse_args(["fleet", "--client-cpus", f"{HOST_CPUS[-1]}", "--stack-cpus",

@@ -101,7 +101,8 @@ def test_batch_width6_three_runs(tmp_path, state_dir):
     from adev.fleet.runner import run_fleet
     cfg = fleet_from_dict({
         "width": 6, "protocol": "batch", "runs": 3, "pause_s": 0.0,
-        "stack": stack_dict(state_dir, 2 * S),  # whole sessions, three times: a faster clock "results_dir": str(tmp_path), "live": "plain",
+        "stack": stack_dict(state_dir, 2 * S),  # whole sessions, three times: a faster clock
+        "results_dir": str(tmp_path), "live": "plain",
         "report": False})
     out = run_fleet(cfg)
     assert out.exit_code == 0, out.summary

@@ -1,6 +1,5 @@
 from adev.fleet.config import WarmupRule
-from adev.fleet.windows import (RegimeDetector, last_stamp, plan_windows,
-                                pool_tokens_from_samples, resume_plan)
+from adev.fleet.windows import RegimeDetector, last_stamp, plan_windows, pool_tokens_from_samples, resume_plan
 
 Q = "vllm:prefix_cache_queries_total"
 U = "vllm:kv_cache_usage_perc"

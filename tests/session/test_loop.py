@@ -7,8 +7,8 @@ import json
 
 import pytest
 
-from adev.clock import RunClock
 from adev.client.llm import LLMError
+from adev.clock import RunClock
 from adev.emulator.policies.base import PolicyReply, ToolCall
 from adev.emulator.policies.oracle import OraclePolicy
 from adev.gate.base import GateResult

@@ -8,13 +8,13 @@ from collections import Counter
 
 import pytest
 
+from adev.clock import RunClock
 from adev.config import ConfigError
 from adev.emulator.policies.base import PolicyRequest, load_policy
 from adev.emulator.policies.oracle import OracleConfig, OraclePolicy, _stub_mistake
 from adev.emulator.tokenizer import Tokenizer
 from adev.gate.local import LocalGate
 from adev.records import RunDir
-from adev.clock import RunClock
 from adev.session.loop import SessionContext, run_session
 from adev.session.roles import load_roles
 from adev.tasks import list_tasks, load_task

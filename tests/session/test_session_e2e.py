@@ -46,7 +46,7 @@ async def test_every_task_on_embedded_stack(embedded_stack, tmp_path):
         await llm.discover()
         outs = await asyncio.gather(*(run_session(ctx, load_task(t), s, f"{t}-{s}")
                                       for t, s in runs))
-    for (t, s), o in zip(runs, outs):
+    for (t, s), o in zip(runs, outs, strict=True):
         assert o.status == "passed" and o.acceptance == "pass", (t, s, o.reason)
         assert o.rounds == oracle.rounds_needed(s)
     gates = rd.read("gates")

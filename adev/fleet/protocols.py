@@ -173,6 +173,7 @@ class Fleet:
         cfg = self.cfg
         count = cfg.windows.count if count is None else count
         t_start = self.clock.now()
+        self.detector.start(t_start if self.epoch else 0.0)  # afresh after a resume
         self.event("fleet_start" if self.epoch == 0 else "fleet_restart", epoch=self.epoch,
                    protocol="steady", width=cfg.width, windows=count, first_index=first_index)
         scrape_task = asyncio.create_task(self.scraper.loop(), name="scraper")

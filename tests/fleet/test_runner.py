@@ -100,10 +100,14 @@ def test_failing_sessions_abort_the_fleet(tmp_path):
     assert sum(e["event"] == "session_error" for e in rd.read("events")) >= 3
 
 
-def test_resume_after_crash_inside_window_2(tmp_path):
-    """Run until window 2 is open, then simulate kill -9 (records cut, torn line), resume."""
+@pytest.mark.parametrize("max_s,length_s", [(5000.0, 200.0), (1000.0, 1200.0)])
+def test_resume_after_crash_inside_window_2(tmp_path, max_s, length_s):
+    """Run until window 2 is open, then simulate kill -9 (records cut, torn line), resume.
+    With ``warmup.max_s`` shorter than the time of the crash, the resumed fleet still warms up
+    afresh: the limit counts from the resume."""
     import asyncio
-    c = cfg(tmp_path)
+    c = cfg(tmp_path, warmup={"kv_usage": 0.0, "pool_turnover": 1.0, "max_s": max_s},
+            windows={"count": 3, "length_s": length_s})
     deps = fake_deps(S)
     run = FleetRun(c, c.stack_config(), deps)
 
@@ -150,6 +154,12 @@ def test_resume_after_crash_inside_window_2(tmp_path):
     assert ev and ev[0]["detail"]["interrupted"] == [2]
     # the resumed timeline continues after the crash
     assert ws[2]["t0"] > ws[1]["t1"]
+    # ... and warms up afresh: all 4 slots (staggered 10 s) run before its first window
+    t_resume = ev[0]["t"]
+    after = [e for e in rd.read("events") if e["t"] >= t_resume]
+    assert not any(e["event"] == "regime_timeout" for e in after)
+    regime = next(e for e in after if e["event"] == "regime")
+    assert regime["t"] >= t_resume + 30.0 and ws[2]["t0"] >= regime["t"]
 
 
 def test_batch_resume_after_crash_inside_run_2(tmp_path):

@@ -69,10 +69,18 @@ class Loaded:
     summary: RunSummary
 
 
+_notes: list[str] = []  # one line per run read with something to say (printed by the CLI)
+
+
 def load_all(paths: Sequence[str | Path], with_reuse: bool = True) -> list[Loaded]:
     out = []
     for p in expand(paths):
         run = load_run(p)
+        for kind, n in run.torn.items():
+            _notes.append(f"{p / (kind + '.jsonl')}: {n} record(s) lost (line(s) torn by a crash "
+                          "mid-write, skipped)")
+        if "windows" in run.missing:
+            _notes.append(run.missing["windows"])
         t = window_table(run)
         out.append(Loaded(run, t, summarise(run, t, with_reuse=with_reuse)))
     return out
@@ -307,7 +315,7 @@ def md_table(df: pd.DataFrame, cols: Sequence[str] | None = None) -> str:
     return "\n".join(lines) + "\n"
 
 
-WINDOW_COLS = ["window", "endpoint", "valid", "calls", "busy_s", "busy_share", "gpu_hit_share",
+WINDOW_COLS = ["window", "endpoint", "valid", "faults", "calls", "calls_failed", "busy_s", "busy_share", "gpu_hit_share",
                "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
                "net_saving_full", "store_hit_rate", "refused_share", "preemptions",
                "ttft_send_p50", "ttft_send_p99", "ttft_model_err_p50", "ttft_model_err_p99",
@@ -331,7 +339,9 @@ def _run_header(l: Loaded) -> str:
             f"{s.burst_windows} with preemption bursts)"]
     txt = " · ".join(bits) + "\n"
     if r.torn:
-        txt += f"\nTorn record lines (crash mid-write, skipped): {r.torn}\n"
+        txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"
+    if "windows" in r.missing:
+        txt += f"\nNote: {r.missing['windows']}.\n"
     return txt
 
 
@@ -353,6 +363,35 @@ def _missing_md(l: Loaded) -> str:
         return ""
     return "Missing figures (reason):\n\n" + "\n".join(
         f"- `{k}`: {v}" for k, v in sorted(m.items())) + "\n"
+
+
+def faults_md(l: Loaded) -> str:
+    """The run's faults and failures per window (rule in :mod:`adev.analysis.faults`)."""
+    from .faults import FAULT_COLS, fault_events, fault_rows
+    rows = fault_rows(l.run)
+    tot = {k: sum(r[k] for r in rows) for k in ("failed_calls", "store_error_calls",
+                                                 "sessions_ended_llm_error", "failed_scrapes")}
+    head = f"## Faults and failures: {l.summary.label}\n\n"
+    evs = fault_events(l.run)
+    touched = [r for r in rows if r["faults"] != "none"]
+    if not any(tot.values()) and not touched and not evs:
+        return head + ("No faults: no call failed, no store error, no session ended with "
+                       "llm_error, every target that answered kept answering.\n")
+    txt = head + (f"{tot['failed_calls']} failed calls, {tot['store_error_calls']} calls with "
+                  f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
+                  f"{tot['failed_scrapes']} failed scrapes of targets that had answered, in the "
+                  f"windows below. A window touched by master_down, endpoint_down, call_errors "
+                  f"or store_errors is invalid; one touched only by ended sessions stays valid "
+                  f"with the faults named, and every figure over it carries them.\n\n")
+    txt += md_table(pd.DataFrame(rows), FAULT_COLS) + "\n"
+    if evs:
+        txt += "Fault events:\n\n" + "\n".join(
+            f"- t={e['t']:.1f} s: `{(e.get('detail') or {}).get('fault')}` "
+            f"{(e.get('detail') or {}).get('state')}"
+            + "".join(f", {k} {str(v)[:120]}" for k, v in (e.get("detail") or {}).items()
+                      if k not in ("fault", "state"))
+            for e in evs[:50]) + "\n"
+    return txt
 
 
 @dataclass
@@ -460,6 +499,7 @@ def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
     for l in loaded:
         from .windows import cross_check
         xc = cross_check(l.run)
+        doc.blocks.append(faults_md(l))
         doc.blocks.append(f"## Per-window figures: {l.summary.label}\n\n" + _run_header(l) + "\n"
                           + md_table(l.table, WINDOW_COLS) + "\n"
                           + "Cross-check over the measured span (counters vs the emulator's per-request "
@@ -556,8 +596,14 @@ def summarise_run(path: str | Path) -> str:
     run = load_run(path)
     t = window_table(run)
     s = summarise(run, t, with_reuse=True)
+    a = t[(t["endpoint"] == "ALL") & t["valid"].astype(bool)] if len(t) else t
+    across = sorted({n for f in (a["faults"] if len(a) else []) for n in f.split(", ") if n})
+    tag = f" [across faults: {', '.join(across)}]" if across else ""
 
     def line(name: str, fig: str, pctg: bool = True) -> str:
+        return _line(name, fig, pctg) + (tag if s.stats[fig]["n"] else "")
+
+    def _line(name: str, fig: str, pctg: bool = True) -> str:
         st, iv = s.stats[fig], s.interval[fig]
         if st["n"] == 0:
             return f"  {name}: — ({s.missing.get(fig, 'no valid window')})"
@@ -610,8 +656,19 @@ def summarise_run(path: str | Path) -> str:
             txt += (f"; {failed:.0f} store-hit tokens failed to load (recomputed, not counted as "
                     "store-served)")
         out.append(txt)
+    from .faults import fault_rows
+    for r in fault_rows(run):
+        if r["faults"] == "none" and not (r["failed_calls"] or r["store_error_calls"]
+                                          or r["sessions_ended_llm_error"]):
+            continue
+        out.append(f"  window {r['window']}: {'valid' if r['valid'] else 'INVALID'}, faults: "
+                   f"{r['faults']}; {r['failed_calls']} failed calls, {r['store_error_calls']} "
+                   f"calls with store errors, {r['sessions_ended_llm_error']} sessions ended "
+                   "with llm_error")
     if run.torn:
-        out.append(f"  torn record lines skipped: {run.torn}")
+        out.append(f"  records lost (lines torn by a crash mid-write, skipped): {run.torn}")
+    if "windows" in run.missing:
+        out.append(f"  note: {run.missing['windows']}")
     return "\n".join(out)
 
 
@@ -620,6 +677,8 @@ def summarise_run(path: str | Path) -> str:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..records import RecordError
+    _notes.clear()
     try:
         if args.compare:
             p = write_compare(args.compare[0], args.compare[1], args.out, not args.no_reuse)
@@ -628,9 +687,11 @@ def _main(args: argparse.Namespace) -> int:
         else:
             print("adev report: give RUN [RUN ...] or --compare A B", file=sys.stderr)
             return 2
-    except FileNotFoundError as e:
+    except (FileNotFoundError, RecordError) as e:
         print(f"adev report: {e}", file=sys.stderr)
         return 2
+    for run in _notes:
+        print(f"adev report: {run}", file=sys.stderr)
     print(p.with_suffix(".md"))
     print(p)
     return 0

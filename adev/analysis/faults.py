@@ -81,7 +81,7 @@ class FaultTracker:
     _up: set[str] = field(default_factory=set)           # targets seen answering
     _down: dict[str, tuple[int, float, int]] = field(default_factory=dict)  # name -> (i, t, n)
     _calls: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (t, n) open
-    _lock: threading.Lock = field(default_factory=threading.Lock)
+    _lock: threading.RLock = field(default_factory=threading.RLock)  # on_event re-enters
 
     def _emit(self, name: str, t: float, **detail: Any) -> None:
         if self.on_event is not None:

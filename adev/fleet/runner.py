@@ -33,6 +33,7 @@ from .. import event_loop
 from ..clock import RunClock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
+from ..analysis.faults import FaultTracker, tracker_from_records
 from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
@@ -171,7 +172,9 @@ class FleetRun:
         self.lock = lock or RunLock(run_path).acquire("--resume" if resume else "fleet")
         self.state = FleetState(cfg.width, [e.name for e in stack_cfg.endpoints],
                                 stack_cfg.time_scale)
-        self.run_dir = ObservedRunDir(run_path, observers=[self.state.on_record])
+        self.faults = FaultTracker(on_event=self._fault_event)
+        self.run_dir = ObservedRunDir(run_path, observers=[self.state.on_record,
+                                                           self._feed_faults])
         self.run_id = self.run_dir.run_id
         self.clock: RunClock | None = None
         self.gate: Any = None
@@ -183,6 +186,14 @@ class FleetRun:
         self.aborted: str | None = None
 
     # -- bookkeeping --------------------------------------------------------------------
+    def _feed_faults(self, record: Any) -> None:
+        self.faults.feed(record.kind, record)
+
+    def _fault_event(self, name: str, t: float, detail: dict[str, Any]) -> None:
+        """A fault began, ended or occurred (adev.analysis.faults): an event on the timeline."""
+        self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event="fault",
+                                        detail={"fault": name, **detail}))
+
     def _event(self, name: str, **detail: Any) -> None:
         t = self.clock.now() if self.clock else 0.0
         self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event=name, detail=detail))
@@ -338,7 +349,8 @@ class FleetRun:
                                                self.state, self.gate) as launcher:
                 fleet = Fleet(self.cfg, self.run_dir, self.run_id, clock, launcher, scraper,
                               tasks, epoch=epoch, first_seed_offset=seed_offset,
-                              state=self.state, detector=self._detector(info))
+                              state=self.state, detector=self._detector(info),
+                              faults=self.faults)
                 self.fleet = fleet
                 if self.signals is not None:
                     self.signals.fleet = fleet
@@ -408,6 +420,8 @@ class FleetRun:
         rd = self.run_dir
         recs = {k: rd.read(k) for k in RECORD_TYPES}
         t_last = last_stamp(recs)
+        self.faults = tracker_from_records(recs)  # a target that answered before is still known
+        self.faults.on_event = self._fault_event
         count = self.cfg.windows.count if self.cfg.protocol == "steady" else self.cfg.runs
         plan = resume_plan(recs["windows"], recs["events"], recs["sessions"], count, t_last)
         # the clock continues the interrupted run's timeline (CLOCK_MONOTONIC is host-wide);
@@ -442,6 +456,8 @@ class FleetRun:
                  f"windows: {len(valid)} valid, {len(ws) - len(valid)} invalid"
                  + "".join(f"\n  window {w['index']}: [{w['t0']:.0f}, {w['t1']:.0f}) "
                            f"{'valid' if w['valid'] else 'INVALID: ' + str(w.get('reason'))}"
+                           + (f" (faults: {', '.join(w['faults'])})"
+                              if w.get("faults") and w["valid"] else "")
                            for w in ws)]
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}")

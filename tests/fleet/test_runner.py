@@ -207,3 +207,40 @@ def test_resume_of_a_complete_run_does_nothing(tmp_path):
     rd = RunDir(out.run_dir)
     assert len(rd.read("sessions")) == n and len(rd.read("windows")) == 1
     assert any(e["event"] == "resume_nothing_left" for e in rd.read("events"))
+
+
+
+def test_window_touched_by_failed_calls_is_invalid_and_the_fault_is_an_event(tmp_path):
+    """Calls failing inside window 2 (an endpoint gone): the fleet records the fault as events
+    (begin, then end when calls succeed again) and closes window 2 as invalid, naming it."""
+    import asyncio
+    c = cfg(tmp_path, windows={"count": 3, "length_s": 400.0})
+    bad = [float("inf"), float("inf")]  # set once window 1 has opened
+    run = FleetRun(c, c.stack_config(), fake_deps(S, errors_between=bad))
+
+    async def go():
+        task = asyncio.create_task(run.run())
+        while True:
+            await asyncio.sleep(0.005)
+            ev = [e for e in RunDir(run.path).read("events") if e["event"] == "window_open"]
+            if ev:
+                t0 = ev[0]["detail"]["t0"]
+                bad[:] = [t0 + 500.0, t0 + 650.0]  # inside window 2 = [t0 + 400, t0 + 800)
+                break
+        return await task
+
+    out = asyncio.run(go())
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(out.run_dir)
+    ws = rd.read("windows")
+    assert [(w["index"], w["valid"]) for w in ws] == [(1, True), (2, False), (3, True)], ws
+    assert ws[1]["reason"].startswith("fault: call_errors:coder (") and \
+        ws[1]["faults"] == ["call_errors:coder"]
+    assert ws[0]["faults"] == [] and ws[2]["faults"] == []
+    faults = [e["detail"] for e in rd.read("events") if e["event"] == "fault"]
+    assert [(f["fault"], f["state"]) for f in faults] == [("call_errors:coder", "begin"),
+                                                          ("call_errors:coder", "end")]
+    n_failed = sum(c["status"] == "error" for c in rd.read("calls"))
+    assert n_failed > 0 and faults[1]["calls"] == n_failed
+    assert "window 2: [" in out.summary and "INVALID: fault: call_errors:coder" in out.summary
+    no_dupes(rd)

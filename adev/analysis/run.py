@@ -221,7 +221,10 @@ def load_run(path: str | Path) -> Run:
                                    "sessions": sessions, "events": events})
     if not windows:
         missing["windows"] = (f"{p / 'windows.jsonl'} missing or empty: the whole run is "
-                              "treated as one window")
+                              "treated as one window"
+                              + (", invalid (a fleet run without windows: stopped before its "
+                                 "first window, or the file is lost)"
+                                 if manifest.get("kind") == "fleet" else ""))
     return Run(path=p, run_id=manifest.get("run_id") or p.name, manifest=manifest,
                calls=calls, scrapes=scrapes, faults=faults,
                windows=windows, sessions=rd.frame("sessions"),

@@ -30,6 +30,7 @@ window that failed after it closed.
 from __future__ import annotations
 
 import dataclasses
+import math
 import threading
 from collections import Counter
 from dataclasses import dataclass, field
@@ -200,11 +201,24 @@ FAULT_COLS = ["window", "t0", "t1", "valid", "faults", "calls", "failed_calls", 
 def fault_rows(run: Any) -> list[dict[str, Any]]:
     """Per window of ``run`` (an :class:`adev.analysis.run.Run`): calls sent in it, failed calls
     (status ``error``), calls with store errors, sessions that ended in it with reason
-    ``llm_error`` / status ``error``, failed scrapes of targets that had answered, fault names."""
+    ``llm_error`` / status ``error``, failed scrapes of targets that had answered, fault names.
+    Two more rows, ``before`` (warm-up) and ``after`` (drain and stop), hold what happened
+    outside the windows when anything did, so the rows add up to the whole run."""
     import numpy as np
     c, ss = run.calls, run.sessions
+    ws = run.measurement_windows()
+    spans = list(ws)
+    if ws:
+        first, last = min(float(w["t0"]) for w in ws), max(float(w["t1"]) for w in ws)
+        spans = ([{"index": "before", "t0": -math.inf, "t1": first, "valid": False,
+                   "faults": sorted(run.faults.touching(-math.inf, first))
+                   if run.faults is not None else [], "outside": True}]
+                 + spans
+                 + [{"index": "after", "t0": last, "t1": math.inf, "valid": False,
+                     "faults": sorted(run.faults.touching(last, math.inf))
+                     if run.faults is not None else [], "outside": True}])
     rows = []
-    for w in run.measurement_windows():
+    for w in spans:
         t0, t1 = float(w["t0"]), float(w["t1"])
         sent = c[(c["t_sent"] >= t0) & (c["t_sent"] < t1)] if len(c) else c
         ended = ss[(ss["status"] != "started") & (ss["t"] >= t0) & (ss["t"] < t1)] \
@@ -219,8 +233,9 @@ def fault_rows(run: Any) -> list[dict[str, Any]]:
                 if not s.ok and seen and t0 <= s.t <= t1:
                     failed += 1
         se = sent["srv_store_errors"].to_numpy(dtype=float) if len(sent) else np.empty(0)
-        rows.append({"window": int(w.get("index", 0)), "t0": t0, "t1": t1,
-                     "valid": bool(w.get("valid", True)),
+        rows.append({"window": w["index"] if w.get("outside") else int(w.get("index", 0)),
+                     "t0": t0, "t1": t1,
+                     "valid": "outside" if w.get("outside") else bool(w.get("valid", True)),
                      "faults": ", ".join(w.get("faults") or []) or "none",
                      "calls": int(len(sent)),
                      "failed_calls": int((sent["status"] == "error").sum()) if len(sent) else 0,
@@ -230,6 +245,10 @@ def fault_rows(run: Any) -> list[dict[str, Any]]:
                      "sessions_ended_error": int((ended["status"] == "error").sum())
                      if len(ended) else 0,
                      "failed_scrapes": failed})
+        if w.get("outside") and not any(rows[-1][k] for k in (
+                "failed_calls", "store_error_calls", "sessions_ended_llm_error",
+                "sessions_ended_error", "failed_scrapes")):
+            rows.pop()  # nothing went wrong outside the windows: no row
     return rows
 
 

@@ -379,8 +379,8 @@ def faults_md(l: Loaded) -> str:
                        "llm_error, every target that answered kept answering.\n")
     txt = head + (f"{tot['failed_calls']} failed calls, {tot['store_error_calls']} calls with "
                   f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
-                  f"{tot['failed_scrapes']} failed scrapes of targets that had answered, in the "
-                  f"windows below. A window touched by master_down, endpoint_down, call_errors "
+                  f"{tot['failed_scrapes']} failed scrapes of targets that had answered, over the "
+                  f"whole run (rows before and after: outside the windows). A window touched by master_down, endpoint_down, call_errors "
                   f"or store_errors is invalid; one touched only by ended sessions stays valid "
                   f"with the faults named, and every figure over it carries them.\n\n")
     txt += md_table(pd.DataFrame(rows), FAULT_COLS) + "\n"
@@ -658,6 +658,11 @@ def summarise_run(path: str | Path) -> str:
         out.append(txt)
     from .faults import fault_rows
     for r in fault_rows(run):
+        if r["valid"] == "outside":
+            out.append(f"  {r['window']} the windows: {r['failed_calls']} failed calls, "
+                       f"{r['store_error_calls']} calls with store errors, "
+                       f"{r['sessions_ended_llm_error']} sessions ended with llm_error")
+            continue
         if r["faults"] == "none" and not (r["failed_calls"] or r["store_error_calls"]
                                           or r["sessions_ended_llm_error"]):
             continue

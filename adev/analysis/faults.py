@@ -194,7 +194,7 @@ def mark_windows(windows: list[dict[str, Any]], tracker: FaultTracker) -> list[d
     return out
 
 
-FAULT_COLS = ["window", "t0", "t1", "valid", "faults", "calls", "failed_calls", "store_error_calls",
+FAULT_COLS = ["window", "t0", "t1", "valid", "reason", "faults", "calls", "failed_calls", "store_error_calls",
               "sessions_ended_llm_error", "sessions_ended_error", "failed_scrapes"]
 
 
@@ -236,6 +236,7 @@ def fault_rows(run: Any) -> list[dict[str, Any]]:
         rows.append({"window": w["index"] if w.get("outside") else int(w.get("index", 0)),
                      "t0": t0, "t1": t1,
                      "valid": "outside" if w.get("outside") else bool(w.get("valid", True)),
+                     "reason": "" if w.get("outside") else (w.get("reason") or ""),
                      "faults": ", ".join(w.get("faults") or []) or "none",
                      "calls": int(len(sent)),
                      "failed_calls": int((sent["status"] == "error").sum()) if len(sent) else 0,

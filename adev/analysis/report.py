@@ -375,8 +375,12 @@ def faults_md(l: Loaded) -> str:
     evs = fault_events(l.run)
     touched = [r for r in rows if r["faults"] != "none"]
     if not any(tot.values()) and not touched and not evs:
+        bad = [r for r in rows if r["valid"] is False]
         return head + ("No faults: no call failed, no store error, no session ended with "
-                       "llm_error, every target that answered kept answering.\n")
+                       "llm_error, every target that answered kept answering.\n"
+                       + ("\nInvalid windows:\n\n" + "\n".join(
+                           f"- window {r['window']}: {r['reason']}" for r in bad) + "\n"
+                          if bad else ""))
     txt = head + (f"{tot['failed_calls']} failed calls, {tot['store_error_calls']} calls with "
                   f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
                   f"{tot['failed_scrapes']} failed scrapes of targets that had answered, over the "

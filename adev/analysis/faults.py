@@ -259,3 +259,38 @@ def fault_events(run: Any) -> list[dict[str, Any]]:
     if not len(ev) or "event" not in ev:
         return []
     return [r for r in ev[ev["event"] == "fault"].to_dict("records")]
+
+
+def faults_md(run: Any, label: str) -> str:
+    """The run's faults and failures per window (rule in :mod:`adev.analysis.faults`)."""
+    import pandas as pd
+
+    from .report import md_table
+    rows = fault_rows(run)
+    tot = {k: sum(r[k] for r in rows) for k in ("failed_calls", "store_error_calls",
+                                                 "sessions_ended_llm_error", "failed_scrapes")}
+    head = f"## Faults and failures: {label}\n\n"
+    evs = fault_events(run)
+    touched = [r for r in rows if r["faults"] != "none"]
+    if not any(tot.values()) and not touched and not evs:
+        bad = [r for r in rows if r["valid"] is False]
+        return head + ("No faults: no call failed, no store error, no session ended with "
+                       "llm_error, every target that answered kept answering.\n"
+                       + ("\nInvalid windows:\n\n" + "\n".join(
+                           f"- window {r['window']}: {r['reason']}" for r in bad) + "\n"
+                          if bad else ""))
+    txt = head + (f"{tot['failed_calls']} failed calls, {tot['store_error_calls']} calls with "
+                  f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
+                  f"{tot['failed_scrapes']} failed scrapes of targets that had answered, over the "
+                  f"whole run (rows before and after: outside the windows). A window touched by master_down, endpoint_down, call_errors "
+                  f"or store_errors is invalid; one touched only by ended sessions stays valid "
+                  f"with the faults named, and every figure over it carries them.\n\n")
+    txt += md_table(pd.DataFrame(rows), FAULT_COLS) + "\n"
+    if evs:
+        txt += "Fault events:\n\n" + "\n".join(
+            f"- t={e['t']:.1f} s: `{(e.get('detail') or {}).get('fault')}` "
+            f"{(e.get('detail') or {}).get('state')}"
+            + "".join(f", {k} {str(v)[:120]}" for k, v in (e.get("detail") or {}).items()
+                      if k not in ("fault", "state"))
+            for e in evs[:50]) + "\n"
+    return txt

@@ -27,6 +27,7 @@ import pandas as pd
 
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .run import Run, load_run
+from .faults import faults_md
 from .windows import ttft_from_schedule, ttft_from_send, window_table
 
 OP_WIDTH = 12
@@ -365,39 +366,6 @@ def _missing_md(l: Loaded) -> str:
         f"- `{k}`: {v}" for k, v in sorted(m.items())) + "\n"
 
 
-def faults_md(l: Loaded) -> str:
-    """The run's faults and failures per window (rule in :mod:`adev.analysis.faults`)."""
-    from .faults import FAULT_COLS, fault_events, fault_rows
-    rows = fault_rows(l.run)
-    tot = {k: sum(r[k] for r in rows) for k in ("failed_calls", "store_error_calls",
-                                                 "sessions_ended_llm_error", "failed_scrapes")}
-    head = f"## Faults and failures: {l.summary.label}\n\n"
-    evs = fault_events(l.run)
-    touched = [r for r in rows if r["faults"] != "none"]
-    if not any(tot.values()) and not touched and not evs:
-        bad = [r for r in rows if r["valid"] is False]
-        return head + ("No faults: no call failed, no store error, no session ended with "
-                       "llm_error, every target that answered kept answering.\n"
-                       + ("\nInvalid windows:\n\n" + "\n".join(
-                           f"- window {r['window']}: {r['reason']}" for r in bad) + "\n"
-                          if bad else ""))
-    txt = head + (f"{tot['failed_calls']} failed calls, {tot['store_error_calls']} calls with "
-                  f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
-                  f"{tot['failed_scrapes']} failed scrapes of targets that had answered, over the "
-                  f"whole run (rows before and after: outside the windows). A window touched by master_down, endpoint_down, call_errors "
-                  f"or store_errors is invalid; one touched only by ended sessions stays valid "
-                  f"with the faults named, and every figure over it carries them.\n\n")
-    txt += md_table(pd.DataFrame(rows), FAULT_COLS) + "\n"
-    if evs:
-        txt += "Fault events:\n\n" + "\n".join(
-            f"- t={e['t']:.1f} s: `{(e.get('detail') or {}).get('fault')}` "
-            f"{(e.get('detail') or {}).get('state')}"
-            + "".join(f", {k} {str(v)[:120]}" for k, v in (e.get("detail") or {}).items()
-                      if k not in ("fault", "state"))
-            for e in evs[:50]) + "\n"
-    return txt
-
-
 @dataclass
 class Doc:
     title: str
@@ -503,7 +471,7 @@ def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
     for l in loaded:
         from .windows import cross_check
         xc = cross_check(l.run)
-        doc.blocks.append(faults_md(l))
+        doc.blocks.append(faults_md(l.run, l.summary.label))
         doc.blocks.append(f"## Per-window figures: {l.summary.label}\n\n" + _run_header(l) + "\n"
                           + md_table(l.table, WINDOW_COLS) + "\n"
                           + "Cross-check over the measured span (counters vs the emulator's per-request "

@@ -238,9 +238,11 @@ def test_window_touched_by_failed_calls_is_invalid_and_the_fault_is_an_event(tmp
         ws[1]["faults"] == ["call_errors:coder"]
     assert ws[0]["faults"] == [] and ws[2]["faults"] == []
     faults = [e["detail"] for e in rd.read("events") if e["event"] == "fault"]
-    assert [(f["fault"], f["state"]) for f in faults] == [("call_errors:coder", "begin"),
-                                                          ("call_errors:coder", "end")]
+    # begin, end (an ok call on coder), begin, end...: ok calls sent before the failing span
+    # may end inside it
+    assert {f["fault"] for f in faults} == {"call_errors:coder"} and len(faults) % 2 == 0
+    assert [f["state"] for f in faults] == ["begin", "end"] * (len(faults) // 2)
     n_failed = sum(c["status"] == "error" for c in rd.read("calls"))
-    assert n_failed > 0 and faults[1]["calls"] == n_failed
+    assert n_failed > 0 and sum(f["calls"] for f in faults if f["state"] == "end") == n_failed
     assert "window 2: [" in out.summary and "INVALID: fault: call_errors:coder" in out.summary
     no_dupes(rd)

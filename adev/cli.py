@@ -51,7 +51,7 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
-    for dest, v in vars(args).items():  # argparse takes 'nan' and 'inf' for type=float
+    for dest, v in vars(args).items():  # argparse takes "nan" and "inf" for type=float
         if isinstance(v, float) and not math.isfinite(v):
             print(f"adev: --{dest.replace('_', '-')}: {v!r} is not allowed; expected a finite "
                   "number", file=sys.stderr)

@@ -374,7 +374,8 @@ class RunDir:
         try:
             doc = json.loads(p.read_bytes().decode("utf-8"))
         except UnicodeDecodeError as e:
-            raise RecordError(f"{p}: not UTF-8 (byte {e.start}); not a manifest adev wrote") from None
+            raise RecordError(f"{p}: not UTF-8 (byte {e.start}); not a manifest adev "
+                              "wrote") from None
         except json.JSONDecodeError as e:
             raise RecordError(f"{p}: line {e.lineno}: not valid JSON ({e.msg})") from None
         if not isinstance(doc, dict):

@@ -61,8 +61,9 @@ CASES = [
     ("stack time-scale nan", lambda t, b: (["stack", "up", "--time-scale", "nan"], None),
      "--time-scale: nan is not allowed"),
     ("fleet file not UTF-8",
-     lambda t, b: (["fleet", "--config", str(_write(t / "f.toml", b"[fleet]\nwidth = 2\n# \xff\n"))],
-                   None), "f.toml: line 3: not UTF-8 text (byte 0xff)"),
+     lambda t, b: (["fleet", "--config",
+                    str(_write(t / "f.toml", b"[fleet]\nwidth = 2\n# \xff\n"))], None),
+     "f.toml: line 3: not UTF-8 text (byte 0xff)"),
     ("stack file not UTF-8",
      lambda t, b: (["fleet", "--stack", str(_write(t / "s.toml", b"[stack]\xfe\n"))], None),
      "s.toml: line 1: not UTF-8 text (byte 0xfe)"),
@@ -119,7 +120,7 @@ def test_bad_input_is_one_line_exit_2(tmp_path, base_run, capsys, case, build, e
     if keep:
         after = snapshot(keep)  # nothing already written lost or changed
         assert {k: after.get(k) for k in before} == before
-    if case.startswith("calls.jsonl") or case.startswith("windows"):
+    if case.startswith(("calls.jsonl", "windows")):
         assert err.startswith(f"adev report: {keep}/") and ": line " in err
 
 

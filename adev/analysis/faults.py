@@ -153,7 +153,8 @@ class FaultTracker:
                     self._emit(name, te, state="end", calls=n, since=t0)
 
     def touching(self, t0: float, t1: float) -> dict[str, int]:
-        """``{name: occurrences}`` of the faults overlapping [t0, t1] (open intervals: until now)."""
+        """``{name: occurrences}`` of the faults overlapping [t0, t1] (an open interval: a fault
+        not over yet)."""
         out: Counter[str] = Counter()
         with self._lock:
             for name, a, b in self.intervals:
@@ -194,7 +195,8 @@ def mark_windows(windows: list[dict[str, Any]], tracker: FaultTracker) -> list[d
     return out
 
 
-FAULT_COLS = ["window", "t0", "t1", "valid", "reason", "faults", "calls", "failed_calls", "store_error_calls",
+FAULT_COLS = ["window", "t0", "t1", "valid", "reason", "faults", "calls", "failed_calls",
+              "store_error_calls",
               "sessions_ended_llm_error", "sessions_ended_error", "failed_scrapes"]
 
 
@@ -224,9 +226,8 @@ def fault_rows(run: Any) -> list[dict[str, Any]]:
         ended = ss[(ss["status"] != "started") & (ss["t"] >= t0) & (ss["t"] < t1)] \
             if len(ss) else ss
         reasons = ended["reason"].fillna("").astype(str) if len(ended) else []
-        up: set[str] = set()
         failed = 0
-        for target, scrapes in run.scrapes.items():
+        for scrapes in run.scrapes.values():
             seen = False
             for s in scrapes:
                 seen = seen or s.ok
@@ -240,7 +241,7 @@ def fault_rows(run: Any) -> list[dict[str, Any]]:
                      "faults": ", ".join(w.get("faults") or []) or "none",
                      "calls": int(len(sent)),
                      "failed_calls": int((sent["status"] == "error").sum()) if len(sent) else 0,
-                     "store_error_calls": int(np.nansum(se > 0)),
+                     "store_error_calls": int(np.count_nonzero(se > 0)),
                      "sessions_ended_llm_error": int(sum(r.startswith("llm_error")
                                                          for r in reasons)),
                      "sessions_ended_error": int((ended["status"] == "error").sum())
@@ -282,7 +283,8 @@ def faults_md(run: Any, label: str) -> str:
     txt = head + (f"{tot['failed_calls']} failed calls, {tot['store_error_calls']} calls with "
                   f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
                   f"{tot['failed_scrapes']} failed scrapes of targets that had answered, over the "
-                  f"whole run (rows before and after: outside the windows). A window touched by master_down, endpoint_down, call_errors "
+                  f"whole run (rows before and after: outside the windows). A window touched "
+                  f"by master_down, endpoint_down, call_errors "
                   f"or store_errors is invalid; one touched only by ended sessions stays valid "
                   f"with the faults named, and every figure over it carries them.\n\n")
     txt += md_table(pd.DataFrame(rows), FAULT_COLS) + "\n"

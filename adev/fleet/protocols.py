@@ -220,8 +220,9 @@ class Fleet:
         finally:
             if open_window is not None:  # stopped inside a window: it cannot be measured
                 idx, t0 = open_window
+                why = self.stop_reason or "cancelled"
                 w = self._window(idx, t0, self.clock.now(), "steady", valid=False,
-                                 reason=f"stopped inside the window: {self.stop_reason or 'cancelled'}")
+                                 reason=f"stopped inside the window: {why}")
                 self.run_dir.append(w)
                 self.result.windows.append(w)
             self.stop_event.set()

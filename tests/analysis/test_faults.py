@@ -27,7 +27,8 @@ def test_tracker_begins_and_ends_faults_and_ignores_never_up_targets():
                       "server": {"store_errors": 3}})
     assert tr.touching(12.5, 20) == {"store_errors:coder": 1}
     assert tr.touching(10, 20) == {"call_errors:coder": 1, "store_errors:coder": 1}
-    assert events[:2] == [("endpoint_down:coder", 5.0, "begin"), ("endpoint_down:coder", 9.0, "end")]
+    assert events[:2] == [("endpoint_down:coder", 5.0, "begin"),
+                          ("endpoint_down:coder", 9.0, "end")]
     assert ("call_errors:coder", 12.0, "begin") in events
     assert verdict({"store_errors:coder": 4, "sessions_llm_error": 1}) == (
         False, "fault: store_errors:coder (4)", ["sessions_llm_error", "store_errors:coder"])

@@ -127,6 +127,8 @@ def test_master_killed_in_window_2(tmp_path, state_dir):
     assert [(w["index"], w["valid"]) for w in ws] == [(1, True), (2, False)], ws
     assert ws[1]["reason"].startswith("fault: ") and "master_down" in ws[1]["faults"]
     assert ("master_down", "begin") in faults_of(rd)
+    # calls after the kill carry the emulator's store errors: the store tier failed under them
+    assert any(f.startswith("store_errors:") for f in ws[1]["faults"]), ws[1]
     assert "INVALID: fault: " in out and "master_down" in out
     rep = report_text(run)
     sec = rep[rep.index("## Faults and failures"):rep.index("## Per-window figures")]

@@ -76,8 +76,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
     from ..clock import RunClock
-    from ..client.llm import Endpoint, LLMClient
-    from ..config import load_stack
+    from ..client.llm import Endpoint, LLMClient, LLMError
+    from ..config import ConfigError, load_stack
     from ..gate.registry import check_gate_policy, make_gate
     from ..manifest import build_manifest
     from ..records import RunDir, new_run_id
@@ -120,7 +120,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         gate = make_gate(args.gate, external=external, allow_unconfined=args.allow_unconfined_gate,
                          where="--gate")
         try:
-            await llm.discover()
+            try:
+                await llm.discover()
+            except LLMError as e:
+                if not args.endpoint:
+                    raise
+                raise ConfigError(f"--endpoint: {e}; is the server up and the URL its "
+                                  "OpenAI base (ending in /v1)?") from None
             await gate.start()
             ctx = SessionContext(run_dir=run_dir, clock=clock, llm=llm, gate=gate, roles=roles,
                                  endpoint_map=emap, gate_pause_s=args.gate_pause,

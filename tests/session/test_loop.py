@@ -266,3 +266,36 @@ async def test_concurrent_sessions_share_nothing(tmp_path):
     assert len({o.workspace for o in outs}) == 3
     ends = [s for s in rd.read("sessions") if s["status"] != "started"]
     assert sorted(s["session_id"] for s in ends) == sorted(f"s{s}" for s in seeds)
+
+
+DEEP_PATH = "/".join(["d"] * 2000) + "/x.py"
+NESTED = '{"path": "x.py", "content": ' + "[" * 100_000 + "]" * 100_000 + "}"
+SURROGATE = '{"path": "x\\ud800.py", "content": "x"}'  # a JSON escape of a lone surrogate
+
+
+@pytest.mark.parametrize("tool,arguments,expect", [
+    ("write_file", json.dumps({"path": DEEP_PATH, "content": "x"}), "nested too deeply"),
+    ("write_file", NESTED, "nested too deeply"),
+    ("read_file", NESTED, "nested too deeply"),
+    ("write_file", SURROGATE, "not valid Unicode"),
+    ("read_file", SURROGATE, "not valid Unicode"),
+    ("write\ud800file", "{}", "unknown tool"),
+])
+async def test_hostile_tool_arguments_get_an_error_answer(tmp_path, tool, arguments, expect):
+    """Model output is untrusted: a path nested 2,000 deep, JSON nested 100,000 deep or a lone
+    surrogate is answered to the model as an error; the session goes on (never status error)
+    and every message sent back is valid UTF-8."""
+    import orjson
+    bad = PolicyReply(content="trying", tool_calls=[ToolCall(tool, arguments)])
+    good = PolicyReply(tool_calls=[call("write_file", path="PLAN.md", content="plan"),
+                                   call("finish", summary="ok")])
+    ctx, llm, rd = make_ctx(tmp_path, ScriptedPolicy([bad, good]), FakeGate())
+    out = await run_session(ctx, tiny_task(), 0, "s1")
+    assert out.status != "error", out.reason
+    tools = rd.read("tools")
+    assert tools[0]["ok"] is False and expect in tools[0]["error"], tools[0]
+    assert tools[1]["ok"] and tools[1]["tool"] == "write_file"
+    answer = [m for m in llm.requests[1]["messages"] if m["role"] == "tool"][0]
+    assert answer["content"].startswith("error: ") and expect in answer["content"]
+    for req in llm.requests:
+        orjson.dumps(req["messages"])  # what the real client sends: raises on lone surrogates

@@ -114,6 +114,23 @@ def test_classification_and_distances(tmp_path):
     assert reuse_profile(led).aged_share is None
 
 
+def test_aged_reuse_boundary_is_strictly_above_the_lease_ttl(tmp_path):
+    """A block reused exactly one lease TTL after its last touch is not aged (its lease has just
+    expired at that instant but aged means distance > TTL); a hair later it is."""
+    blk = [np.arange(i * 16, i * 16 + 16, dtype=np.uint32) for i in range(2)]
+    w = LedgerWriter(tmp_path)
+    w.add(10.0, "A", "a1", np.concatenate(blk[:2]))     # 2 new
+    w.add(15.0, "A", "a2", np.concatenate(blk[:1]))     # b0: same, d=5.0 == TTL -> not aged
+    w.add(15.25, "B", "b1", np.concatenate(blk[:2]))    # b0: d=0.25; b1: d=5.25 > TTL -> aged
+    w.close()
+    led = read_ledger(tmp_path)
+    c = classify(led.touches, lease_ttl_s=5.0)
+    assert np.nan_to_num(c.distance, nan=-1).tolist() == [-1, -1, 5.0, 0.25, 5.25]
+    assert c.aged.tolist() == [False, False, False, False, True]
+    assert reuse_profile(led, lease_ttl_s=5.0).aged_share == pytest.approx(1 / 5)
+    assert reuse_profile(led, lease_ttl_s=5.25).aged_share == 0.0
+
+
 def test_crash_tail_and_resume(tmp_path):
     w = LedgerWriter(tmp_path)
     w.add(1.0, "s", "c0", np.arange(48, dtype=np.uint32))

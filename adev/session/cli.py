@@ -84,7 +84,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..client.llm import Endpoint, LLMClient
     from ..config import load_stack
     from ..manifest import build_manifest
-    from ..records import RunDir, new_run_id
+    from ..records import RunDir
     from .loop import SessionContext, run_session
     from .roles import load_roles
     from .tasks import load_task
@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     task = load_task(args.task)
     roles = load_roles(args.roles)
     key = os.environ.get(args.api_key_env) or "EMPTY"
-    run_dir = RunDir.create(new_run_id("session"), base=args.runs_dir)
+    run_dir = RunDir.create(base=args.runs_dir, prefix="session")
     session_id = f"{task.name}-s{args.seed}"
 
     async def go(endpoints: dict[str, str], time_scale: float, stack_cfg: Any) -> dict[str, Any]:

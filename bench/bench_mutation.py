@@ -25,6 +25,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shlex
 import shutil
 import subprocess
 import sys
@@ -53,7 +54,8 @@ def copy_tree(dst: Path) -> None:
         shutil.copy2(src, dst / rel)
 
 
-def mutmut_config(modules: list[str], tests: list[str], top: list[str]) -> str:
+def mutmut_config(modules: list[str], tests: list[str], top: list[str],
+                  pytest_args: list[str] = ()) -> str:
     """The ``[tool.mutmut]`` section: mutate only ``modules``, run the unit tests under ``tests``;
     every other top-level entry (stacks/, results/ notebooks, ...) is copied next to the mutants
     because tests read them."""
@@ -63,7 +65,8 @@ def mutmut_config(modules: list[str], tests: list[str], top: list[str]) -> str:
             f"source_paths = {q(['adev/'])}\n"
             f"only_mutate = {q(globs)}\n"
             f"also_copy = {q(top)}\n"
-            f"pytest_add_cli_args = {q(['-m', 'not integration', '-p', 'no:cacheprovider'])}\n"
+            f"pytest_add_cli_args = "
+            f"{q(['-m', 'not integration', '-p', 'no:cacheprovider', *pytest_args])}\n"
             f"pytest_add_cli_args_test_selection = {q(tests)}\n")
 
 
@@ -103,6 +106,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="files or folders to mutate (default: %(default)s)")
     ap.add_argument("--tests", nargs="+", default=["tests/"],
                     help="test paths the unit tests are collected from (default: tests/)")
+    ap.add_argument("--pytest-args", default="",
+                    help="more pytest arguments, e.g. '--ignore=tests/analysis/test_report.py'")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
     ap.add_argument("--workdir", type=Path, help="where the copy goes (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the workdir")
@@ -120,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
             top = sorted(p.name + ("/" if p.is_dir() else "") for p in work.iterdir()
                          if p.name not in ("adev", "tests", "pyproject.toml", "mutants"))
             with open(work / "pyproject.toml", "a") as f:
-                f.write(mutmut_config(a.modules, a.tests, top))
+                f.write(mutmut_config(a.modules, a.tests, top, shlex.split(a.pytest_args)))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["MPLBACKEND"] = "Agg"
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(a.max_children)]

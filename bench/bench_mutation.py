@@ -112,6 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--workdir", type=Path, help="where the copy goes (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the workdir")
     ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
+    ap.add_argument("--recheck", action="store_true",
+                    help="with an existing --workdir: copy the working tree's tests/ there again "
+                         "and rerun only the mutants that survived (or had no tests)")
     a = ap.parse_args(argv)
     for m in a.modules:
         if not (ROOT / m).exists():
@@ -129,6 +132,11 @@ def main(argv: list[str] | None = None) -> int:
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["MPLBACKEND"] = "Agg"
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(a.max_children)]
+        if a.recheck:
+            shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            cmd += sorted(k.split(":", 1)[1] for c in outcomes(work, a.modules).values()
+                          for k in c if k.startswith("survivor:"))
         print("$", " ".join(cmd), f"  (in {work})", flush=True)
         rc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode
         res = outcomes(work, a.modules)

@@ -175,3 +175,31 @@ def test_sha256_cbor_ledger_keeps_full_digests(tmp_path):
     assert led.meta["none_hash"] == none_hash_sha256_cbor("7").hex()
     assert set(led.digests().values()) == set(ref)
     assert led.touches["key"].tolist() == [int.from_bytes(d[:8], "little") for d in ref]
+
+
+def test_direct_cbor_encoder_at_every_width_boundary():
+    from adev.analysis.ledger import _cbor_encode_direct, _cbor_tokens
+    vals = [0, 1, 23, 24, 25, 255, 256, 257, 65535, 65536, 65537, 2**18, 2**24 + 5, 2**32 - 1]
+    out, lens = _cbor_encode_direct(np.array(vals, dtype=np.uint32))
+    for v, row, n in zip(vals, out, lens):
+        assert bytes(row[:n]) == cbor2.dumps(v), v
+    # ids above the lookup table go through the direct encoder; below, through the table
+    for toks in ([5, 300, 70000, 2**18 + 1], [5, 300, 70000]):
+        enc, offs = _cbor_tokens(np.array(toks, dtype=np.uint32))
+        assert enc == b"".join(cbor2.dumps(v) for v in toks)
+        assert offs.tolist() == [0] + np.cumsum([len(cbor2.dumps(v)) for v in toks]).tolist()
+
+
+def test_block_keys_defaults_and_bad_algo():
+    toks = np.arange(70, dtype=np.uint32)
+    assert len(block_keys(toks)) == 4                                # 16-token blocks
+    assert np.array_equal(block_keys(toks), block_keys(toks, 16, "fast"))
+    assert np.array_equal(block_keys(toks, algo="sha256_cbor"),
+                          block_keys(toks, 16, "sha256_cbor", hash_seed="0"))
+    ref = vllm_sha256_cbor_reference(toks, 16, "0")
+    assert block_keys(toks, algo="sha256_cbor").tolist() == [
+        int.from_bytes(d[:8], "little") for d in ref]
+    assert len(block_keys(toks, 7)) == 10 and len(block_keys(toks[:15])) == 0
+    with pytest.raises(ValueError, match=r"^algo: 'md5' is not allowed; allowed values: "
+                                         r"fast, sha256_cbor$"):
+        block_keys(toks, algo="md5")

@@ -203,3 +203,83 @@ def test_block_keys_defaults_and_bad_algo():
     with pytest.raises(ValueError, match=r"^algo: 'md5' is not allowed; allowed values: "
                                          r"fast, sha256_cbor$"):
         block_keys(toks, algo="md5")
+
+
+def test_lookup_table_built_fresh_and_its_upper_edge(monkeypatch):
+    from adev.analysis import ledger as L
+    monkeypatch.setattr(L, "_enc_table", None)           # as in a fresh process
+    monkeypatch.setattr(L, "_len_table", None)
+    toks = [0, 23, 24, 255, 256, 65535, 65536, L._TABLE_MAX - 1]
+    enc, _ = L._cbor_tokens(np.array(toks, dtype=np.uint32))
+    assert enc == b"".join(cbor2.dumps(v) for v in toks)
+    assert L._enc_table.shape == (L._TABLE_MAX, 5) and L._len_table[L._TABLE_MAX - 1] == 5
+    edge = [7, L._TABLE_MAX]                             # the first id past the table
+    assert L._cbor_tokens(np.array(edge, dtype=np.uint32))[0] == b"".join(map(cbor2.dumps, edge))
+
+
+@pytest.mark.parametrize("algo", ALGOS)
+def test_block_keys_of_lists_and_short_prompts(algo):
+    toks = list(range(100000, 100040))
+    keys = block_keys(toks, algo=algo)
+    assert keys.dtype == np.uint64 and len(keys) == 2
+    assert np.array_equal(keys, block_keys(np.array(toks, dtype=np.uint32), algo=algo))
+    short = block_keys(toks[:15], algo=algo)
+    assert short.dtype == np.uint64 and len(short) == 0
+
+
+def test_resume_keeps_session_indices_and_forget_drops_state(tmp_path):
+    a, b = np.arange(64, dtype=np.uint32), np.arange(1000, 1048, dtype=np.uint32)
+    w = LedgerWriter(tmp_path)
+    w.add(1.0, "A", "a1", a)
+    w.add(2.0, "B", "b1", b)
+    w.close()
+    w = LedgerWriter(tmp_path)
+    w.add(3.0, "B", "b2", b)        # B keeps index 1 after the resume; C gets the next one
+    w.add(4.0, "C", "c1", a)
+    assert w.blocks_hashed == 3 + 4  # no incremental state survives a reopen
+    w.add(5.0, "C", "c2", a)
+    assert w.blocks_hashed == 7      # C's state: nothing new to hash
+    w.forget("C")
+    w.add(6.0, "C", "c3", a)
+    assert w.blocks_hashed == 11     # forgotten: hashed from scratch
+    w.close()
+    led = read_ledger(tmp_path)
+    by_call = {int(c): int(s) for c, s in zip(led.touches["call"], led.touches["session"])}
+    assert by_call == {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 2}
+    assert led.sessions == {0: "A", 1: "B", 2: "C"}
+    with pytest.raises(ValueError) as e:
+        LedgerWriter(tmp_path, block_size=8)
+    assert str(e.value) == (f"ledger at {tmp_path / 'ledger'}: block_size is 16, this writer was "
+                            "asked for 8")
+
+
+def test_reader_skips_bad_lines_and_torn_digests(tmp_path):
+    from adev.analysis.ledger import has_ledger
+    assert not has_ledger(tmp_path)
+    w = LedgerWriter(tmp_path, algo="sha256_cbor")
+    w.add(1.0, "A", "a1", np.arange(32, dtype=np.uint32))
+    w.add(2.0, "B", "b1", np.arange(100, 116, dtype=np.uint32))
+    w.close()
+    assert has_ledger(tmp_path) and has_ledger(type("RD", (), {"path": tmp_path})())
+    d = tmp_path / "ledger"
+    lines = (d / "calls.jsonl").read_text().splitlines()
+    (d / "calls.jsonl").write_text(lines[0] + "\n{corrupt\n" + lines[1] + "\n")
+    with open(d / "hashes.bin", "ab") as fh:
+        fh.write(b"\x07" * 5)                            # a torn digest record
+    led = read_ledger(tmp_path)
+    assert [c["call_id"] for c in led.calls] == ["a1", "b1"]   # the bad line skipped, not the rest
+    dg = led.digests()
+    ref = vllm_sha256_cbor_reference(np.arange(32)) + vllm_sha256_cbor_reference(np.arange(100, 116))
+    assert dg == {int.from_bytes(x[:8], "little"): x for x in ref}
+
+
+def test_classification_cached_per_lease_ttl(tmp_path):
+    w = LedgerWriter(tmp_path)
+    w.add(0.0, "A", "a1", np.arange(16, dtype=np.uint32))
+    w.add(10.0, "A", "a2", np.arange(16, dtype=np.uint32))
+    w.close()
+    led = read_ledger(tmp_path)
+    assert led.classified().aged.tolist() == [False, False]
+    assert led.classified(5.0).aged.tolist() == [False, True]
+    assert led.classified(20.0).aged.tolist() == [False, False]
+    assert led.classified(5.0) is led.classified(5.0)

@@ -283,3 +283,42 @@ def test_classification_cached_per_lease_ttl(tmp_path):
     assert led.classified(5.0).aged.tolist() == [False, True]
     assert led.classified(20.0).aged.tolist() == [False, False]
     assert led.classified(5.0) is led.classified(5.0)
+
+
+def test_reuse_profile_slices_and_per_class_distances(tmp_path):
+    blk = [np.arange(i * 16, i * 16 + 16, dtype=np.uint32) for i in range(4)]
+    w = LedgerWriter(tmp_path)
+    w.add(10.0, "A", "a1", np.concatenate(blk[:2]))       # 2 new
+    w.add(15.0, "A", "a2", np.concatenate(blk[:3]))       # 2 same (d=5), 1 new
+    w.add(16.0, "B", "b1", np.concatenate(blk[:1]))       # 1 cross (d=1)
+    w.add(50.0, "B", "b2", blk[0][:10])                   # no full block: no touch, not a call
+    w.add(100.0, "A", "a3", np.concatenate(blk[:4]))      # cross (84), same (85, 85), new
+    w.close()
+    led = read_ledger(tmp_path)
+    p = reuse_profile(led, lease_ttl_s=60.0)
+    assert (p.touches, p.calls, p.sessions, p.unique_blocks) == (10, 4, 2, 4)
+    same, cross = [5, 5, 85, 85], [1, 84]
+    assert p.by_class == {
+        "same_session": {"p50_s": 45.0, "p99_s": pytest.approx(np.percentile(same, 99)),
+                         "max_s": 85.0},
+        "cross_session": {"p50_s": 42.5, "p99_s": pytest.approx(np.percentile(cross, 99)),
+                          "max_s": 84.0}}
+    assert p.distance_p99_s == pytest.approx(np.percentile(same + cross, 99))
+    # [15, 100): calls a2 and b1 -- 3 distinct blocks, classified against the whole history
+    q = reuse_profile(led, lease_ttl_s=60.0, t0=15.0, t1=100.0)
+    assert (q.touches, q.calls, q.sessions, q.unique_blocks) == (4, 2, 2, 3)
+    assert (q.share_new, q.share_same_session, q.share_cross_session) == (0.25, 0.5, 0.25)
+    assert q.aged_share == 0.0 and (q.distance_p50_s, q.distance_max_s) == (5.0, 5.0)
+    assert q.by_class["same_session"]["max_s"] == 5.0
+    assert q.by_class["cross_session"] == {"p50_s": 1.0, "p99_s": 1.0, "max_s": 1.0}
+    r = reuse_profile(led, lease_ttl_s=60.0, t0=16.0, t1=100.0)     # t0 inclusive, t1 exclusive
+    assert (r.touches, r.calls, r.sessions, r.unique_blocks, r.share_cross_session) == (1, 1, 1, 1,
+                                                                                        1.0)
+    s = reuse_profile(led, lease_ttl_s=60.0, t1=15.0)
+    assert (s.touches, s.calls, s.share_new) == (2, 1, 1.0)
+    u = reuse_profile(led, lease_ttl_s=60.0, t0=100.0)
+    assert (u.touches, u.aged_share, u.distance_max_s) == (4, 0.75, 85.0)
+    e = reuse_profile(led, lease_ttl_s=60.0, t0=16.5, t1=17.0)
+    assert (e.touches, e.calls, e.sessions, e.unique_blocks) == (0, 0, 0, 0)
+    assert e.share_new is None and e.aged_share is None and e.distance_p50_s is None
+    assert e.by_class["same_session"] == {"p50_s": None, "p99_s": None, "max_s": None}

@@ -322,3 +322,98 @@ def test_reuse_profile_slices_and_per_class_distances(tmp_path):
     assert (e.touches, e.calls, e.sessions, e.unique_blocks) == (0, 0, 0, 0)
     assert e.share_new is None and e.aged_share is None and e.distance_p50_s is None
     assert e.by_class["same_session"] == {"p50_s": None, "p99_s": None, "max_s": None}
+
+
+M64 = (1 << 64) - 1
+
+
+def _mix_ref(x):
+    """splitmix64's finaliser on Python ints (the fast chain's documented mixer)."""
+    x = (x + 0x9E3779B97F4A7C15) & M64
+    x ^= x >> 30
+    x = (x * 0xBF58476D1CE4E5B9) & M64
+    x ^= x >> 27
+    x = (x * 0x94D049BB133111EB) & M64
+    return x ^ (x >> 31)
+
+
+def _fast_chain_ref(tokens, bs, first=0, s_prev=0):
+    """The fast chain written out on Python ints: h = mix(h ^ word) over the block's words (two
+    tokens per 64-bit little-endian word for even block sizes, one per word otherwise), starting
+    from the seed; c = mix(h ^ pos * K_POS); S = S_prev + c; key = mix(S ^ pos * K_KEY)."""
+    keys, states, s = [], [], s_prev
+    for b in range(first, len(tokens) // bs):
+        blk = [int(x) for x in tokens[b * bs:(b + 1) * bs]]
+        words = ([blk[i] | (blk[i + 1] << 32) for i in range(0, bs, 2)] if bs % 2 == 0 else blk)
+        h = 0xE7037ED1A0B428DB
+        for wd in words:
+            h = _mix_ref(h ^ wd)
+        c = _mix_ref(h ^ ((b * 0xD6E8FEB86659FD93) & M64))
+        s = (s + c) & M64
+        states.append(s)
+        keys.append(_mix_ref(s ^ ((b * 0xA0761D6478BD642F) & M64)))
+    return keys, states
+
+
+@pytest.mark.parametrize("bs", [16, 7, 2, 1])
+def test_fast_chain_matches_its_definition(bs):
+    from adev.analysis.ledger import fast_chain
+    toks = np.random.default_rng(bs).integers(0, 2**32, 5 * bs + 3, dtype=np.uint64).astype(np.uint32)
+    keys, states = fast_chain(toks, bs)
+    rk, rs = _fast_chain_ref(toks, bs)
+    assert keys.tolist() == rk and states.tolist() == rs
+    # resumed from block 2 with the state of block 1: the same keys
+    k2, s2 = fast_chain(toks, bs, 2, int(states[1]))
+    assert k2.tolist() == rk[2:] and s2.tolist() == rs[2:]
+    nb = len(toks) // bs
+    assert fast_chain(toks, bs, nb)[0].tolist() == [] and fast_chain(toks, bs, nb + 3)[1].tolist() == []
+
+
+def test_sha256_cbor_block_sizes_past_the_one_byte_array_header():
+    toks = np.random.default_rng(5).integers(0, 200000, 900, dtype=np.uint32)
+    for bs in (23, 255, 256, 300):
+        assert sha256_cbor_chain(toks, bs, 0, none_hash_sha256_cbor("0")) == \
+            vllm_sha256_cbor_reference(toks, bs, "0")
+
+
+def test_writer_records_and_metadata(tmp_path, monkeypatch):
+    monkeypatch.setenv("PYTHONHASHSEED", "7")
+    d = tmp_path / "not" / "yet"
+    w = LedgerWriter(d, algo="sha256_cbor", block_size=1)     # one-token blocks are allowed
+    w.add(1.5, "A", "a1", [1, 2, 3])
+    w.add(2.5, "B", "b1", [1, 2])
+    assert (w.blocks_touched, w.blocks_hashed) == (5, 5)       # B has no state of its own
+    assert w.hash_seconds >= 0
+    w.close()
+    with pytest.raises(ValueError, match="^ledger writer is closed$"):
+        w.add(3.0, "A", "a2", [1])
+    meta = json.loads((d / "ledger" / "meta.json").read_text())
+    none = none_hash_sha256_cbor("7")
+    assert {k: meta[k] for k in ("format", "block_size", "algo", "hash_seed", "none_hash")} == \
+        {"format": 1, "block_size": 1, "algo": "sha256_cbor", "hash_seed": "7",
+         "none_hash": none.hex()}
+    assert [tuple(x) for x in meta["touch_dtype"]] == TOUCH_DTYPE.descr
+    calls = [json.loads(x) for x in (d / "ledger" / "calls.jsonl").read_text().splitlines()]
+    for c in calls:
+        assert c.pop("hash_s") >= 0
+    assert calls == [{"call": 0, "t": 1.5, "session": 0, "session_id": "A", "call_id": "a1",
+                      "n_tokens": 3, "n_blocks": 3, "n_hashed": 3},
+                     {"call": 1, "t": 2.5, "session": 1, "session_id": "B", "call_id": "b1",
+                      "n_tokens": 2, "n_blocks": 2, "n_hashed": 2}]
+    assert (d / "ledger" / "calls.jsonl").read_text().startswith('{"call":0,"t":1.5,')
+    led = read_ledger(d)
+    assert led.touches["pos"].tolist() == [0, 1, 2, 0, 1]
+    assert led.touches["t"].tolist() == [1.5, 1.5, 1.5, 2.5, 2.5]
+    assert (d / "ledger" / "hashes.bin").stat().st_size == 5 * 40
+    with open(d / "ledger" / "hashes.bin", "ab") as fh:
+        fh.write(b"\x01" * 9)
+    LedgerWriter(d, algo="sha256_cbor", block_size=1).close()  # reopening cuts the torn record
+    assert (d / "ledger" / "hashes.bin").stat().st_size == 5 * 40
+    f = LedgerWriter(tmp_path / "fast")
+    f.close()
+    meta = json.loads((tmp_path / "fast" / "ledger" / "meta.json").read_text())
+    assert meta["hash_seed"] is None and meta["none_hash"] is None
+    assert not (tmp_path / "fast" / "ledger" / "hashes.bin").exists()
+    with pytest.raises(ValueError, match=r"^algo: 'md5' is not allowed; allowed values: fast, "
+                                         r"sha256_cbor$"):
+        LedgerWriter(tmp_path, algo="md5")

@@ -166,3 +166,64 @@ def test_burst_rule_falls_back_to_the_emulators_count_and_ignores_invalid_window
     s = spread([0.0, 0.0])
     assert s["mean"] == 0.0 and math.isnan(s["cv"])     # CV undefined at mean 0
     assert math.isnan(spread([])["mean"]) and spread([None, 1.0])["n"] == 1
+
+
+def _four_windows(tmp_path, valid=(True, True, True, False)):
+    """One coder call busy over [0, 40); store tokens 1, 2, 3, 4 x the prefill rate per 10-s
+    window (1, 2, 3, 4 s of prefill spared over 10 s busy), so the
+    gross saving is 0.1, 0.2, 0.3, 0.4; preemptions 0, 0, 10, 0 (window 3 is a burst)."""
+    import json
+    from adev.config import load_model_profile
+    from .test_windows import _call, _vllm, make_hand_run
+    rate = load_model_profile("qwen3-coder-30b-a3b").prefill_tokens_per_s
+    ext = [0, 1, 3, 6, 10]
+    pre = [0, 0, 0, 10, 10]
+    scr = [("coder", 10.0 * i, True, _vllm(0, ext[i] * rate, 1000 * i, pre=pre[i]))
+           for i in range(5)]
+    run = make_hand_run(tmp_path, [_call("a", 0.0, 40.0)], scr, [])
+    with open(run.path / "windows.jsonl", "a") as f:
+        for i, ok in enumerate(valid):
+            f.write(json.dumps({"kind": "window", "run_id": "hand", "index": i + 1, "t0": 10.0 * i,
+                                "t1": 10.0 * (i + 1), "valid": ok,
+                                "reason": None if ok else "stack restarted"}) + "\n")
+    return load_run(run.path)
+
+
+def test_summarise_valid_and_quiet_windows_by_hand(tmp_path):
+    run = _four_windows(tmp_path)
+    t = window_table(run)
+    s = summarise(run)                                  # the table computed when not given
+    assert (s.windows, s.invalid_windows, s.burst_windows) == (4, 1, 1)
+    assert s.mean("gross_saving") == pytest.approx(0.2)              # windows 1-3
+    assert s.stats["gross_saving"]["n"] == 3
+    assert s.mean("gross_saving", quiet=True) == pytest.approx(0.15)  # window 3 left out
+    assert s.interval["gross_saving"]["mean"] == pytest.approx(0.2)
+    assert s.interval["gross_saving"]["hi"] - 0.2 == pytest.approx(4.302652729911275 * 0.1
+                                                                   / math.sqrt(3))
+    assert s.mean("preemptions") == pytest.approx(10 / 3)
+    assert "extension field" in s.missing["net_saving"] and "ledger" in s.missing["reuse"]
+    assert "windows" not in s.missing and s.width == 2 and s.lease_ttl_s == 5.0
+    assert s.xcheck is not None and set(s.xcheck) == {"xcheck_gpu_rel", "xcheck_store_rel",
+                                                       "xcheck_disk_rel", "store_load_failed_tokens"}
+    assert summarise(run, t, with_reuse=False).missing.get("reuse") is None
+    from adev.analysis.windows import cross_check
+    x = cross_check(run).set_index("endpoint")
+    assert (x.loc[ALL, "span_from"], x.loc[ALL, "span_to"]) == (0.0, 30.0)   # valid windows only
+    assert x.loc["coder", "store_tokens"] == pytest.approx(6 * run.prefill_tokens_per_s)
+
+
+def test_summarise_without_a_valid_window(tmp_path):
+    run = _four_windows(tmp_path, valid=(False,) * 4)
+    s = summarise(run, with_reuse=False)
+    assert (s.windows, s.invalid_windows, s.burst_windows) == (4, 4, 0)
+    assert s.missing["windows"] == "no valid window in the run"
+    assert math.isnan(s.mean("gross_saving")) and s.stats["gross_saving"]["n"] == 0
+    assert s.interval["gross_saving"]["n"] == 0 and s.xcheck is None
+    from adev.analysis.windows import cross_check
+    assert cross_check(run).empty and "xcheck_gpu_rel" in cross_check(run).columns
+
+
+def test_tier_token_and_read_rate_formulas():
+    from adev.analysis.windows import effective_read_rate, tier_tokens_from_bytes
+    assert tier_tokens_from_bytes(1536.0, 64, 98304) == pytest.approx(1.0)   # 1536 x 64 / 98304
+    assert effective_read_rate(3e9, 1.5) == 2e9

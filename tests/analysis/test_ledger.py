@@ -7,9 +7,10 @@ import json
 import numpy as np
 import pytest
 
-from adev.analysis.ledger import (ALGOS, CROSS_SESSION, NEW, SAME_SESSION, TOUCH_DTYPE,
-                                  LedgerWriter, block_keys, classify, none_hash_sha256_cbor,
-                                  read_ledger, reuse_profile, sha256_cbor_chain)
+from adev.analysis.ledger import (ALGOS, CROSS_SESSION, HASH_DTYPE, NEW, SAME_SESSION,
+                                  TOUCH_DTYPE, LedgerWriter, block_keys, classify,
+                                  none_hash_sha256_cbor, read_ledger, reuse_profile,
+                                  sha256_cbor_chain)
 
 cbor2 = pytest.importorskip("cbor2")
 
@@ -417,3 +418,57 @@ def test_writer_records_and_metadata(tmp_path, monkeypatch):
     with pytest.raises(ValueError, match=r"^algo: 'md5' is not allowed; allowed values: fast, "
                                          r"sha256_cbor$"):
         LedgerWriter(tmp_path, algo="md5")
+
+
+def test_reader_sorts_touches_written_out_of_time_order(tmp_path):
+    w = LedgerWriter(tmp_path)
+    w.add(3.0, "A", "a1", np.arange(16, dtype=np.uint32))
+    w.add(9.0, "B", "b1", np.arange(100, 116, dtype=np.uint32))
+    w.add(5.0, "C", "c1", np.arange(200, 232, dtype=np.uint32))   # a late writer, earlier t
+    w.forget("nobody")                                             # unknown session: no error
+    w.close()
+    led = read_ledger(tmp_path)
+    assert led.touches["t"].tolist() == [3.0, 5.0, 5.0, 9.0]
+    assert led.touches["call"].tolist() == [0, 2, 2, 1] and led.touches["pos"].tolist() == [0, 0, 1, 0]
+    (tmp_path / "two").mkdir()
+    w = LedgerWriter(tmp_path / "two")
+    w.add(2.0, "A", "a1", np.arange(16, dtype=np.uint32))
+    w.add(1.0, "A", "a2", np.arange(100, 116, dtype=np.uint32))
+    w.close()
+    assert read_ledger(tmp_path / "two").touches["t"].tolist() == [1.0, 2.0]
+
+
+def test_reader_without_touches_and_profile_figures(tmp_path):
+    LedgerWriter(tmp_path).close()
+    (tmp_path / "ledger" / "touches.bin").unlink()
+    led = read_ledger(tmp_path)
+    assert len(led.touches) == 0 and led.torn_bytes == 0
+    (tmp_path / "p").mkdir()
+    w = LedgerWriter(tmp_path / "p")
+    w.add(0.0, "A", "a1", np.arange(48, dtype=np.uint32))
+    w.add(1.0, "A", "a2", np.arange(16, dtype=np.uint32))          # block 0 again: d = 1
+    w.add(2.0, "A", "a3", np.arange(32, dtype=np.uint32))          # block 1 again: d = 2
+    w.add(4.0, "B", "b1", np.arange(48, dtype=np.uint32)[:40])     # blocks 0, 1: d = 3, 2
+    w.add(6.0, "C", "c1", np.arange(5, dtype=np.uint32))           # no full block
+    w.add(8.0, "A", "a4", np.arange(48, dtype=np.uint32))          # 0: 4, 1: 4, 2: 8
+    assert w.hash_seconds < 0.5                                     # CPU seconds, from 0
+    w.close()
+    p = reuse_profile(read_ledger(tmp_path / "p"), lease_ttl_s=60.0)
+    assert p.lease_ttl_s == 60.0 and p.sessions == 3 and p.calls == 5   # C touched nothing
+    d = sorted([1, 2, 2, 3, 2, 4, 4, 8])
+    assert p.distance_p99_s == pytest.approx(np.percentile(d, 99)) and p.distance_p99_s < 8.0
+    meta = json.loads((tmp_path / "p" / "ledger" / "meta.json").read_text())
+    assert [tuple(x) for x in meta["hash_dtype"]] == HASH_DTYPE.descr
+
+
+def test_resume_with_the_last_session_first(tmp_path):
+    w = LedgerWriter(tmp_path)
+    for i, s in enumerate("ABC"):
+        w.add(float(i), s, f"{s}1", np.arange(16 * i, 16 * i + 16, dtype=np.uint32))
+    w.close()
+    w = LedgerWriter(tmp_path)
+    w.add(5.0, "C", "C2", np.arange(16, dtype=np.uint32))
+    w.add(6.0, "D", "D1", np.arange(16, dtype=np.uint32))
+    w.close()
+    led = read_ledger(tmp_path)
+    assert led.touches["session"].tolist() == [0, 1, 2, 2, 3]

@@ -1,5 +1,5 @@
 # The two commands (see README): `make run` and `make test`. Both set up a fresh machine first.
-.PHONY: setup run test bench
+.PHONY: setup run test bench mutation
 
 setup:
 	@./scripts/bootstrap.sh
@@ -10,5 +10,11 @@ run: setup
 test: setup
 	.venv/bin/python -m pytest -q -ra
 
+# every benchmark but the mutation run (hours on 2 cores: `make mutation`)
 bench: setup
-	@for b in bench/*.py; do echo "== $$b"; .venv/bin/python $$b; done
+	@for b in bench/*.py; do [ "$$b" = bench/bench_mutation.py ] && continue; echo "== $$b"; .venv/bin/python $$b; done
+
+# mutation score of the unit tests over adev/analysis/ and the emulator's engine, pool and store
+# (a benchmark, not a check); MODULES=... to choose, e.g. MODULES=adev/emulator/pool.py
+mutation: setup
+	.venv/bin/python bench/bench_mutation.py $(MODULES) --survivors

@@ -260,11 +260,36 @@ def _parse_line(raw: bytes, kind: str) -> tuple[dict[str, Any] | None, str | Non
     return obj, None
 
 
-def new_run_id(prefix: str = "run") -> str:
-    import datetime
+ID_RANDOM_BYTES = 6
+"""Random bytes in a run id: 48 bits, so ids made in the same second clash with probability
+about n^2 / 2^49 (n = 1000 ids: 2e-9); :func:`create_run_path` retries on a clash anyway."""
+
+
+def _id_suffix() -> str:
     import secrets
+    return secrets.token_hex(ID_RANDOM_BYTES)
+
+
+def new_run_id(prefix: str = "run") -> str:
+    """``{prefix}-{UTC yyyymmdd-HHMMSS}-{12 random hex digits}``."""
+    import datetime
     ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
-    return f"{prefix}-{ts}-{secrets.token_hex(2)}"
+    return f"{prefix}-{ts}-{_id_suffix()}"
+
+
+def create_run_path(base: str | Path, prefix: str = "run", tries: int = 8) -> Path:
+    """Create a fresh, empty run folder ``base / new_run_id(prefix)``: the folder is made with
+    ``exist_ok=False`` and a new id drawn if that name is taken, so two runs never share one."""
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    for _ in range(tries):
+        path = base / new_run_id(prefix)
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{base}: no free run id after {tries} tries (prefix {prefix!r})")
 
 
 class RunDir:
@@ -276,8 +301,12 @@ class RunDir:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, run_id: str | None = None, base: str | Path | None = None) -> "RunDir":
-        run_id = run_id or new_run_id()
+    def create(cls, run_id: str | None = None, base: str | Path | None = None,
+               prefix: str = "run") -> "RunDir":
+        """A new run folder under ``base``: named ``run_id`` (refused if it exists), else a fresh
+        id (:func:`create_run_path`)."""
+        if run_id is None:
+            return cls(create_run_path(base or RUNS_DIR, prefix))
         path = Path(base or RUNS_DIR) / run_id
         path.mkdir(parents=True, exist_ok=False)
         return cls(path)

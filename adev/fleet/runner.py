@@ -30,11 +30,17 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import event_loop
+from ..analysis.faults import FaultTracker, tracker_from_records
 from ..clock import RunClock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
-from ..analysis.faults import FaultTracker, tracker_from_records
-from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
+from ..records import (
+    RECORD_TYPES,
+    EventRecord,
+    SessionRecord,
+    WindowRecord,
+    create_run_path,
+)
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
 from .lock import RunLock
@@ -164,10 +170,7 @@ class FleetRun:
         self.live_mode = live or cfg.live
         if run_path is None:
             base = Path(cfg.results_dir)
-            base = base if base.is_absolute() else ROOT / base
-            base.mkdir(parents=True, exist_ok=True)
-            run_path = base / new_run_id("fleet")
-            run_path.mkdir()
+            run_path = create_run_path(base if base.is_absolute() else ROOT / base, "fleet")
         self.path = run_path
         self.lock = lock or RunLock(run_path).acquire("--resume" if resume else "fleet")
         self.state = FleetState(cfg.width, [e.name for e in stack_cfg.endpoints],

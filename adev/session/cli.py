@@ -75,15 +75,15 @@ def main(args: argparse.Namespace) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
-    from ..clock import RunClock
     from ..client.llm import Endpoint, LLMClient, LLMError
+    from ..clock import RunClock
     from ..config import ConfigError, load_stack
     from ..gate.registry import check_gate_policy, make_gate
     from ..manifest import build_manifest
-    from ..records import RunDir, new_run_id
+    from ..records import RunDir
+    from ..tasks import load_task
     from .loop import SessionContext, run_session
     from .roles import load_roles
-    from ..tasks import load_task
 
     task = load_task(args.task)
     roles = load_roles(args.roles)
@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     external = stack_file is None or stack_file.mode == "external"
     check_gate_policy(args.gate, external=external, allow_unconfined=args.allow_unconfined_gate,
                       where="--gate")
-    run_dir = RunDir.create(new_run_id("session"), base=args.runs_dir)
+    run_dir = RunDir.create(base=args.runs_dir, prefix="session")
     session_id = f"{task.name}-s{args.seed}"
 
     async def go(endpoints: dict[str, str], time_scale: float, stack_cfg: Any) -> dict[str, Any]:

@@ -28,9 +28,11 @@ def seed_for(oracle: OraclePolicy, rounds: int) -> int:
 class FakeGate:
     name = "fake"
 
-    def __init__(self, verdicts=("pass",), delay=0.0, on_run=None):
+    def __init__(self, verdicts=("pass",), hold=False, on_run=None):
         self.verdicts = list(verdicts)
-        self.delay = delay
+        self.hold = hold            # runs wait until ``release`` is set
+        self.release = asyncio.Event()
+        self.running = asyncio.Event()   # set when a run has started
         self.requests = []
         self.on_run = on_run
         self.events = []
@@ -51,8 +53,9 @@ class FakeGate:
         self.requests.append(req)
         if self.on_run:
             self.on_run(req)
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        self.running.set()
+        if self.hold:
+            await self.release.wait()
         v = self.verdicts.pop(0) if len(self.verdicts) > 1 else self.verdicts[0]
         return GateResult(verdict=v, passed=1, failed=int(v != "pass"), real_duration_s=0.01)
 
@@ -241,13 +244,10 @@ async def test_records_on_disk_before_session_ends(tmp_path):
 async def test_cancel_mid_session_records_cancelled(tmp_path):
     task = tiny_task()
     oracle = OraclePolicy(tasks={"calc": task})
-    gate = FakeGate(delay=30)
+    gate = FakeGate(hold=True)
     ctx, _, rd = make_ctx(tmp_path, oracle, gate)
     t = asyncio.create_task(run_session(ctx, task, 1, "s1"))
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        if gate.requests:
-            break
+    await asyncio.wait_for(gate.running.wait(), 30)   # the session is inside its gate run
     t.cancel()
     with pytest.raises(asyncio.CancelledError):
         await t

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import math
 import sys
 
 VERBS = {
@@ -50,6 +51,11 @@ def main(argv: list[str] | None = None) -> int:
     if not getattr(args, "func", None):
         parser.print_help()
         return 2
+    for dest, v in vars(args).items():  # argparse takes "nan" and "inf" for type=float
+        if isinstance(v, float) and not math.isfinite(v):
+            print(f"adev: --{dest.replace('_', '-')}: {v!r} is not allowed; expected a finite "
+                  "number", file=sys.stderr)
+            return 2
     try:
         return int(args.func(args) or 0)
     except ConfigError as e:

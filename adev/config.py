@@ -12,6 +12,7 @@ and ``typing.Literal[...]`` for enumerations.
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import tomllib
 import types
@@ -94,6 +95,8 @@ def _convert(tp: Any, value: Any, where: str) -> Any:
     if tp is float:
         if isinstance(value, bool) or not isinstance(value, int | float):
             raise ConfigError(f"{where}: expected a number, got {value!r}")
+        if not math.isfinite(value):
+            raise ConfigError(f"{where}: {value!r} is not allowed; expected a finite number")
         return float(value)
     if tp is int:
         if isinstance(value, bool) or not isinstance(value, int):
@@ -157,10 +160,19 @@ def to_dict(obj: Any) -> Any:
 def load_toml(path: str | Path) -> dict[str, Any]:
     p = Path(path)
     try:
-        with p.open("rb") as fh:
-            return tomllib.load(fh)
+        raw = p.read_bytes()
     except FileNotFoundError:
         raise ConfigError(f"config file not found: {p}") from None
+    except OSError as e:
+        raise ConfigError(f"{p}: cannot read the config file: {e.strerror}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        line = raw[:e.start].count(b"\n") + 1
+        raise ConfigError(f"{p}: line {line}: not UTF-8 text (byte 0x{raw[e.start]:02x}); a "
+                          "config file is UTF-8 TOML") from None
+    try:
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as e:
         raise ConfigError(f"{p}: invalid TOML: {e}") from None
 
@@ -378,7 +390,17 @@ def parse_cpu_list(text: str, where: str) -> list[int]:
 def load_stack(path: str | Path | None = None, **overrides: Any) -> StackConfig:
     """Load a stack file (default ``stacks/embedded.toml``), applying top-level overrides."""
     p = Path(path) if path else ROOT / "stacks" / "embedded.toml"
-    data = load_toml(p).get("stack", {}) if p.exists() or path else {}
+    data: dict[str, Any] = {}
+    if p.exists() or path:
+        doc = load_toml(p)
+        extra = sorted(set(doc) - {"stack"})
+        if extra:
+            raise ConfigError(f"{p}: unknown top-level table(s) {', '.join(extra)}; "
+                              "allowed: stack")
+        if not isinstance(doc.get("stack"), dict):
+            raise ConfigError(f"{p}: no [stack] table; a stack file holds its settings under "
+                              "[stack] (see stacks/embedded.toml)")
+        data = doc["stack"]
     data = {**data, **{k: v for k, v in overrides.items() if v is not None}}
     try:
         return from_dict(StackConfig, data, "stack")

@@ -15,10 +15,9 @@ import io
 import json
 import os
 import threading
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Iterator
 
 from .config import ROOT
 
@@ -165,7 +164,8 @@ class ScrapeRecord:
 
 @dataclass
 class WindowRecord:
-    """A measurement window [t0, t1) cut from a run; invalid windows keep a reason."""
+    """A measurement window [t0, t1) cut from a run; invalid windows keep a reason. ``faults``
+    names the faults that touched it (rule in :mod:`adev.analysis.faults`)."""
 
     kind: ClassVar[str] = "windows"
     run_id: str
@@ -175,11 +175,14 @@ class WindowRecord:
     valid: bool = True
     reason: str | None = None
     protocol: str = "steady"  # steady | batch
+    faults: list[str] = field(default_factory=list)
 
 
 @dataclass
 class EventRecord:
-    """Anything else worth keeping on the timeline (faults, stack changes, resume)."""
+    """Anything else worth keeping on the timeline (faults, stack changes, resume). A fault is
+    ``event="fault"`` with ``detail = {"fault": name, "state": "begin" | "end" | "occurred",
+    ...evidence}`` (names in :mod:`adev.analysis.faults`)."""
 
     kind: ClassVar[str] = "events"
     run_id: str
@@ -219,11 +222,74 @@ def _ends_torn(p: Path) -> bool:
         return False
 
 
-def new_run_id(prefix: str = "run") -> str:
-    import datetime
+class RecordError(ValueError):
+    """A line of a record file that adev did not write (the message names file and line)."""
+
+
+def _required(kind: str) -> set[str]:
+    cls = RECORD_TYPES.get(kind)
+    if cls is None:
+        return set()
+    return {f.name for f in dataclasses.fields(cls)
+            if f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING}
+
+
+def _parse_line(raw: bytes, kind: str) -> tuple[dict[str, Any] | None, str | None]:
+    """(record, None), or (None, why it is not a record adev wrote), or (None, None) for the
+    fragment of a line torn by a crash (adev writes ASCII JSON objects, one per line)."""
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        return None, f"not UTF-8 (byte {e.start} of the line); not a {kind} record adev wrote"
+    try:
+        obj = json.loads(text)
+    except RecursionError:
+        return None, f"JSON nested too deeply; not a {kind} record adev wrote"
+    except json.JSONDecodeError as e:
+        if text.lstrip().startswith("{"):
+            return None, None  # a torn fragment (counted by torn_lines)
+        return None, f"not JSON ({e.msg}); not a {kind} record adev wrote"
+    if not isinstance(obj, dict):
+        what = {list: "array", str: "string", int: "number", float: "number", bool: "boolean",
+                type(None): "null"}.get(type(obj), type(obj).__name__)
+        return None, f"a JSON {what}, not a {kind} record (one JSON object per line)"
+    missing = _required(kind) - obj.keys()
+    if missing:
+        return None, (f"an object without the {kind} record field(s) "
+                      f"{', '.join(sorted(missing))}; not a {kind} record adev wrote")
+    return obj, None
+
+
+ID_RANDOM_BYTES = 6
+"""Random bytes in a run id: 48 bits, so ids made in the same second clash with probability
+about n^2 / 2^49 (n = 1000 ids: 2e-9); :func:`create_run_path` retries on a clash anyway."""
+
+
+def _id_suffix() -> str:
     import secrets
-    ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
-    return f"{prefix}-{ts}-{secrets.token_hex(2)}"
+    return secrets.token_hex(ID_RANDOM_BYTES)
+
+
+def new_run_id(prefix: str = "run") -> str:
+    """``{prefix}-{UTC yyyymmdd-HHMMSS}-{12 random hex digits}``."""
+    import datetime
+    ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    return f"{prefix}-{ts}-{_id_suffix()}"
+
+
+def create_run_path(base: str | Path, prefix: str = "run", tries: int = 8) -> Path:
+    """Create a fresh, empty run folder ``base / new_run_id(prefix)``: the folder is made with
+    ``exist_ok=False`` and a new id drawn if that name is taken, so two runs never share one."""
+    base = Path(base)
+    base.mkdir(parents=True, exist_ok=True)
+    for _ in range(tries):
+        path = base / new_run_id(prefix)
+        try:
+            path.mkdir()
+            return path
+        except FileExistsError:
+            continue
+    raise FileExistsError(f"{base}: no free run id after {tries} tries (prefix {prefix!r})")
 
 
 class RunDir:
@@ -235,8 +301,12 @@ class RunDir:
         self._lock = threading.Lock()
 
     @classmethod
-    def create(cls, run_id: str | None = None, base: str | Path | None = None) -> RunDir:
-        run_id = run_id or new_run_id()
+    def create(cls, run_id: str | None = None, base: str | Path | None = None,
+               prefix: str = "run") -> "RunDir":
+        """A new run folder under ``base``: named ``run_id`` (refused if it exists), else a fresh
+        id (:func:`create_run_path`)."""
+        if run_id is None:
+            return cls(create_run_path(base or RUNS_DIR, prefix))
         path = Path(base or RUNS_DIR) / run_id
         path.mkdir(parents=True, exist_ok=False)
         return cls(path)
@@ -273,51 +343,52 @@ class RunDir:
                 fh.close()
             self._files.clear()
 
-    def __enter__(self) -> RunDir:
+    def __enter__(self) -> "RunDir":
         return self
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
 
     # -- reading --------------------------------------------------------------------------
-    def iter_records(self, kind: str) -> Iterator[dict[str, Any]]:
-        """Yield the records of one kind; a torn trailing line is skipped (see ``torn_lines``)."""
+    def iter_records(self, kind: str, strict: bool = False) -> Iterator[dict[str, Any]]:
+        """Yield the records of one kind. A line torn by a crash mid-write (the last line without
+        its newline, or a fragment of a JSON object that a resume closed with a newline) is
+        skipped and counted by ``torn_lines``. With ``strict``, a line adev cannot have written
+        (not UTF-8, JSON that is not an object, an object without the record's fields) raises
+        :class:`RecordError` naming the file and line; without, it is skipped too."""
         p = self.path / f"{kind}.jsonl"
         if not p.exists():
             return
-        with p.open(encoding="utf-8") as fh:
-            for line in fh:
-                if not line.endswith("\n"):
+        with p.open("rb") as fh:
+            for lineno, raw in enumerate(fh, 1):
+                if not raw.endswith(b"\n"):
                     break  # torn by a crash mid-write
-                try:
-                    yield json.loads(line)
-                except json.JSONDecodeError:
-                    continue
+                rec, why = _parse_line(raw, kind)
+                if rec is not None:
+                    yield rec
+                elif strict and why is not None:
+                    raise RecordError(f"{p}: line {lineno}: {why}")
 
-    def read(self, kind: str) -> list[dict[str, Any]]:
-        return list(self.iter_records(kind))
+    def read(self, kind: str, strict: bool = False) -> list[dict[str, Any]]:
+        return list(self.iter_records(kind, strict))
 
     def torn_lines(self, kind: str) -> int:
-        """Lines of ``kind`` that could not be read back (0 after a clean run)."""
+        """Lines of ``kind`` that could not be read back (0 after a clean run): the records lost
+        to a crash mid-write (and, for a file adev did not write, its unreadable lines)."""
         p = self.path / f"{kind}.jsonl"
         if not p.exists():
             return 0
         bad = 0
-        with p.open(encoding="utf-8") as fh:
-            for line in fh:
-                if not line.endswith("\n"):
-                    bad += 1
-                    continue
-                try:
-                    json.loads(line)
-                except json.JSONDecodeError:
+        with p.open("rb") as fh:
+            for raw in fh:
+                if not raw.endswith(b"\n") or _parse_line(raw, kind)[0] is None:
                     bad += 1
         return bad
 
-    def frame(self, kind: str):
+    def frame(self, kind: str, strict: bool = False):
         """The records of one kind as a pandas DataFrame (empty frame when there are none)."""
         import pandas as pd
-        rows = self.read(kind)
+        rows = self.read(kind, strict)
         if rows:
             return pd.DataFrame(rows)
         cls = RECORD_TYPES.get(kind)
@@ -325,5 +396,17 @@ class RunDir:
         return pd.DataFrame(columns=cols)
 
     def manifest(self) -> dict[str, Any]:
+        """``manifest.json`` ({} when absent); :class:`RecordError` when it is not a JSON object."""
         p = self.path / "manifest.json"
-        return json.loads(p.read_text()) if p.exists() else {}
+        if not p.exists():
+            return {}
+        try:
+            doc = json.loads(p.read_bytes().decode("utf-8"))
+        except UnicodeDecodeError as e:
+            raise RecordError(f"{p}: not UTF-8 (byte {e.start}); not a manifest adev "
+                              "wrote") from None
+        except json.JSONDecodeError as e:
+            raise RecordError(f"{p}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        if not isinstance(doc, dict):
+            raise RecordError(f"{p}: not a JSON object; not a manifest adev wrote")
+        return doc

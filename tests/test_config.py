@@ -1,20 +1,15 @@
 """Typed config: errors name the field and the allowed values; profiles and stack files load."""
 from __future__ import annotations
 
+import dataclasses
+import typing
+
 import pytest
 
-from adev.config import (
-    ConfigError,
-    ModelProfile,
-    StackConfig,
-    StoreSpec,
-    from_dict,
-    load,
-    load_model_profile,
-    load_stack,
-    load_tier_profile,
-    to_dict,
-)
+import adev.config as config_mod
+from adev.config import (ConfigError, ModelProfile, StackConfig, StoreSpec, check_cpus, from_dict,
+                         load, load_model_profile, load_stack, load_tier_profile, parse_cpu_list,
+                         resolve, to_dict)
 
 
 def test_unknown_key_names_field_and_allowed_keys():
@@ -126,3 +121,118 @@ def test_load_section(tmp_path):
     with pytest.raises(ConfigError) as e:
         load(StoreSpec, f, "store")
     assert "store.bogus" in str(e.value) and str(f) in str(e.value)
+
+
+# -- every rule once, at its boundary --------------------------------------------------------
+
+PROFILE = {"name": "m", "num_layers": 1, "num_kv_heads": 4, "head_dim": 8}
+
+
+def test_model_profile_gpu_pool_must_hold_one_block():
+    with pytest.raises(ConfigError, match=r"^profile.gpu_pool_tokens: must hold at least one block"):
+        from_dict(ModelProfile, {**PROFILE, "gpu_pool_tokens": 15, "block_size": 16}, "profile")
+    p = from_dict(ModelProfile, {**PROFILE, "gpu_pool_tokens": 16, "block_size": 16}, "profile")
+    assert p.gpu_pool_blocks == 1
+    assert from_dict(ModelProfile, {**PROFILE, "tp": 2}, "profile").bytes_per_token == 2 * 1 * 2 * 8 * 2
+    with pytest.raises(ConfigError, match=r"^profile.block_size: 0 must be greater than 0"):
+        from_dict(ModelProfile, {**PROFILE, "block_size": 0}, "profile")
+    # validate() is named after the class when no prefix is given
+    with pytest.raises(ConfigError, match=r"^ModelProfile.tp: 3 must divide"):
+        from_dict(ModelProfile, {**PROFILE, "tp": 3})
+
+
+def test_bounds_are_inclusive():
+    s = from_dict(StackConfig, {"store": {"ram_gb": 0, "master_port": 65535},
+                                "endpoints": [{"name": "a", "port": 0}]}, "stack")
+    assert s.store.ram_gb == 0.0 and s.store.master_port == 65535 and s.endpoints[0].port == 0
+    with pytest.raises(ConfigError, match=r"^stack.endpoints\[0\].port: -1 is below the minimum 0"):
+        from_dict(StackConfig, {"endpoints": [{"name": "a", "port": -1}]}, "stack")
+    with pytest.raises(ConfigError, match=r"^stack.store.master_port: 65536 is above the maximum"):
+        from_dict(StackConfig, {"store": {"master_port": 65536}}, "stack")
+    assert from_dict(StackConfig, {"time_scale": 0.001}, "stack").time_scale == 0.001
+
+
+def test_external_mode_needs_base_url_for_each_endpoint():
+    with pytest.raises(ConfigError, match=r"^stack.endpoints: mode 'external' needs base_url for \['b'\]"):
+        from_dict(StackConfig, {"mode": "external", "endpoints": [
+            {"name": "a", "base_url": "http://h:1/v1"}, {"name": "b"}]}, "stack")
+    s = from_dict(StackConfig, {"mode": "external", "endpoints": [
+        {"name": "a", "base_url": "http://h:1/v1"}]}, "stack")
+    assert s.endpoints[0].base_url == "http://h:1/v1"
+
+
+def test_cpu_lists(monkeypatch):
+    monkeypatch.setattr(config_mod, "HOST_CPUS", [0, 1, 2, 3])
+    check_cpus([], "x.cpus")
+    check_cpus([3, 1], "x.cpus")
+    for bad in ([4], [1, 1], [True], ["0"]):
+        with pytest.raises(ConfigError, match=r"^x.cpus: .* is not allowed; allowed values: distinct "
+                                              r"cores among \[0, 1, 2, 3\]"):
+            check_cpus(bad, "x.cpus")
+    s = from_dict(StackConfig, {"cpus": [0, 2]}, "stack")
+    assert s.cpus == [0, 2]
+    with pytest.raises(ConfigError, match=r"^stack.cpus: \[7\] is not allowed"):
+        from_dict(StackConfig, {"cpus": [7]}, "stack")
+    monkeypatch.setattr(config_mod, "HOST_CPUS", [])
+    check_cpus([], "x.cpus")
+    with pytest.raises(ConfigError, match=r"^x.cpus: CPU affinity is not supported"):
+        check_cpus([0], "x.cpus")
+    assert parse_cpu_list("0,2-3", "--cpus") == [0, 2, 3]
+    assert parse_cpu_list(" 5 ", "--cpus") == [5]
+    for bad in ("a", "1-x", ""):
+        with pytest.raises(ConfigError, match=r"^--cpus: .* is not a CPU list; allowed values"):
+            parse_cpu_list(bad, "--cpus")
+
+
+@dataclasses.dataclass(frozen=True)
+class _AllTypes:
+    flag: bool = False
+    n: float = 0.0
+    name: str = ""
+    table: dict[str, int] = dataclasses.field(default_factory=dict)
+    pair: tuple[int, ...] = ()
+    maybe: str | None = None
+    either: int | str = 0
+    inner: StoreSpec | None = None
+    anything: typing.Any = None
+
+
+def test_every_type_rule_names_the_field():
+    ok = from_dict(_AllTypes, {"flag": True, "n": 3, "name": "x", "table": {"a": 1},
+                               "pair": [1, 2], "maybe": None, "either": "s",
+                               "inner": {"ram_gb": 2}, "anything": [object]}, "t")
+    assert ok.flag is True and ok.n == 3.0 and isinstance(ok.n, float) and ok.pair == (1, 2)
+    assert ok.table == {"a": 1} and ok.maybe is None and ok.either == "s"
+    assert ok.inner == StoreSpec(ram_gb=2.0) and ok.anything == [object]
+    for data, msg in [
+        ({"flag": "yes"}, "t.flag: expected true or false, got 'yes'"),
+        ({"flag": 1}, "t.flag: expected true or false, got 1"),
+        ({"n": True}, "t.n: expected a number, got True"),
+        ({"name": 5}, "t.name: expected a string, got 5"),
+        ({"table": [1]}, "t.table: expected table of int, got [1]"),
+        ({"table": {"a": "b"}}, "t.table.a: expected an integer, got 'b'"),
+        ({"pair": 1}, "t.pair: expected list of int, got 1"),
+        ({"pair": [1, "z"]}, "t.pair[1]: expected an integer, got 'z'"),
+        ({"maybe": 5}, "t.maybe: expected a string, got 5"),
+        ({"either": 1.5}, "t.either: expected int or str, got 1.5"),
+        ({"inner": {"bogus": 1}}, "unknown key(s) t.inner.bogus; allowed keys: "),
+        ({"inner": 3}, "t.inner: expected a table, got 3"),
+    ]:
+        with pytest.raises(ConfigError) as e:
+            from_dict(_AllTypes, data, "t")
+        assert str(e.value).startswith(msg), (data, str(e.value))
+    with pytest.raises(ConfigError, match=r"^_AllTypes: expected a table, got \[\]"):
+        from_dict(_AllTypes, [])
+
+
+def test_resolve_profile_by_name_or_path(tmp_path):
+    f = tmp_path / "mine.toml"
+    f.write_text('name = "mine"\nnum_layers = 2\nnum_kv_heads = 2\nhead_dim = 4\n')
+    assert resolve(str(f), "stacks/profiles/models") == f
+    assert load_model_profile(str(f)).bytes_per_token == 2 * 2 * 2 * 4 * 2
+    assert resolve("ram", "stacks/profiles/tiers").name == "ram.toml"
+    bad = tmp_path / "bad.toml"
+    bad.write_text('name = "bad"\nnum_layers = 0\nnum_kv_heads = 2\nhead_dim = 4\n')
+    with pytest.raises(ConfigError) as e:
+        load_model_profile(str(bad))
+    assert str(e.value) == f"{bad}: num_layers: 0 must be greater than 0"

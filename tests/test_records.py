@@ -5,23 +5,16 @@ import dataclasses
 import json
 import multiprocessing
 import os
+import re
 import signal
 import time
 
 import pytest
 
-from adev.records import (
-    RECORD_TYPES,
-    CallRecord,
-    EventRecord,
-    GateRecord,
-    RunDir,
-    ScrapeRecord,
-    SessionRecord,
-    ToolEvent,
-    WindowRecord,
-    new_run_id,
-)
+from adev import records
+from adev.records import (RECORD_TYPES, CallRecord, EventRecord, GateRecord, RunDir,
+                          ScrapeRecord, SessionRecord, ToolEvent, WindowRecord, create_run_path,
+                          new_run_id)
 from adev.records import TestResult as GateTest
 
 
@@ -135,12 +128,22 @@ def test_killed_writer_leaves_readable_records(tmp_path):
     assert rd.torn_lines("events") <= 1
 
 
-def test_create_refuses_existing_and_ids_are_unique(tmp_path):
+def test_create_refuses_existing_and_ids_are_unique(tmp_path, monkeypatch):
     RunDir.create("same", base=tmp_path)
     with pytest.raises(FileExistsError):
         RunDir.create("same", base=tmp_path)
-    ids = {new_run_id() for _ in range(20)}
-    assert len(ids) == 20
+    assert re.fullmatch(r"fleet-\d{8}-\d{6}-[0-9a-f]{12}", new_run_id("fleet"))
+    # the random part clashes (forced): creation draws a new id instead of sharing a folder
+    draws = iter(["aaaaaaaaaaaa", "aaaaaaaaaaaa", "aaaaaaaaaaaa", "bbbbbbbbbbbb"])
+    monkeypatch.setattr(records, "new_run_id", lambda prefix="run": f"{prefix}-t-{next(draws)}")
+    a = RunDir.create(base=tmp_path)
+    b = RunDir.create(base=tmp_path, prefix="run")
+    assert (a.run_id, b.run_id) == ("run-t-aaaaaaaaaaaa", "run-t-bbbbbbbbbbbb")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [a.run_id, b.run_id, "same"]
+    # every draw taken: a clear error, nothing overwritten
+    monkeypatch.setattr(records, "new_run_id", lambda prefix="run": "run-t-aaaaaaaaaaaa")
+    with pytest.raises(FileExistsError, match="no free run id after 3 tries"):
+        create_run_path(tmp_path, tries=3)
 
 
 def test_write_json_is_atomic_and_manifest_reads_back(tmp_path):

@@ -19,6 +19,11 @@ error in the process is re-raised there. The process runs at niceness +10 (on a 
 client's event loop, whose stamps are the measurement, preempts it) and, when the fleet is pinned
 to its own cores (``fleet.client_cpus``), on the host's other cores. Killing the fleet loses at
 most the prompts not yet read by the process (milliseconds of calls), like the calls in flight.
+
+Signals: the process ignores SIGINT and SIGTERM (they are blocked from before it starts until it
+ignores them), so Ctrl-C at a terminal or a SIGTERM to the fleet's process group reaches only
+the fleet, which stops cleanly and ends the process through ``close()``; the process also ends
+when the fleet is gone (end of the pipe).
 """
 from __future__ import annotations
 
@@ -27,6 +32,7 @@ import multiprocessing as mp
 import os
 import queue as _queue
 import select
+import signal
 import struct
 from collections.abc import Sequence
 from pathlib import Path
@@ -38,9 +44,19 @@ import orjson
 __all__ = ["LedgerProcess"]
 
 NICE = 10  # the ledger process's niceness increment (it only has to keep up on average)
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM)  # the fleet's; ignored by the ledger process
+
+
+def _ignore_stop_signals() -> None:
+    """In the ledger process: ignore the fleet's stop signals, then unblock them (they were
+    blocked by the parent across the start, see :meth:`LedgerProcess.__init__`)."""
+    for s in STOP_SIGNALS:
+        signal.signal(s, signal.SIG_IGN)
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, STOP_SIGNALS)
 
 
 def _serve(conn: Any, errors: Any, run_dir: str, kw: dict[str, Any]) -> None:
+    _ignore_stop_signals()
     from .ledger import LedgerWriter
     try:
         w = LedgerWriter(run_dir, **kw)
@@ -93,7 +109,14 @@ class LedgerProcess:
         self.dir = Path(getattr(run_dir, "path", run_dir))
         self._p = ctx.Process(target=_serve, args=(reader, self._errors, str(self.dir), kw),
                               name="adev-ledger", daemon=True)
-        self._p.start()
+        # the spawned interpreter inherits this thread's signal mask: a Ctrl-C during its start
+        # stays pending (then ignored) instead of raising KeyboardInterrupt in it; here it is
+        # delivered when the mask is restored
+        old = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+        try:
+            self._p.start()
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, old)
         try:  # background work, its start-up included (a spawned interpreter imports for
             # hundreds of ms): the client's event loop (and the stack) preempt it on wake-up
             os.setpriority(os.PRIO_PROCESS, self._p.pid,
@@ -199,7 +222,7 @@ class LedgerProcess:
         self._conn.close()
         self._p.join(timeout_s)
         if self._p.is_alive():
-            self._p.terminate()
+            self._p.kill()  # it ignores SIGTERM
             self._p.join(5)
             raise RuntimeError(f"ledger process did not finish within {timeout_s:g} s")
         err = self._error()

@@ -68,6 +68,7 @@ def running_figures(window_calls: Sequence[dict[str, Any]], window_scrapes: Sequ
             continue
         have = True
         store, gpu, prompt = store + st, gpu + gp, prompt + pr
+    # per-request fields: put_blocks = accepted writes, put_refused_blocks = refused ones
     put = sum(float((c.get("server") or {}).get("put_blocks") or 0) for c in window_calls)
     refused = sum(float((c.get("server") or {}).get("put_refused_blocks") or 0) for c in window_calls)
     ttft = [c["t_first_content"] - c["t_sent"] for c in window_calls
@@ -78,7 +79,7 @@ def running_figures(window_calls: Sequence[dict[str, Any]], window_scrapes: Sequ
                          if have and rate and busy_total > 0 else None),
         "gpu_hit_share": hit_share(gpu, prompt) if have and prompt > 0 else None,
         "store_hit_share": hit_share(store, prompt) if have and prompt > 0 else None,
-        "refused_share": refusal_share(refused, put) if put > 0 else None,
+        "refused_share": refusal_share(refused, put + refused) if put + refused > 0 else None,
         "ttft_p50_s": pct(ttft, 50) if ttft else None,
         "calls": len(window_calls),
     }

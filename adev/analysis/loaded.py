@@ -46,10 +46,20 @@ class Loaded:
     summary: RunSummary
 
 
+notes: list[str] = []
+"""One line per run read with something to say (records lost, windows missing); the report's
+CLI prints and clears them."""
+
+
 def load_all(paths: Sequence[str | Path], with_reuse: bool = True) -> list[Loaded]:
     out = []
     for p in expand(paths):
         run = load_run(p)
+        for kind, n in run.torn.items():
+            notes.append(f"{p / (kind + '.jsonl')}: {n} record(s) lost (line(s) torn by a crash "
+                         "mid-write, skipped)")
+        if "windows" in run.missing:
+            notes.append(run.missing["windows"])
         t = window_table(run)
         out.append(Loaded(run, t, summarise(run, t, with_reuse=with_reuse)))
     return out

@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -21,11 +21,20 @@ OP_WIDTH = 12
 
 @dataclass
 class Figure:
+    """A rendered figure (``png``) or the reason it is missing. ``series`` holds exactly what was
+    drawn: line or bar label -> (x, y) arrays, in the plot's units (percent where the axis is)."""
+
     key: str
     title: str
     png: bytes | None = None
     reason: str | None = None
     caption: str = ""
+    series: dict[str, tuple[np.ndarray, np.ndarray]] = field(default_factory=dict)
+
+    def draw(self, plot, name: str, x: Any, y: Any, **kw: Any) -> None:
+        """``plot(x, y, **kw)`` (an Axes method), recording the data under ``name``."""
+        self.series[name] = (np.asarray(x, dtype=float), np.asarray(y, dtype=float))
+        plot(x, y, **kw)
 
 
 def _plt():
@@ -70,7 +79,7 @@ def fig_saving_vs_width(summ: Sequence[RunSummary], labels: Sequence[str] | None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     series = []
-    for g, lab in zip(groups, labels, strict=True):
+    for g, lab in zip(groups, labels):
         t = sweep_table(g)
         t = t[t["width"].notna() & t["gross_saving"].notna()]
         ops = list(dict.fromkeys(t["operating_point"])) if len(t) else []
@@ -82,11 +91,14 @@ def fig_saving_vs_width(summ: Sequence[RunSummary], labels: Sequence[str] | None
         col = f"C{i % 10}"
         yerr = np.vstack([t["gross_saving"] - t["gross_saving_lo"],
                           t["gross_saving_hi"] - t["gross_saving"]]) * 100
-        ax.errorbar(t["width"], t["gross_saving"] * 100, yerr=np.nan_to_num(yerr), marker="o",
-                    capsize=3, color=col, label=lab or "gross")
-        ax.plot(t["width"], t["net_saving"] * 100, marker="s", ls="--", color=col)
-        ax.plot(t["width"], t["gross_saving_disk"] * 100, marker="^", ls=":", color=col)
-        ax.plot(t["width"], t["gross_saving_quiet"] * 100, marker="x", ls="none", color=col)
+        f.draw(ax.errorbar, f"{lab or 'gross'}: gross", t["width"], t["gross_saving"] * 100,
+               yerr=np.nan_to_num(yerr), marker="o", capsize=3, color=col, label=lab or "gross")
+        f.draw(ax.plot, f"{lab or 'gross'}: net", t["width"], t["net_saving"] * 100, marker="s",
+               ls="--", color=col)
+        f.draw(ax.plot, f"{lab or 'gross'}: disk", t["width"], t["gross_saving_disk"] * 100,
+               marker="^", ls=":", color=col)
+        f.draw(ax.plot, f"{lab or 'gross'}: quiet", t["width"], t["gross_saving_quiet"] * 100,
+               marker="x", ls="none", color=col)
         ymax = max(ymax, float(np.nanmax(t[["gross_saving", "gross_saving_quiet"]].to_numpy())) * 100)
     ax.set_ylim(min(0.0, ax.get_ylim()[0]) if ymax <= 0 else -0.05 * ymax * 1.6, ymax * 1.6 or 1)
     ax.set_xlabel("width (sessions)")
@@ -115,9 +127,10 @@ def fig_hit_shares(summ: Sequence[RunSummary]) -> Figure:
     for op in ops:
         u = t[t["operating_point"] == op]
         sfx = f" ({op})" if len(ops) > 1 else ""
-        ax.plot(u["width"], u["gpu_hit_share"] * 100, marker="o", label="GPU prefix cache" + sfx)
-        ax.plot(u["width"], u["store_hit_share"] * 100, marker="s", ls="--",
-                label="store (RAM + disk)" + sfx)
+        for col, name, kw in (("gpu_hit_share", "GPU prefix cache" + sfx, {"marker": "o"}),
+                              ("store_hit_share", "store (RAM + disk)" + sfx,
+                               {"marker": "s", "ls": "--"})):
+            f.draw(ax.plot, name, u["width"], u[col] * 100, label=name, **kw)
     ax.set_xlabel("width (sessions)")
     ax.set_ylabel("% of prompt tokens")
     ax.grid(alpha=.3)
@@ -140,7 +153,7 @@ def fig_operating_points(summ: Sequence[RunSummary], width: int = OP_WIDTH) -> F
     for i, (col, name) in enumerate((("gross_saving", "gross"), ("net_saving", "net"),
                                      ("gross_saving_disk", "disk part"),
                                      ("refused_share", "refused share of writes"))):
-        ax.bar(x + (i - 1.5) * 0.2, op[col].fillna(0) * 100, width=0.2, label=name)
+        f.draw(ax.bar, name, x + (i - 1.5) * 0.2, op[col].fillna(0) * 100, width=0.2, label=name)
     ax.set_xticks(x, lab, fontsize=7)
     ax.set_ylabel("%")
     ax.legend(fontsize=7)
@@ -167,11 +180,11 @@ def fig_ttft_cdfs(loaded: Sequence[Loaded], labels: Sequence[str] | None = None)
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for lab, a, b in series[:12]:
-        for ax, v in zip(axes, (a, b), strict=True):
+        for ax, v, t in zip(axes, (a, b), ("from send", "from schedule")):
             x, y = _cdf(v)
-            ax.step(x, y, where="post", label=lab)
+            f.draw(ax.step, f"{lab}: {t}", x, y, where="post", label=lab)
     from matplotlib.ticker import NullFormatter
-    for ax, t in zip(axes, ("from send", "from schedule"), strict=True):
+    for ax, t in zip(axes, ("from send", "from schedule")):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"TTFT {t} (model s)")
@@ -200,8 +213,8 @@ def fig_reuse(loaded: Sequence[Loaded]) -> Figure:
             d = d[d > 0] if len(d) else d
             if len(d):
                 x, y = _cdf(d)
-                ax.step(x, y, where="post", ls=ls,
-                        label=f"{l.summary.label}: {nm} ({(c.cls == code).mean():.0%} of touches)")
+                lab = f"{l.summary.label}: {nm} ({(c.cls == code).mean():.0%} of touches)"
+                f.draw(ax.step, lab, x, y, where="post", ls=ls, label=lab)
         if l.run.lease_ttl_s:
             ax.axvline(l.run.lease_ttl_s, color="grey", lw=.8)
     ax.set_xscale("log")

@@ -25,7 +25,8 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
 """Columns that hold shares (0..1), printed as percentages."""
 
 LABELS = {
-    "window": "Window", "endpoint": "Endpoint", "valid": "Valid", "calls": "Calls",
+    "window": "Window", "endpoint": "Endpoint", "valid": "Valid", "faults": "Faults",
+    "calls": "Calls", "calls_failed": "Failed calls",
     "busy_s": "Busy (s)", "busy_share": "Busy share", "gpu_hit_share": "GPU hit share",
     "store_hit_share": "Store hit share", "gross_saving": "Gross saving",
     "gross_saving_disk": "Gross saving, disk tier", "net_saving": "Net saving",

@@ -16,23 +16,22 @@ import argparse
 import datetime
 import math
 import sys
-from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 import pandas as pd
 
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
-from .loaded import Loaded, expand, is_run_dir, load_all  # noqa: F401  (the report's API)
-from .plots import OP_WIDTH, Figure, fig_hit_shares, fig_operating_points, fig_reuse, fig_saving_vs_width, fig_ttft_cdfs  # noqa: F401
-from .render import PCT_COLS, Doc, md_table
-from .render import fmt as _fmt
-from .render import write as _write
+from .faults import fault_rows, faults_md
+from .loaded import Loaded, expand, is_run_dir, load_all, notes  # noqa: F401  (the report's API)
+from .plots import (OP_WIDTH, Figure, fig_hit_shares, fig_operating_points,  # noqa: F401
+                    fig_reuse, fig_saving_vs_width, fig_ttft_cdfs)
+from .render import PCT_COLS, Doc, fmt as _fmt, md_table, write as _write
 from .run import load_run
 from .source import beside, beside_markdown
 from .windows import window_table
 
-WINDOW_COLS = ["window", "endpoint", "valid", "calls", "busy_s", "busy_share", "gpu_hit_share",
+WINDOW_COLS = ["window", "endpoint", "valid", "faults", "calls", "calls_failed", "busy_s", "busy_share", "gpu_hit_share",
                "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
                "net_saving_full", "store_hit_rate", "refused_share", "preemptions",
                "ttft_send_p50", "ttft_send_p99"]
@@ -59,7 +58,9 @@ def _run_header(l: Loaded) -> str:
             f"{s.burst_windows} with preemption bursts)"]
     txt = " · ".join(bits) + "\n"
     if r.torn:
-        txt += f"\nTorn record lines (crash mid-write, skipped): {r.torn}\n"
+        txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"
+    if "windows" in r.missing:
+        txt += f"\nNote: {r.missing['windows']}.\n"
     return txt
 
 
@@ -146,6 +147,7 @@ def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
     for l in loaded:
         from .windows import cross_check
         xc = cross_check(l.run)
+        doc.blocks.append(faults_md(l.run, l.summary.label))
         doc.blocks.append(f"## Per-window figures: {l.summary.label}\n\n" + _run_header(l) + "\n"
                           + md_table(l.table, WINDOW_COLS) + "\n"
                           + "How far this host was from the model, and scrape health:\n\n"
@@ -211,7 +213,7 @@ def write_report(paths: Sequence[str | Path] | str | Path, out: str | Path | Non
             out = loaded[0].run.path / "report"
         else:
             from ..config import ROOT
-            ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+            ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
             out = ROOT / "results" / "reports" / f"report-{ts}"
     return _write(build_report(loaded), Path(out))
 
@@ -224,7 +226,7 @@ def write_compare(a: str | Path, b: str | Path, out: str | Path | None = None,
     doc = build_compare(load_all([a], with_reuse), load_all([b], with_reuse), la, lb)
     if out is None:
         from ..config import ROOT
-        ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
+        ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
         out = ROOT / "results" / "reports" / f"compare-{ts}"
     return _write(doc, Path(out))
 
@@ -234,9 +236,12 @@ def summarise_run(path: str | Path) -> str:
     run = load_run(path)
     t = window_table(run)
     s = summarise(run, t, with_reuse=True)
+    a = t[(t["endpoint"] == "ALL") & t["valid"].astype(bool)] if len(t) else t
+    across = sorted({n for f in (a["faults"] if len(a) else []) for n in f.split(", ") if n})
+    tag = f" [across faults: {', '.join(across)}]" if across else ""
 
     def line(name: str, fig: str, pctg: bool = True) -> str:
-        return "  " + figure_line(s, name, fig, pctg)
+        return "  " + figure_line(s, name, fig, pctg) + (tag if s.stats[fig]["n"] else "")
 
     out = [f"run {s.run_id}: width {_fmt(s.width)}, {s.protocol or '?'}, {s.windows} window(s)"
            f" ({s.invalid_windows} invalid, {s.burst_windows} with preemption bursts)",
@@ -279,8 +284,23 @@ def summarise_run(path: str | Path) -> str:
             txt += (f"; {failed:.0f} store-hit tokens failed to load (recomputed, not counted as "
                     "store-served)")
         out.append(txt)
+    for r in fault_rows(run):
+        if r["valid"] == "outside":
+            out.append(f"  {r['window']} the windows: {r['failed_calls']} failed calls, "
+                       f"{r['store_error_calls']} calls with store errors, "
+                       f"{r['sessions_ended_llm_error']} sessions ended with llm_error")
+            continue
+        if r["faults"] == "none" and not (r["failed_calls"] or r["store_error_calls"]
+                                          or r["sessions_ended_llm_error"]):
+            continue
+        out.append(f"  window {r['window']}: {'valid' if r['valid'] else 'INVALID'}, faults: "
+                   f"{r['faults']}; {r['failed_calls']} failed calls, {r['store_error_calls']} "
+                   f"calls with store errors, {r['sessions_ended_llm_error']} sessions ended "
+                   "with llm_error")
     if run.torn:
-        out.append(f"  torn record lines skipped: {run.torn}")
+        out.append(f"  records lost (lines torn by a crash mid-write, skipped): {run.torn}")
+    if "windows" in run.missing:
+        out.append(f"  note: {run.missing['windows']}")
     return "\n".join(out)
 
 
@@ -289,6 +309,8 @@ def summarise_run(path: str | Path) -> str:
 
 
 def _main(args: argparse.Namespace) -> int:
+    from ..records import RecordError
+    notes.clear()
     try:
         if args.compare:
             p = write_compare(args.compare[0], args.compare[1], args.out, not args.no_reuse)
@@ -297,9 +319,11 @@ def _main(args: argparse.Namespace) -> int:
         else:
             print("adev report: give RUN [RUN ...] or --compare A B", file=sys.stderr)
             return 2
-    except FileNotFoundError as e:
+    except (FileNotFoundError, RecordError) as e:
         print(f"adev report: {e}", file=sys.stderr)
         return 2
+    for note in notes:
+        print(f"adev report: {note}", file=sys.stderr)
     print(p.with_suffix(".md"))
     print(p)
     return 0

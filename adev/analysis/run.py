@@ -72,6 +72,7 @@ class Run:
     clock_t0_mono: float | None = None
     clock_source: str = ""
     missing: dict[str, str] = field(default_factory=dict)
+    faults: Any = None  # adev.analysis.faults.FaultTracker over the run's records
 
     # -- derived constants -------------------------------------------------------------------
     @property
@@ -103,18 +104,25 @@ class Run:
             return None
 
     def measurement_windows(self) -> list[dict[str, Any]]:
-        """The run's windows; a run without ``windows.jsonl`` is one window over its calls
-        (first send .. last end), marked ``protocol='whole-run'``."""
+        """The run's windows, each with the faults that touched it (and invalid when the rule of
+        :mod:`adev.analysis.faults` says so); a run without ``windows.jsonl`` is one window over
+        its calls (first send .. last end), marked ``protocol='whole-run'``."""
+        from .faults import mark_windows
         if self.windows:
-            return sorted(self.windows, key=lambda w: (w["t0"], w["index"]))
+            return mark_windows(sorted(self.windows, key=lambda w: (w["t0"], w["index"])),
+                                self.faults)
         c = self.calls
         if not len(c):
             return []
         t0 = float(c["t_sent"].min())
         t1 = float(np.nanmax(c["t_end"].to_numpy(dtype=float))) if c["t_end"].notna().any() else t0
-        return [{"run_id": self.run_id, "index": 0, "t0": t0, "t1": t1, "valid": True,
-                 "reason": "no windows.jsonl: the whole run is one window",
-                 "protocol": "whole-run"}]
+        fleet = self.manifest.get("kind") == "fleet"  # a fleet run records its windows
+        return mark_windows([{"run_id": self.run_id, "index": 0, "t0": t0, "t1": t1,
+                              "valid": not fleet, "protocol": "whole-run",
+                              "reason": "no windows.jsonl: the whole run is one window"
+                              + (" (a fleet run without windows: stopped before its first "
+                                 "window, or the file is lost)" if fleet else "")}],
+                            self.faults)
 
 
 def _flatten_calls(rows: list[dict[str, Any]]) -> pd.DataFrame:
@@ -195,22 +203,34 @@ def load_run(path: str | Path) -> Run:
     label = str(_dig(fleet, "name") or manifest.get("run_id") or p.name)
 
     scrapes: dict[str, list[Scrape]] = {}
-    for r in rd.iter_records("scrapes"):
+    for r in rd.iter_records("scrapes", strict=True):
         scrapes.setdefault(r.get("target", "?"), []).append(
             Scrape(float(r.get("t", math.nan)), bool(r.get("ok")), r.get("samples") or {},
                    r.get("error")))
     for v in scrapes.values():
         v.sort(key=lambda s: s.t)
 
-    calls = _flatten_calls(rd.read("calls"))
+    from .faults import tracker_from_records
+    raw_calls = rd.read("calls", strict=True)
+    calls = _flatten_calls(raw_calls)
     t0_mono, clock_src = _clock_t0(p, manifest, calls, time_scale)
     add_admission(calls, t0_mono, time_scale)
     torn = {k: rd.torn_lines(k) for k in ("calls", "scrapes", "windows", "sessions", "gates",
                                           "events")}
+    windows, events = rd.read("windows", True), rd.read("events", True)
+    sessions = rd.read("sessions", True)
+    faults = tracker_from_records({"calls": raw_calls, "scrapes": rd.read("scrapes"),
+                                   "sessions": sessions, "events": events})
+    if not windows:
+        missing["windows"] = (f"{p / 'windows.jsonl'} missing or empty: the whole run is "
+                              "treated as one window"
+                              + (", invalid (a fleet run without windows: stopped before its "
+                                 "first window, or the file is lost)"
+                                 if manifest.get("kind") == "fleet" else ""))
     return Run(path=p, run_id=manifest.get("run_id") or p.name, manifest=manifest,
-               calls=calls, scrapes=scrapes,
-               windows=rd.read("windows"), sessions=rd.frame("sessions"),
-               gates=rd.frame("gates"), events=rd.frame("events"),
+               calls=calls, scrapes=scrapes, faults=faults,
+               windows=windows, sessions=rd.frame("sessions"),
+               gates=rd.frame("gates", True), events=rd.frame("events"),
                torn={k: v for k, v in torn.items() if v}, stack=stack, fleet=fleet,
                profile=profile, time_scale=time_scale, payload_scale=payload_scale,
                lease_ttl_s=lease, width=width, pause_s=pause, protocol=protocol,

@@ -301,6 +301,7 @@ class WindowFigures:
     xcheck_gpu_rel: float = NAN
     xcheck_store_rel: float = NAN
     xcheck_disk_rel: float = NAN
+    faults: str = ""   # faults that touched the window (adev.analysis.faults); "" = none
     missing: dict[str, str] = field(default_factory=dict)
 
 
@@ -397,6 +398,7 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     t0, t1 = float(w["t0"]), float(w["t1"])
     fig = WindowFigures(run.run_id, run.label, run.width, int(w.get("index", 0)), t0, t1,
                         bool(w.get("valid", True)), str(w.get("protocol") or ""), endpoint)
+    fig.faults = ", ".join(w.get("faults") or [])
     if not fig.valid:
         fig.missing["window"] = f"invalid window: {w.get('reason') or 'no reason given'}"
     allc = _calls_of(run, endpoint)
@@ -628,6 +630,7 @@ def _pool(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> WindowFigur
     t0, t1 = float(w["t0"]), float(w["t1"])
     fig = WindowFigures(run.run_id, run.label, run.width, int(w.get("index", 0)), t0, t1,
                         bool(w.get("valid", True)), str(w.get("protocol") or ""), ALL)
+    fig.faults = ", ".join(w.get("faults") or [])
     for r in rows:
         for k, v in r.missing.items():
             fig.missing.setdefault(k, f"{r.endpoint}: {v}")
@@ -799,10 +802,12 @@ def cross_check(run: Run) -> pd.DataFrame:
             "store_load_failed_tokens", "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel"]
     ws = [w for w in run.measurement_windows() if w.get("valid", True)]
     if not ws:
-        return pd.DataFrame(columns=cols)
+        return pd.DataFrame(columns=cols + ["faults"])
     w = {"index": 0, "t0": min(float(x["t0"]) for x in ws),
          "t1": max(float(x["t1"]) for x in ws), "valid": True, "protocol": "measured span"}
-    return pd.DataFrame([asdict(f) for f in analyse_window(run, w)])[cols]
+    if run.faults is not None:  # the span may cross an invalid window's fault: name it
+        w["faults"] = sorted(run.faults.touching(w["t0"], w["t1"]))
+    return pd.DataFrame([asdict(f) for f in analyse_window(run, w)])[cols + ["faults"]]
 
 
 def window_table(run: Run) -> pd.DataFrame:

@@ -217,11 +217,18 @@ class LLMClient:
         return s
 
     async def discover(self) -> None:
-        """Fill ``model`` and ``max_model_len`` of every endpoint from ``GET /v1/models``."""
+        """Fill ``model`` and ``max_model_len`` of every endpoint from ``GET /v1/models``;
+        :class:`LLMError` naming the endpoint and its URL when it does not answer."""
         for ep in self.endpoints.values():
             if ep.model and ep.max_model_len:
                 continue
-            page = await self._client(ep).models.list()
+            try:
+                page = await self._client(ep).models.list()
+            except openai.APIError as e:
+                cause = e.__cause__ or e.__context__
+                why = f"{e}" + (f" ({type(cause).__name__}: {cause})" if cause else "")
+                raise LLMError(f"endpoint {ep.name} at {ep.base_url}: GET /models failed: "
+                               f"{why}"[:500]) from None
             cards = list(page.data)
             if not cards:
                 raise LLMError(f"endpoint {ep.name}: /v1/models lists no model")

@@ -32,7 +32,8 @@ class WarmupRule:
     """When the regime detector opens the first steady-state window (see ``windows.py``).
 
     The fleet is *in regime* at model time t when all of:
-      * t >= ``min_s`` (model seconds since the run started);
+      * t >= ``min_s`` (model seconds since the fleet's sessions started: the run's start, or
+        the resume's time after ``--resume``);
       * ``width`` sessions are active (if ``full_width``);
       * at least ``min_completed`` sessions have ended (0 = no such condition);
       * the GPU pool is warm on every endpoint that has served calls: either
@@ -41,8 +42,8 @@ class WarmupRule:
         ``pool_turnover`` x the pool's capacity in tokens (one turnover: the pool's content is set
         by the fleet's own traffic, not by whatever was there before). Set a threshold to 0 to
         disable that criterion; if both are 0 the pool check is skipped.
-    After ``max_s`` the window opens anyway (``on_timeout = "open"``, recorded as an event
-    ``regime_timeout``) or the run fails (``"fail"``).
+    After ``max_s`` (counted from the same start) the window opens anyway (``on_timeout =
+    "open"``, recorded as an event ``regime_timeout``) or the run fails (``"fail"``).
     """
 
     min_s: float = field(default=0.0, metadata={"min": 0})

@@ -23,6 +23,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from ..analysis.faults import verdict
 from ..clock import RunClock
 from ..records import EventRecord, SessionRecord, WindowRecord
 from .config import FleetConfig
@@ -49,7 +50,7 @@ class Fleet:
     def __init__(self, cfg: FleetConfig, run_dir: Any, run_id: str, clock: RunClock,
                  launcher: Launcher, scraper: Scraper, tasks: list[str], *, epoch: int = 0,
                  first_seed_offset: int = 0, state: Any = None,
-                 detector: RegimeDetector | None = None):
+                 detector: RegimeDetector | None = None, faults: Any = None):
         if not tasks:
             raise ValueError("a fleet needs at least one task")
         self.cfg = cfg
@@ -63,6 +64,7 @@ class Fleet:
         self.launched = first_seed_offset  # sessions launched so far in the run (seed offset)
         self.state = state
         self.detector = detector or RegimeDetector(cfg.width, cfg.warmup)
+        self.faults = faults  # adev.analysis.faults.FaultTracker fed every record, or None
         self.stop_event = asyncio.Event()
         self.stop_reason: str | None = None
         self.active: dict[str, int] = {}  # session_id -> slot
@@ -71,6 +73,18 @@ class Fleet:
         self._abort: str | None = None
 
     # -- helpers ------------------------------------------------------------------------
+    def _window(self, index: int, t0: float, t1: float, protocol: str, valid: bool = True,
+                reason: str | None = None) -> WindowRecord:
+        """The record of a window closed now, with the faults seen in it (rule in
+        :mod:`adev.analysis.faults`: an invalidating fault makes it invalid)."""
+        names: list[str] = []
+        if self.faults is not None:
+            ok, why, names = verdict(self.faults.touching(t0, t1))
+            if valid and not ok:
+                valid, reason = False, why
+        return WindowRecord(run_id=self.run_id, index=index, t0=t0, t1=t1, valid=valid,
+                            reason=reason, protocol=protocol, faults=names)
+
     def event(self, name: str, **detail: Any) -> None:
         self.run_dir.append(EventRecord(run_id=self.run_id, t=self.clock.now(), event=name,
                                         detail=detail))
@@ -174,6 +188,7 @@ class Fleet:
         cfg = self.cfg
         count = cfg.windows.count if count is None else count
         t_start = self.clock.now()
+        self.detector.start(t_start if self.epoch else 0.0)  # afresh after a resume
         self.event("fleet_start" if self.epoch == 0 else "fleet_restart", epoch=self.epoch,
                    protocol="steady", width=cfg.width, windows=count, first_index=first_index)
         scrape_task = asyncio.create_task(self.scraper.loop(), name="scraper")
@@ -194,8 +209,7 @@ class Fleet:
                     if not await self._sleep_until(t1_nominal):
                         break
                     t1 = await self.scraper.boundary()  # closes this window, opens the next
-                    w = WindowRecord(run_id=self.run_id, index=idx, t0=t0, t1=t1, valid=True,
-                                     protocol="steady")
+                    w = self._window(idx, t0, t1, "steady")
                     self.run_dir.append(w)
                     self.result.windows.append(w)
                     open_window = None
@@ -207,9 +221,9 @@ class Fleet:
         finally:
             if open_window is not None:  # stopped inside a window: it cannot be measured
                 idx, t0 = open_window
-                w = WindowRecord(run_id=self.run_id, index=idx, t0=t0, t1=self.clock.now(),
-                                 valid=False, protocol="steady",
-                                 reason=f"stopped inside the window: {self.stop_reason or 'cancelled'}")
+                why = self.stop_reason or "cancelled"
+                w = self._window(idx, t0, self.clock.now(), "steady", valid=False,
+                                 reason=f"stopped inside the window: {why}")
                 self.run_dir.append(w)
                 self.result.windows.append(w)
             self.stop_event.set()
@@ -274,8 +288,7 @@ class Fleet:
             scrape_task.cancel()
             await asyncio.gather(scrape_task, return_exceptions=True)
             await self.scraper.scrape_all()
-            w = WindowRecord(run_id=self.run_id, index=index, t0=t0, t1=t1, valid=finished,
-                             protocol="batch",
+            w = self._window(index, t0, t1, "batch", valid=finished,
                              reason=None if finished else
                              f"stopped inside the run: {self.stop_reason or 'cancelled'}")
             self.run_dir.append(w)

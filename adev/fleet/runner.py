@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import math
 import os
 import signal
 import sys
@@ -30,12 +31,20 @@ from pathlib import Path
 from typing import Any
 
 from .. import event_loop
+from ..analysis.faults import FaultTracker, tracker_from_records
 from ..clock import RunClock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
-from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
+from ..records import (
+    RECORD_TYPES,
+    EventRecord,
+    SessionRecord,
+    WindowRecord,
+    create_run_path,
+)
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
+from .lock import RunLock
 from .protocols import Fleet, FleetAborted
 from .scraper import Scraper
 from .windows import RegimeDetector, last_stamp, resume_plan
@@ -153,7 +162,7 @@ class FleetRun:
 
     def __init__(self, cfg: FleetConfig, stack_cfg: StackConfig, deps: Deps, *,
                  run_path: Path | None = None, resume: bool = False, out=None,
-                 live: str | None = None):
+                 live: str | None = None, lock: RunLock | None = None):
         self.cfg = cfg
         self.stack_cfg = stack_cfg
         self.deps = deps
@@ -162,14 +171,14 @@ class FleetRun:
         self.live_mode = live or cfg.live
         if run_path is None:
             base = Path(cfg.results_dir)
-            base = base if base.is_absolute() else ROOT / base
-            base.mkdir(parents=True, exist_ok=True)
-            run_path = base / new_run_id("fleet")
-            run_path.mkdir()
+            run_path = create_run_path(base if base.is_absolute() else ROOT / base, "fleet")
         self.path = run_path
+        self.lock = lock or RunLock(run_path).acquire("--resume" if resume else "fleet")
         self.state = FleetState(cfg.width, [e.name for e in stack_cfg.endpoints],
                                 stack_cfg.time_scale)
-        self.run_dir = ObservedRunDir(run_path, observers=[self.state.on_record])
+        self.faults = FaultTracker(on_event=self._fault_event)
+        self.run_dir = ObservedRunDir(run_path, observers=[self.state.on_record,
+                                                           self._feed_faults])
         self.run_id = self.run_dir.run_id
         self.clock: RunClock | None = None
         self.gate: Any = None
@@ -181,6 +190,14 @@ class FleetRun:
         self.aborted: str | None = None
 
     # -- bookkeeping --------------------------------------------------------------------
+    def _feed_faults(self, record: Any) -> None:
+        self.faults.feed(record.kind, record)
+
+    def _fault_event(self, name: str, t: float, detail: dict[str, Any]) -> None:
+        """A fault began, ended or occurred (adev.analysis.faults): an event on the timeline."""
+        self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event="fault",
+                                        detail={"fault": name, **detail}))
+
     def _event(self, name: str, **detail: Any) -> None:
         t = self.clock.now() if self.clock else 0.0
         self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event=name, detail=detail))
@@ -218,7 +235,10 @@ class FleetRun:
             tasks = self._tasks()
             self._check_roles()
         except ConfigError:
-            if not self.resume and not any(self.path.iterdir()):
+            self.lock.release()
+            if not self.resume and not any(p.name != self.lock.path.name
+                                           for p in self.path.iterdir()):
+                self.lock.path.unlink(missing_ok=True)
                 self.path.rmdir()  # leave no empty run directory behind a config error
             raise
         self.signals = _Signals(asyncio.current_task())
@@ -239,13 +259,16 @@ class FleetRun:
                 with contextlib.suppress(Exception):
                     self._event("fleet_end", stopped=self.stopped, aborted=self.aborted)
             self.run_dir.close()
-        summary = self._summary()
-        report_path = None
-        if self.deps.report is not None and self.cfg.report and self.clock is not None:
-            try:
-                report_path = self.deps.report(self.path)
-            except Exception as e:
-                summary += f"\nreport: not written ({type(e).__name__}: {e})"
+        try:
+            summary = self._summary()
+            report_path = None
+            if self.deps.report is not None and self.cfg.report and self.clock is not None:
+                try:
+                    report_path = self.deps.report(self.path)
+                except Exception as e:
+                    summary += f"\nreport: not written ({type(e).__name__}: {e})"
+        finally:
+            self.lock.release()
         return RunOutcome(self.path, self.result_windows, self.stopped, self.aborted, summary,
                           report_path, time.monotonic() - t_wall)
 
@@ -330,7 +353,8 @@ class FleetRun:
                                                self.state, self.gate) as launcher:
                 fleet = Fleet(self.cfg, self.run_dir, self.run_id, clock, launcher, scraper,
                               tasks, epoch=epoch, first_seed_offset=seed_offset,
-                              state=self.state, detector=self._detector(info))
+                              state=self.state, detector=self._detector(info),
+                              faults=self.faults)
                 self.fleet = fleet
                 if self.signals is not None:
                     self.signals.fleet = fleet
@@ -395,11 +419,13 @@ class FleetRun:
     def _resume_bookkeeping(self) -> tuple[int, int, int, int]:
         """Close what the interrupted process left open; returns (epoch, seed offset, next
         window index, windows still to measure)."""
-        st = json.loads((self.path / FLEET_STATE).read_text())
+        st = json.loads((self.path / FLEET_STATE).read_text())  # checked by _read_state
         fixed = repair_torn_tails(self.path)
         rd = self.run_dir
         recs = {k: rd.read(k) for k in RECORD_TYPES}
         t_last = last_stamp(recs)
+        self.faults = tracker_from_records(recs)  # a target that answered before is still known
+        self.faults.on_event = self._fault_event
         count = self.cfg.windows.count if self.cfg.protocol == "steady" else self.cfg.runs
         plan = resume_plan(recs["windows"], recs["events"], recs["sessions"], count, t_last)
         # the clock continues the interrupted run's timeline (CLOCK_MONOTONIC is host-wide);
@@ -434,6 +460,8 @@ class FleetRun:
                  f"windows: {len(valid)} valid, {len(ws) - len(valid)} invalid"
                  + "".join(f"\n  window {w['index']}: [{w['t0']:.0f}, {w['t1']:.0f}) "
                            f"{'valid' if w['valid'] else 'INVALID: ' + str(w.get('reason'))}"
+                           + (f" (faults: {', '.join(w['faults'])})"
+                              if w.get("faults") and w["valid"] else "")
                            for w in ws)]
         if self.stopped:
             lines.append(f"stopped early: {self.stopped}")
@@ -497,7 +525,9 @@ def run_fleet(cfg: FleetConfig, *, base: Path | None = None, deps: Deps | None =
 
 def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
                  live: str | None = None) -> RunOutcome:
-    """Continue the interrupted run ``run`` (a run id under results/runs or a path)."""
+    """Continue the interrupted run ``run`` (a run id under results/runs or a path). Refused
+    (ConfigError, exit 2) while the run's own fleet is alive (:mod:`adev.fleet.lock`) or when its
+    ``fleet.json`` cannot be read back."""
     p = Path(run)
     if not (p / FLEET_STATE).exists():
         cand = ROOT / "results" / "runs" / str(run)
@@ -505,10 +535,43 @@ def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
             p = cand
         else:
             raise ConfigError(f"--resume: {run} is not a fleet run directory (no {FLEET_STATE})")
-    st = json.loads((p / FLEET_STATE).read_text())
-    cfg = fleet_from_dict(st["fleet"])
-    deps = deps or real_deps()
-    stack_cfg = cfg.stack_config()
-    pin_client(cfg, stack_cfg)
-    fr = FleetRun(cfg, stack_cfg, deps, run_path=p, resume=True, out=out, live=live)
+    lock = RunLock(p).acquire("--resume")
+    try:
+        cfg = _read_state(p / FLEET_STATE)
+        deps = deps or real_deps()
+        stack_cfg = cfg.stack_config()
+        pin_client(cfg, stack_cfg)
+        fr = FleetRun(cfg, stack_cfg, deps, run_path=p, resume=True, out=out, live=live,
+                      lock=lock)
+    except BaseException:
+        lock.release()
+        raise
     return event_loop.run(fr.run())
+
+
+def _read_state(path: Path) -> FleetConfig:
+    """The fleet configuration saved in ``fleet.json`` (ConfigError naming the file, line and
+    field when it is not what a fleet wrote)."""
+    try:
+        st = json.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); not a fleet.json a fleet "
+                          "wrote") from None
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}); not a fleet.json "
+                          "a fleet wrote") from None
+    for key, typ in (("fleet", dict), ("clock", dict)):
+        if not isinstance(st, dict) or not isinstance(st.get(key), typ):
+            raise ConfigError(f"{path}: field {key!r} missing or not an object; not a fleet.json "
+                              "a fleet wrote")
+    ck = st["clock"]
+    for key in ("t0_mono", "time_scale"):
+        v = ck.get(key)
+        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
+            raise ConfigError(f"{path}: field clock.{key} is {v!r}; expected a finite number")
+    try:
+        return fleet_from_dict(st["fleet"])
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
+    except (TypeError, ValueError, KeyError) as e:
+        raise ConfigError(f"{path}: field 'fleet': {type(e).__name__}: {e}") from None

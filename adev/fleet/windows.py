@@ -68,6 +68,9 @@ class RegimeDetector:
     latest scraped samples and, per endpoint, whether it has served any call yet (an endpoint that
     no role uses cannot warm up and is ignored). The first samples seen for an endpoint are its
     baseline for the query counter (a reused stack may have served traffic before the run).
+    ``min_s`` and ``max_s`` count from :meth:`start` (the model time the fleet's sessions
+    started: 0 for a new run, the resume's time after ``--resume``, so a resumed fleet warms up
+    afresh instead of opening its first window at once).
     """
 
     def __init__(self, width: int, rule: WarmupRule, pool_tokens: int | None = None):
@@ -75,6 +78,11 @@ class RegimeDetector:
         self.rule = rule
         self.default_pool_tokens = pool_tokens
         self._baseline: dict[str, float] = {}
+        self.t_start = 0.0
+
+    def start(self, t: float) -> None:
+        """The warm-up begins at model time ``t``."""
+        self.t_start = float(t)
 
     def baseline(self, endpoint: str, samples: Mapping[str, float]) -> None:
         q = total(samples, PREFIX_QUERIES)
@@ -109,10 +117,11 @@ class RegimeDetector:
                 served: Mapping[str, bool] | None = None, completed: int = 0) -> RegimeDecision:
         r = self.rule
         ends = [self._warmth(ep, s) for ep, s in samples.items()]
-        if t >= r.max_s:
+        age = t - self.t_start
+        if age >= r.max_s:
             return RegimeDecision(True, f"warm-up limit {r.max_s:g} s reached", True, ends)
-        if t < r.min_s:
-            return RegimeDecision(False, f"t={t:.0f} s < min_s={r.min_s:g}", False, ends)
+        if age < r.min_s:
+            return RegimeDecision(False, f"warm-up {age:.0f} s < min_s={r.min_s:g}", False, ends)
         if r.full_width and active < self.width:
             return RegimeDecision(False, f"{active}/{self.width} sessions active", False, ends)
         if completed < r.min_completed:

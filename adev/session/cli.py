@@ -75,12 +75,12 @@ def main(args: argparse.Namespace) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
-    from ..client.llm import Endpoint, LLMClient
+    from ..client.llm import Endpoint, LLMClient, LLMError
     from ..clock import RunClock
-    from ..config import load_stack
+    from ..config import ConfigError, load_stack
     from ..gate.registry import check_gate_policy, make_gate
     from ..manifest import build_manifest
-    from ..records import RunDir, new_run_id
+    from ..records import RunDir
     from ..tasks import load_task
     from .loop import SessionContext, run_session
     from .roles import load_roles
@@ -92,7 +92,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     external = stack_file is None or stack_file.mode == "external"
     check_gate_policy(args.gate, external=external, allow_unconfined=args.allow_unconfined_gate,
                       where="--gate")
-    run_dir = RunDir.create(new_run_id("session"), base=args.runs_dir)
+    run_dir = RunDir.create(base=args.runs_dir, prefix="session")
     session_id = f"{task.name}-s{args.seed}"
 
     async def go(endpoints: dict[str, str], time_scale: float, stack_cfg: Any) -> dict[str, Any]:
@@ -120,7 +120,13 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         gate = make_gate(args.gate, external=external, allow_unconfined=args.allow_unconfined_gate,
                          where="--gate")
         try:
-            await llm.discover()
+            try:
+                await llm.discover()
+            except LLMError as e:
+                if not args.endpoint:
+                    raise
+                raise ConfigError(f"--endpoint: {e}; is the server up and the URL its "
+                                  "OpenAI base (ending in /v1)?") from None
             await gate.start()
             ctx = SessionContext(run_dir=run_dir, clock=clock, llm=llm, gate=gate, roles=roles,
                                  endpoint_map=emap, gate_pause_s=args.gate_pause,

@@ -50,7 +50,7 @@ from ..clock import RunClock
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, ToolEvent
 from .roles import Role, Roles, load_roles
-from .tools import Workspace, schemas
+from .tools import ToolOutcome, Workspace, schemas
 
 ELIDE_MIN_CHARS = 200
 MIN_MAX_TOKENS = 4096
@@ -164,10 +164,11 @@ class _Session:
             if res is None:  # context refused twice
                 raise _SessionEnd("ended", f"context_limit: {tag} round {rnd}: the endpoint "
                                   "refused the prompt as over its context")
-            asst: dict[str, Any] = {"role": "assistant", "content": res.content or None}
+            asst: dict[str, Any] = {"role": "assistant", "content": _text(res.content) or None}
             if res.tool_calls:
-                asst["tool_calls"] = [{"id": tc.id, "type": "function",
-                                       "function": {"name": tc.name, "arguments": tc.arguments}}
+                asst["tool_calls"] = [{"id": _text(tc.id), "type": "function",
+                                       "function": {"name": _text(tc.name),
+                                                    "arguments": _text(tc.arguments)}}
                                       for tc in res.tool_calls]
             elif not res.content:
                 asst["content"] = ""
@@ -181,13 +182,14 @@ class _Session:
                 continue
             any_ok = False
             for tc in res.tool_calls:
-                out = self.ws.call(tc.name, tc.arguments, allowed=st.tools)
+                out = _call_tool(self.ws, tc.name, tc.arguments, st.tools)
                 self.ctx.run_dir.append(ToolEvent(
                     run_id=self.run_id, session_id=self.sid, call_id=call_id,
                     t=ctx.clock.now(), tool=tc.name[:64], ok=out.ok,
                     args_summary=_args_summary(tc.name, tc.arguments, out),
                     error=out.error[:500] if out.error else None, bytes_out=out.bytes_out))
-                local.append({"role": "tool", "tool_call_id": tc.id, "content": out.text})
+                local.append({"role": "tool", "tool_call_id": _text(tc.id),
+                              "content": _text(out.text)})
                 if out.ok:
                     any_ok = True
                     ok_calls += 1
@@ -408,6 +410,36 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
 # ---- helpers ---------------------------------------------------------------------------
 
 
+def _text(s: str | None) -> str | None:
+    """``s`` with any lone surrogate (model output may hold one, e.g. a ``\\ud800`` escape in
+    a tool call's JSON) replaced by U+FFFD, so that the messages sent back stay valid UTF-8."""
+    if not s:
+        return s
+    try:
+        s.encode("utf-8")
+        return s
+    except UnicodeEncodeError:
+        return s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
+def _call_tool(ws: Workspace, name: str, arguments: str, allowed: list[str]) -> ToolOutcome:
+    """Run one tool call of the model. Model output is untrusted: whatever its arguments make a
+    tool raise (JSON or a path nested past the recursion limit, a lone surrogate in a path, a
+    name the file system refuses) is answered to the model as an error, never ends the
+    session."""
+    try:
+        return ws.call(_text(name) or "", arguments, allowed=allowed)
+    except RecursionError:
+        why = ("arguments nested too deeply (JSON or a path deeper than this workspace "
+               "handles); send a flat JSON object and a shorter path")
+    except UnicodeError:
+        why = ("arguments hold text that is not valid Unicode (a lone surrogate, e.g. "
+               "\\ud800); paths and contents must be valid UTF-8")
+    except (OSError, ValueError, TypeError, OverflowError) as e:
+        why = f"the tool failed on these arguments: {type(e).__name__}: {_text(str(e))[:300]}"
+    return ToolOutcome(False, f"error: {why}", error=why)
+
+
 def _chars(messages: list[dict[str, Any]]) -> int:
     n = 0
     for m in messages:
@@ -436,7 +468,7 @@ def _elide(msg: dict[str, Any]) -> int:
         try:
             args = json.loads(f["arguments"])
             content = args.get("content")
-        except (ValueError, AttributeError):
+        except (ValueError, AttributeError, RecursionError):
             continue
         if isinstance(content, str) and not content.startswith("[elided"):
             args["content"] = f"[elided to fit the context: {len(content)} characters]"
@@ -452,6 +484,8 @@ def _args_summary(name: str, arguments: str, out: Any) -> str:
         args = json.loads(arguments) if arguments else {}
     except (ValueError, TypeError):
         return f"<malformed JSON, {len(arguments)} chars>"
+    except RecursionError:
+        return f"<JSON nested too deeply, {len(arguments)} chars>"
     if not isinstance(args, dict):
         return f"<{type(args).__name__}>"
     path = args.get("path")

@@ -99,3 +99,26 @@ def test_the_process_is_niced_from_its_first_instruction(tmp_path):
         assert os.getpriority(os.PRIO_PROCESS, lp._p.pid) == min(19, mine + NICE)
     finally:
         lp.close()
+
+
+@pytest.mark.parametrize("when", ["starting", "running"])
+def test_stop_signals_reach_only_the_fleet(tmp_path, when):
+    """Ctrl-C at a terminal (SIGINT to the process group) and SIGTERM to the group reach the
+    ledger process too: it must keep going and end through close(), with every prompt written."""
+    import os
+    import signal
+    import time
+    p = LedgerProcess(tmp_path)
+    try:
+        if when == "running":
+            p.add(0.0, "s0", "s0/0", list(range(64)))
+            time.sleep(3.0)  # the spawned interpreter has started serving
+        for s in (signal.SIGINT, signal.SIGTERM):
+            os.kill(p._p.pid, s)
+        time.sleep(0.5)
+        assert p._p.is_alive(), f"ledger process died of a stop signal (exit {p._p.exitcode})"
+        for t, sid, cid, ids in _prompts():
+            p.add(t, sid, cid, ids)
+    finally:
+        p.close()  # raises 'ledger process failed' when a signal killed it
+    assert len(_files(tmp_path)[0]) == 12 + (when == "running")

@@ -1,9 +1,11 @@
 """Running figures for the live display."""
 from __future__ import annotations
 
+import math
+
 import pytest
 
-from adev.analysis.live import running_figures
+from adev.analysis.live import _default_prefill_rate, running_figures
 
 
 def _scr(t, target, ext, gpu, prompt):
@@ -25,9 +27,67 @@ def test_running_figures_exact():
     assert f["busy_share"] == {"coder": pytest.approx(0.6)}
     assert f["gross_saving"] == pytest.approx((1485 / 1485.0) / 6.0)
     assert f["gpu_hit_share"] == pytest.approx(0.1) and f["store_hit_share"] == pytest.approx(0.297)
-    assert f["refused_share"] == pytest.approx(0.5) and f["ttft_p50_s"] == pytest.approx(2.0)
+    # refused / offered, offered = accepted (put_blocks) + refused
+    assert f["refused_share"] == pytest.approx(5 / 15) and f["ttft_p50_s"] == pytest.approx(2.0)
 
 
 def test_running_figures_before_any_scrape():
     f = running_figures([], [], 0.0, 0.0)
     assert f["gross_saving"] is None and f["busy_share"] == {} and f["calls"] == 0
+
+
+def test_running_figures_two_endpoints_resets_gaps_and_open_calls():
+    calls = [
+        # coder: [100, 104] and [102, 106] -> 6 s busy; a call still open is not counted
+        {"endpoint": "coder", "t_sent": 100.0, "t_end": 104.0, "status": "ok",
+         "t_first_content": 101.0, "server": {"put_blocks": 10, "put_refused_blocks": 5}},
+        {"endpoint": "coder", "t_sent": 102.0, "t_end": 106.0, "status": "ok",
+         "t_first_content": 105.0, "server": None},
+        {"endpoint": "coder", "t_sent": 108.0, "t_end": None, "status": None,
+         "t_first_content": None},
+        # reasoner: [103, 112] clipped to t_now = 110, [99, 101] clipped to t0 = 100 -> 8 s
+        {"endpoint": "reasoner", "t_sent": 103.0, "t_end": 112.0, "status": "ok",
+         "t_first_content": 103.5, "server": {"put_blocks": 6, "put_refused_blocks": 0}},
+        {"endpoint": "reasoner", "t_sent": 99.0, "t_end": 101.0, "status": "error",
+         "t_first_content": 100.5, "server": None},
+    ]
+    failed = _scr(105.0, "coder", 99999, 99999, 99999)
+    failed["ok"] = False
+    planner = [{"target": "planner", "t": t, "ok": True,          # no store counter: skipped
+                "samples": {'vllm:prompt_tokens_total{engine="0"}': v}} for t, v in ((100, 0), (110, 9))]
+    scr = [_scr(110.0, "coder", 1485, 500, 5000), failed, _scr(100.0, "coder", 0, 0, 0),
+           # reasoner restarts between 104 and 108: the counters fall and count from 0 again
+           _scr(100.0, "reasoner", 100, 0, 200), _scr(104.0, "reasoner", 300, 50, 1000),
+           _scr(108.0, "reasoner", 50, 10, 100), _scr(110.0, "reasoner", 250, 30, 600),
+           {"target": "master", "t": 110.0, "ok": True, "samples": {}}, *planner]
+    f = running_figures(calls, scr, 100.0, 110.0, prefill_tokens_per_s=1485.0)
+    assert f["busy_share"] == {"coder": pytest.approx(0.6), "planner": 0.0,
+                               "reasoner": pytest.approx(0.8)}
+    store, gpu, prompt = 1485 + (200 + 50 + 200), 500 + (50 + 10 + 20), 5000 + (800 + 100 + 500)
+    assert f["gross_saving"] == pytest.approx((store / 1485.0) / (6.0 + 8.0))
+    assert f["gpu_hit_share"] == pytest.approx(gpu / prompt)
+    assert f["store_hit_share"] == pytest.approx(store / prompt)
+    assert f["refused_share"] == pytest.approx(5 / (16 + 5))
+    assert f["ttft_p50_s"] == pytest.approx(1.0)        # ok calls: 1.0, 3.0, 0.5
+    assert f["calls"] == 5
+    # the stack's model profile gives the prefill rate when none is passed
+    assert _default_prefill_rate() == 14850.0
+    g = running_figures(calls, scr, 100.0, 110.0)
+    assert g["gross_saving"] == pytest.approx((store / 14850.0) / 14.0)
+
+
+def test_running_figures_missing_inputs_are_none():
+    calls = [{"endpoint": "coder", "t_sent": 100.0, "t_end": 104.0, "status": "ok",
+              "t_first_content": math.nan, "server": {"put_blocks": 0, "put_refused_blocks": 0}}]
+    one = [_scr(100.0, "coder", 0, 0, 0)]                  # a single scrape: no difference yet
+    f = running_figures(calls, one, 100.0, 110.0, prefill_tokens_per_s=1000.0)
+    assert f["busy_share"] == {"coder": pytest.approx(0.4)}
+    assert f["gross_saving"] is None and f["gpu_hit_share"] is None
+    assert f["refused_share"] is None and f["ttft_p50_s"] is None   # NaN TTFT -> None
+    two = one + [_scr(110.0, "coder", 100, 0, 0)]           # no prompt tokens counted
+    f = running_figures(calls, two, 100.0, 110.0, prefill_tokens_per_s=1000.0)
+    assert f["gross_saving"] == pytest.approx(0.1 / 4.0) and f["store_hit_share"] is None
+    f = running_figures(calls, two, 100.0, 100.0, prefill_tokens_per_s=1000.0)   # t_now == t0
+    assert f["busy_share"] == {"coder": None} and f["gross_saving"] is None
+    f = running_figures([], two, 100.0, 110.0, prefill_tokens_per_s=1000.0)      # idle
+    assert f["busy_share"] == {"coder": 0.0} and f["gross_saving"] is None

@@ -183,6 +183,41 @@ def test_window_figures_exact(tmp_path):
     assert a.master_batch_put_failed_items == 10
 
 
+def test_window_figures_exact_two_endpoints_pool_into_all(tmp_path):
+    """The ALL row pools two endpoints: busy times and tokens summed, the busy share divided by
+    endpoints x window length, ratios recomputed from the sums, read-path charges added."""
+    # coder: [1, 5] and [3, 9] -> B = 8; read paths 0.4 (1 in flight) + 0.6 (2 in flight)
+    # reasoner: [2, 4] -> B = 2; read path 0.2 (1 in flight on its own endpoint)
+    calls = [_call("a", 1.0, 5.0, _srv(0.0, 0.4, 160, 480, 320, 40)),
+             _call("b", 3.0, 9.0, _srv(0.5, 0.6, 0, 160, 0, 840)),
+             _call("c", 2.0, 4.0, _srv(0.0, 0.2, 0, 320, 0, 680), ep="reasoner", t_fc=2.5)]
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(160, 960, 2000)),
+           ("reasoner", 0.0, True, _vllm(0, 0, 0)), ("reasoner", 10.0, True, _vllm(0, 320, 1000))]
+    run = make_hand_run(tmp_path, calls, scr, [(0.0, 10.0)])
+    rows = {f.endpoint: f for f in analyse_window(run, run.measurement_windows()[0])}
+    assert sorted(rows) == [ALL, "coder", "reasoner"]
+    c, r, a = rows["coder"], rows["reasoner"], rows[ALL]
+    assert (c.busy_s, c.busy_share) == (pytest.approx(8.0), pytest.approx(0.8))
+    assert (r.busy_s, r.busy_share) == (pytest.approx(2.0), pytest.approx(0.2))
+    assert r.gross_saving == pytest.approx((320 / RATE) / 2.0)
+    assert r.net_saving == pytest.approx((320 / RATE) / 2.0 - 0.2 / 2.0)
+    # ALL: 10 busy seconds over 2 endpoints x 10 s
+    assert a.calls == 3 and a.busy_s == pytest.approx(10.0) and a.busy_share == pytest.approx(0.5)
+    assert a.busy_span_s == pytest.approx(10.0)
+    assert (a.span_from, a.span_to) == (0.0, 10.0)
+    assert (a.prompt_tokens, a.gpu_tokens, a.store_tokens) == (3000, 160, 1280)
+    assert a.gpu_hit_share == pytest.approx(160 / 3000)
+    assert a.store_hit_share == pytest.approx(1280 / 3000)
+    g = (1280 / RATE) / 10.0
+    assert a.gross_saving == pytest.approx(g)
+    assert a.net_saving == pytest.approx(g - (0.4 + 0.6 / 2 + 0.2) / 10.0)
+    assert a.net_saving_full == pytest.approx(g - (0.4 + 0.6 + 0.2) / 10.0)
+    assert a.read_path_s == pytest.approx(1.2)
+    assert a.srv_requests == 3 and a.srv_store_ram_tokens == 960 and a.srv_gpu_tokens == 160
+    assert a.ttft_send_p50 == pytest.approx(1.0)               # TTFTs 1, 1 (coder), 0.5
+    assert a.dispatch_mean == pytest.approx(0.0)
+
+
 def test_zero_busy_time_reports_missing_saving(tmp_path):
     scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(0, 0, 0)),
            ("master", 0.0, True, _master(0, 0)), ("master", 10.0, True, _master(0, 0))]

@@ -8,6 +8,7 @@ import time
 import pytest
 from aiohttp import web
 
+from adev.client import llm as llm_mod
 from adev.client.llm import ContextLengthError, Endpoint, LLMClient, LLMError, RetryPolicy
 from adev.clock import RunClock
 from adev.records import RunDir
@@ -19,8 +20,20 @@ def _sse(obj) -> bytes:
     return b"data: " + json.dumps(obj).encode() + b"\n\n"
 
 
+async def _until(event: asyncio.Event, what: str, timeout_s: float = 20.0) -> None:
+    try:
+        await asyncio.wait_for(event.wait(), timeout_s)
+    except asyncio.TimeoutError:
+        raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
+
+
 class FakeServer:
-    """Answers /v1/chat/completions from a queue of behaviours."""
+    """Answers /v1/chat/completions from a queue of behaviours.
+
+    Synchronisation is by events, not sleeps: ``client_rx`` is set by the client's connection
+    when response bytes arrive (the fixture hooks it), so a response pauses after its first
+    chunk only once the client has that chunk; ``models_together`` concurrent ``GET /v1/models``
+    are held until all have arrived (each then needs a connection of its own)."""
 
     def __init__(self):
         self.behaviours: list[str] = []
@@ -30,6 +43,10 @@ class FakeServer:
         self.runner = None
         self.url = ""
         self.release = asyncio.Event()
+        self.client_rx = asyncio.Event()
+        self.models_together = 1
+        self._models_in = 0
+        self._models_all_in = asyncio.Event()
 
     async def start(self):
         app = web.Application()
@@ -48,7 +65,10 @@ class FakeServer:
 
     async def models(self, request):
         self.peers.add(request.transport.get_extra_info("peername"))
-        await asyncio.sleep(0.02)  # concurrent warm-up requests overlap, so each needs its own
+        self._models_in += 1
+        if self._models_in >= self.models_together:
+            self._models_all_in.set()
+        await _until(self._models_all_in, f"{self.models_together} concurrent /v1/models")
         return web.json_response({"object": "list", "data": [
             {"id": "m1", "object": "model", "max_model_len": 4096}]})
 
@@ -69,12 +89,14 @@ class FakeServer:
             return web.json_response({"error": {"message": "bad temperature", "code": 400}},
                                      status=400)
         resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        self.client_rx.clear()
         await resp.prepare(request)
         base = {"id": "c1", "object": "chat.completion.chunk", "model": "m1"}
         if b == "bigids":  # token ids and content in the first event, more content later
             await resp.write(_sse({**base, "prompt_token_ids": list(range(5000)), "choices": [
                 {"index": 0, "delta": {"role": "assistant", "content": "A"}}]}))
-            await asyncio.sleep(0.05)
+            await _until(self.client_rx, "the client to receive the first event")
+            await asyncio.sleep(0.05)  # the model's pause: modelled time, not synchronisation
             await resp.write(_sse({**base, "choices": [{"index": 0, "delta": {"content": "B"},
                                                         "finish_reason": "stop"}]}))
             await resp.write(_sse({**base, "choices": [], "usage": {
@@ -84,7 +106,9 @@ class FakeServer:
             return resp
         await resp.write(_sse({**base, "prompt_token_ids": list(range(40)),
                                "choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
-        await asyncio.sleep(0.05)  # role-only chunk first, content later
+        # role-only chunk first; content 50 ms (modelled) after the client has the first bytes
+        await _until(self.client_rx, "the client to receive the role chunk")
+        await asyncio.sleep(0.05)
         if b == "drop":
             request.transport.close()
             return resp
@@ -124,8 +148,14 @@ class Ledger:
 
 
 @pytest.fixture
-async def server():
+async def server(monkeypatch):
     s = FakeServer()
+    received = llm_mod._StampedHandler.data_received
+
+    def data_received(self, data):
+        received(self, data)
+        s.client_rx.set()
+    monkeypatch.setattr(llm_mod._StampedHandler, "data_received", data_received)
     await s.start()
     yield s
     await s.stop()
@@ -225,16 +255,19 @@ async def test_connection_refused_retried(tmp_path):
     assert len(recs) == 3 and all(r["status"] == "error" for r in recs)
 
 
-async def test_cancel_records_cancelled(server, tmp_path):
+async def test_cancel_records_cancelled(server, tmp_path, monkeypatch):
     server.behaviours = ["slow"]
+    parsed = asyncio.Event()   # the client has parsed the role chunk (its first SSE line)
+    feed = llm_mod._StreamState.feed
+
+    def feeding(self, line):
+        parsed.set()
+        return feed(self, line)
+    monkeypatch.setattr(llm_mod._StreamState, "feed", feeding)
     c, rd, _ = _client(tmp_path, server.url)
     async with c:
         t = asyncio.create_task(c.chat("coder", [{"role": "user", "content": "x"}]))
-        for _ in range(100):  # wait until the role chunk is in (machine may be loaded)
-            await asyncio.sleep(0.05)
-            if server.bodies:
-                break
-        await asyncio.sleep(0.5)
+        await _until(parsed, "the client to parse the role chunk")
         t.cancel()
         with pytest.raises(asyncio.CancelledError):
             await t
@@ -306,6 +339,7 @@ async def test_token_ids_asked_only_for_a_ledger(server, tmp_path):
 async def test_warm_opens_connections_that_calls_then_reuse(server, tmp_path):
     c, _, _ = _client(tmp_path, server.url)
     async with c:
+        server.models_together = 5
         assert await c.warm(5) == 5
         assert len(server.peers) == 5  # five connections opened before any call
         await asyncio.gather(*(c.chat("coder", [{"role": "user", "content": "x"}])

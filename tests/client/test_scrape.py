@@ -73,7 +73,14 @@ def test_warm_parse_does_not_call_the_parser_except_for_uncacheable_lines(monkey
 
 
 def test_malformed_line_raises_and_total_sums_labels():
-    with pytest.raises(ValueError):
+    with pytest.raises(ValueError, match=r"could not convert string to float: '\{x=\"1\}'"):
         parse_metrics('bad{x="1} 3\n')
+    # a bad line after good ones fails the whole page (no partial result), as does a known
+    # series (its key cached) whose value is not a number
+    with pytest.raises(ValueError, match="could not convert"):
+        parse_metrics('good 1\nbad{x="1} 3\n')
+    assert parse_metrics('good 1\n') == {"good": 1.0}
+    with pytest.raises(ValueError, match="could not convert string to float: 'NaNa'"):
+        parse_metrics('good NaNa\n')
     s = parse_metrics('a{k="1"} 2\na{k="2"} 3\nb 1\n')
     assert total(s, "a") == 5 and total(s, "a", k="2") == 3 and total(s, "c") is None

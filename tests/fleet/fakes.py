@@ -49,9 +49,11 @@ class MetricsServer:
 
 
 def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 60.0),
-              tasks=("t1", "t2"), fail: bool = False, counters: dict | None = None) -> Deps:
+              tasks=("t1", "t2"), fail: bool = False, counters: dict | None = None,
+              errors_between: tuple[float, float] | None = None) -> Deps:
     """Deps whose stack is one fake metrics endpoint plus a dead master URL (scrape failures)
-    and whose sessions write a start record, two calls and an end record."""
+    and whose sessions write a start record, two calls and an end record. Calls on ``coder``
+    sent inside ``errors_between`` (model seconds) end with status ``error``."""
     counters = counters if counters is not None else {}
 
     @contextlib.asynccontextmanager
@@ -97,10 +99,14 @@ def fake_deps(time_scale: float, session_model_s: tuple[float, float] = (30.0, 6
                     raise
                 finally:
                     state.call_finished(ep, tok)
+                bad = (errors_between is not None and ep == "coder"
+                       and errors_between[0] <= t_s < errors_between[1])
                 run_dir.append(CallRecord(run_id=run_dir.run_id, session_id=sid,
                                           call_id=f"{sid}-c{k}", endpoint=ep, role="architect",
                                           round=1, t_scheduled=t_s, t_sent=t_s,
-                                          t_end=clock.now(), prompt_tokens=100))
+                                          t_end=clock.now(), prompt_tokens=100,
+                                          status="error" if bad else "ok",
+                                          error="connection refused" if bad else None))
             run_dir.append(SessionRecord(run_id=run_dir.run_id, session_id=sid, task=task,
                                          t=clock.now(), status="passed", seed=seed, rounds=1))
             return "passed"

@@ -100,10 +100,14 @@ def test_failing_sessions_abort_the_fleet(tmp_path):
     assert sum(e["event"] == "session_error" for e in rd.read("events")) >= 3
 
 
-def test_resume_after_crash_inside_window_2(tmp_path):
-    """Run until window 2 is open, then simulate kill -9 (records cut, torn line), resume."""
+@pytest.mark.parametrize("max_s,length_s", [(5000.0, 200.0), (1000.0, 1200.0)])
+def test_resume_after_crash_inside_window_2(tmp_path, max_s, length_s):
+    """Run until window 2 is open, then simulate kill -9 (records cut, torn line), resume.
+    With ``warmup.max_s`` shorter than the time of the crash, the resumed fleet still warms up
+    afresh: the limit counts from the resume."""
     import asyncio
-    c = cfg(tmp_path)
+    c = cfg(tmp_path, warmup={"kv_usage": 0.0, "pool_turnover": 1.0, "max_s": max_s},
+            windows={"count": 3, "length_s": length_s})
     deps = fake_deps(S)
     run = FleetRun(c, c.stack_config(), deps)
 
@@ -150,6 +154,12 @@ def test_resume_after_crash_inside_window_2(tmp_path):
     assert ev and ev[0]["detail"]["interrupted"] == [2]
     # the resumed timeline continues after the crash
     assert ws[2]["t0"] > ws[1]["t1"]
+    # ... and warms up afresh: all 4 slots (staggered 10 s) run before its first window
+    t_resume = ev[0]["t"]
+    after = [e for e in rd.read("events") if e["t"] >= t_resume]
+    assert not any(e["event"] == "regime_timeout" for e in after)
+    regime = next(e for e in after if e["event"] == "regime")
+    assert regime["t"] >= t_resume + 30.0 and ws[2]["t0"] >= regime["t"]
 
 
 def test_batch_resume_after_crash_inside_run_2(tmp_path):
@@ -197,3 +207,42 @@ def test_resume_of_a_complete_run_does_nothing(tmp_path):
     rd = RunDir(out.run_dir)
     assert len(rd.read("sessions")) == n and len(rd.read("windows")) == 1
     assert any(e["event"] == "resume_nothing_left" for e in rd.read("events"))
+
+
+
+def test_window_touched_by_failed_calls_is_invalid_and_the_fault_is_an_event(tmp_path):
+    """Calls failing inside window 2 (an endpoint gone): the fleet records the fault as events
+    (begin, then end when calls succeed again) and closes window 2 as invalid, naming it."""
+    import asyncio
+    c = cfg(tmp_path, windows={"count": 3, "length_s": 400.0})
+    bad = [float("inf"), float("inf")]  # set once window 1 has opened
+    run = FleetRun(c, c.stack_config(), fake_deps(S, errors_between=bad))
+
+    async def go():
+        task = asyncio.create_task(run.run())
+        while True:
+            await asyncio.sleep(0.005)
+            ev = [e for e in RunDir(run.path).read("events") if e["event"] == "window_open"]
+            if ev:
+                t0 = ev[0]["detail"]["t0"]
+                bad[:] = [t0 + 500.0, t0 + 650.0]  # inside window 2 = [t0 + 400, t0 + 800)
+                break
+        return await task
+
+    out = asyncio.run(go())
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(out.run_dir)
+    ws = rd.read("windows")
+    assert [(w["index"], w["valid"]) for w in ws] == [(1, True), (2, False), (3, True)], ws
+    assert ws[1]["reason"].startswith("fault: call_errors:coder (") and \
+        ws[1]["faults"] == ["call_errors:coder"]
+    assert ws[0]["faults"] == [] and ws[2]["faults"] == []
+    faults = [e["detail"] for e in rd.read("events") if e["event"] == "fault"]
+    # begin, end (an ok call on coder), begin, end...: ok calls sent before the failing span
+    # may end inside it
+    assert {f["fault"] for f in faults} == {"call_errors:coder"} and len(faults) % 2 == 0
+    assert [f["state"] for f in faults] == ["begin", "end"] * (len(faults) // 2)
+    n_failed = sum(c["status"] == "error" for c in rd.read("calls"))
+    assert n_failed > 0 and sum(f["calls"] for f in faults if f["state"] == "end") == n_failed
+    assert "window 2: [" in out.summary and "INVALID: fault: call_errors:coder" in out.summary
+    no_dupes(rd)

@@ -3,13 +3,14 @@ import os
 import signal
 import subprocess
 import sys
-import time
+import threading
 
 from adev.config import ROOT
 from adev.records import RunDir
 
 SCRIPT = r'''
 import sys
+from adev.fleet import live
 from adev.fleet.cli import print_outcome
 from adev.fleet.config import fleet_from_dict
 from adev.fleet.runner import run_fleet
@@ -18,6 +19,11 @@ cfg = fleet_from_dict({"width": 3, "stagger_s": 1.0, "windows": {"count": 3, "le
                        "warmup": {"kv_usage": 0.0, "pool_turnover": 0.5},
                        "results_dir": sys.argv[1], "live": "plain", "report": False,
                        "stack": {"time_scale": 100.0, "state_dir": sys.argv[1] + "/st"}})
+opened = live.FleetState.window_opened
+def window_opened(self, *a, **kw):  # tells the test, through the pipe, that a window is open
+    opened(self, *a, **kw)
+    print("TEST: window open", flush=True)
+live.FleetState.window_opened = window_opened
 out = run_fleet(cfg, deps=fake_deps(100.0, session_model_s=(100.0, 200.0)))
 print_outcome(out)
 sys.exit(out.exit_code)
@@ -27,20 +33,22 @@ sys.exit(out.exit_code)
 def test_sigint_stops_cleanly(tmp_path):
     p = subprocess.Popen([sys.executable, "-c", SCRIPT, str(tmp_path)], cwd=ROOT,
                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    watchdog = threading.Timer(120, p.kill)   # the pipe ends if the fleet never opens a window
+    watchdog.start()
+    head = []
     try:
-        deadline = time.monotonic() + 60
-        run = None
-        while time.monotonic() < deadline:
-            time.sleep(0.1)
-            runs = list(tmp_path.glob("fleet-*"))
-            if runs and any(e["event"] == "window_open" for e in RunDir(runs[0]).read("events")):
-                run = runs[0]
+        for line in p.stdout:                   # wait for the child to say a window is open
+            head.append(line)
+            if line.startswith("TEST: window open"):
                 break
-        assert run is not None
-        time.sleep(0.3)
+        assert head and head[-1].startswith("TEST: window open"), "".join(head)
+        (run,) = tmp_path.glob("fleet-*")
+        assert any(e["event"] == "window_open" for e in RunDir(run).read("events"))
         os.kill(p.pid, signal.SIGINT)
         out, _ = p.communicate(timeout=60)
+        out = "".join(head) + out
     finally:
+        watchdog.cancel()
         if p.poll() is None:
             p.kill()
     assert p.returncode == 130, out

@@ -114,3 +114,15 @@ def test_boundary_scrapes_share_the_send_stamp():
     tb = asyncio.run(sc.boundary())
     assert [r.t for r in sink.recs] == [tb, tb]
     assert all(not r.ok and r.error and r.t_answer is None for r in sink.recs)
+
+
+def test_warmup_counts_from_the_detectors_start():
+    """After --resume the warm-up limit counts from the resume, not from the run's start."""
+    d = RegimeDetector(3, WarmupRule(min_s=10, max_s=100, kv_usage=0.5), pool_tokens=1000)
+    d.start(1000.0)
+    early = d.observe(1005.0, 1, {})
+    assert not early.open and "min_s" in early.reason
+    mid = d.observe(1050.0, 1, {})
+    assert not mid.open and not mid.timeout and "1/3 sessions active" in mid.reason
+    late = d.observe(1100.0, 1, {})
+    assert late.open and late.timeout

@@ -115,6 +115,15 @@ async def test_three_sessions_in_the_vm(tmp_path):
         print(f"\n[vm] image ready in {t_image:.1f} s (build_s={image.meta.get('build_s')}); VM "
               f"started by {tm.started_by} in {t_start:.1f} s: boot_s={tm.boot_s} save_s={tm.save_s} "
               f"restore_s={tm.restore_s}")
+        # the parts add up to no more than the start as measured here; a restore from the saved
+        # snapshot beats a cold boot (which is why the snapshot exists)
+        assert tm.restore_s is not None and 0 < tm.restore_s <= 60.0
+        if tm.started_by == "boot":
+            assert 0 < tm.boot_s <= 180.0 and tm.save_s is not None and tm.save_s > 0
+            assert tm.restore_s < tm.boot_s
+        else:
+            assert tm.started_by == "restore" and tm.boot_s is None and tm.save_s is None
+        assert (tm.boot_s or 0) + (tm.save_s or 0) + tm.restore_s <= t_start
         ws = {s: write_ws(tmp_path / s, files) for s, files in
               (("plain", PLAIN), ("nvme", NVME), ("runaway", RUNAWAY))}
         other = session_dirname("plain")
@@ -159,10 +168,14 @@ async def test_three_sessions_in_the_vm(tmp_path):
         gate.vm._dom.suspend()
         gate.ssh.opt.op_timeout_s = 15.0
         t5 = time.monotonic()
+        restore_before = gate.timings.restore_s
         hung = await gate.run(GateRequest(session_id="plain", workspace=ws["plain"], timeout_s=15))
+        t_hung = time.monotonic() - t5
         print(f"[vm] hung guest detected and restored in {time.monotonic() - t5:.1f} s "
               f"(restore_s={gate.timings.restore_s:.1f}): {hung.error}")
         assert hung.verdict == "error" and "restored" in hung.error, hung
+        # a fresh restore was timed, within the time the whole recovery took
+        assert gate.timings.restore_s != restore_before and 0 < gate.timings.restore_s < t_hung
         gate.ssh.opt.op_timeout_s = 60.0
         after = await gate.run(GateRequest(session_id="plain", workspace=ws["plain"]))
         assert after.verdict == "pass", after

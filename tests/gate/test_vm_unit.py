@@ -4,6 +4,8 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
+import time
+import types
 
 import pytest
 
@@ -27,9 +29,15 @@ def image(tmp_path, monkeypatch):
     (d / "ssh_host_ed25519_key.pub").write_text("ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIE0 host\n")
     (d / "meta.json").write_text("{}")
     monkeypatch.setattr(vmmod, "STATE_DIR", tmp_path / "state")
+    # the test driver runs no guest: waiting for SSH takes a tenth of its timeout on a clock
+    # that the wait advances (boot: 18 s of its 180 s; restore: 6 s of 60 s), so the timings
+    # the VM reports have known lower bounds
+    skew = [0.0]
+    monkeypatch.setattr(vmmod, "time", types.SimpleNamespace(
+        monotonic=lambda: time.monotonic() + skew[0], time=time.time, sleep=time.sleep))
 
-    async def no_ssh(self, timeout_s):  # the test driver runs no guest
-        return None
+    async def no_ssh(self, timeout_s):
+        skew[0] += timeout_s / 10
     monkeypatch.setattr(GateVm, "_wait_ssh", no_ssh)
     return Image(dir=d, recipe_hash="0123456789abcdef")
 
@@ -56,14 +64,20 @@ async def test_boot_save_restore_and_destroy(image):
     cfg = VmConfig(uri="test:///default", memory_mib=512, vcpus=1)
     vm = GateVm(image, cfg)
     t = await vm.start()
-    assert t.started_by == "boot" and t.boot_s is not None
-    assert t.save_s is not None and t.restore_s is not None
+    assert t.started_by == "boot"
+    # boot: define + start + the 18 s SSH wait; save: the test driver's save + a 16 MB copy
+    # (no SSH wait); restore: the 6 s SSH wait + the driver's restore (local work: < 10 s)
+    assert 18.0 <= t.boot_s < 28.0
+    assert 0.0 < t.save_s < 10.0
+    assert 6.0 <= t.restore_s < 16.0 and t.restore_s < t.boot_s
     meta = json.loads((vm.snapdir / "meta.json").read_text())
-    assert meta["name"] == vm.name and meta["uuid"] == vm.uuid
+    assert meta["name"] == vm.name and meta["uuid"] == vm.uuid and meta["save_s"] == t.save_s
     assert (vm.snapdir / "state.save").is_file() and (vm.snapdir / "overlay.qcow2").is_file()
     assert vm._dom.isActive()
+    first_restore = t.restore_s
     await vm.restore()  # what recovery does: a clean guest again, on a fresh port
     assert vm._dom.isActive() and vm.port is not None
+    assert 6.0 <= vm.timings.restore_s < 16.0 and vm.timings.restore_s != first_restore
     conn = vm._conn
     await vm.stop()
     assert not vm.rundir.exists()
@@ -73,7 +87,8 @@ async def test_boot_save_restore_and_destroy(image):
     # a later VM restores the snapshot instead of booting
     vm2 = GateVm(image, cfg)
     t2 = await vm2.start()
-    assert t2.started_by == "restore" and t2.boot_s is None
+    assert t2.started_by == "restore" and t2.boot_s is None and t2.save_s is None
+    assert 6.0 <= t2.restore_s < 16.0
     assert vm2.name == meta["name"]
     await vm2.stop()
 
@@ -86,7 +101,7 @@ async def test_stale_snapshot_falls_back_to_boot(image):
         (vm.snapdir / f).write_bytes(b"garbage")
     (vm.snapdir / "meta.json").write_text('{"name": "x", "uuid": "y"}')
     t = await vm.start()
-    assert t.started_by == "boot"
+    assert t.started_by == "boot" and 18.0 <= t.boot_s < 28.0   # the stale restore fell through
     assert json.loads((vm.snapdir / "meta.json").read_text())["name"] == vm.name  # replaced
     await vm.stop()
 
@@ -94,6 +109,7 @@ async def test_stale_snapshot_falls_back_to_boot(image):
 async def test_no_snapshot_mode_boots_and_saves_nothing(image):
     vm = GateVm(image, VmConfig(uri="test:///default", memory_mib=512, vcpus=1, use_snapshot=False))
     t = await vm.start()
-    assert t.started_by == "boot" and t.save_s is None
+    assert t.started_by == "boot" and t.save_s is None and t.restore_s is None
+    assert 18.0 <= t.boot_s < 28.0
     assert not vm.snapdir.exists()
     await vm.stop()

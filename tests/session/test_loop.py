@@ -28,9 +28,11 @@ def seed_for(oracle: OraclePolicy, rounds: int) -> int:
 class FakeGate:
     name = "fake"
 
-    def __init__(self, verdicts=("pass",), delay=0.0, on_run=None):
+    def __init__(self, verdicts=("pass",), hold=False, on_run=None):
         self.verdicts = list(verdicts)
-        self.delay = delay
+        self.hold = hold            # runs wait until ``release`` is set
+        self.release = asyncio.Event()
+        self.running = asyncio.Event()   # set when a run has started
         self.requests = []
         self.on_run = on_run
         self.events = []
@@ -51,8 +53,9 @@ class FakeGate:
         self.requests.append(req)
         if self.on_run:
             self.on_run(req)
-        if self.delay:
-            await asyncio.sleep(self.delay)
+        self.running.set()
+        if self.hold:
+            await self.release.wait()
         v = self.verdicts.pop(0) if len(self.verdicts) > 1 else self.verdicts[0]
         return GateResult(verdict=v, passed=1, failed=int(v != "pass"), real_duration_s=0.01)
 
@@ -241,13 +244,10 @@ async def test_records_on_disk_before_session_ends(tmp_path):
 async def test_cancel_mid_session_records_cancelled(tmp_path):
     task = tiny_task()
     oracle = OraclePolicy(tasks={"calc": task})
-    gate = FakeGate(delay=30)
+    gate = FakeGate(hold=True)
     ctx, _, rd = make_ctx(tmp_path, oracle, gate)
     t = asyncio.create_task(run_session(ctx, task, 1, "s1"))
-    for _ in range(200):
-        await asyncio.sleep(0.05)
-        if gate.requests:
-            break
+    await asyncio.wait_for(gate.running.wait(), 30)   # the session is inside its gate run
     t.cancel()
     with pytest.raises(asyncio.CancelledError):
         await t
@@ -266,3 +266,36 @@ async def test_concurrent_sessions_share_nothing(tmp_path):
     assert len({o.workspace for o in outs}) == 3
     ends = [s for s in rd.read("sessions") if s["status"] != "started"]
     assert sorted(s["session_id"] for s in ends) == sorted(f"s{s}" for s in seeds)
+
+
+DEEP_PATH = "/".join(["d"] * 2000) + "/x.py"
+NESTED = '{"path": "x.py", "content": ' + "[" * 100_000 + "]" * 100_000 + "}"
+SURROGATE = '{"path": "x\\ud800.py", "content": "x"}'  # a JSON escape of a lone surrogate
+
+
+@pytest.mark.parametrize("tool,arguments,expect", [
+    ("write_file", json.dumps({"path": DEEP_PATH, "content": "x"}), "nested too deeply"),
+    ("write_file", NESTED, "nested too deeply"),
+    ("read_file", NESTED, "nested too deeply"),
+    ("write_file", SURROGATE, "not valid Unicode"),
+    ("read_file", SURROGATE, "not valid Unicode"),
+    ("write\ud800file", "{}", "unknown tool"),
+])
+async def test_hostile_tool_arguments_get_an_error_answer(tmp_path, tool, arguments, expect):
+    """Model output is untrusted: a path nested 2,000 deep, JSON nested 100,000 deep or a lone
+    surrogate is answered to the model as an error; the session goes on (never status error)
+    and every message sent back is valid UTF-8."""
+    import orjson
+    bad = PolicyReply(content="trying", tool_calls=[ToolCall(tool, arguments)])
+    good = PolicyReply(tool_calls=[call("write_file", path="PLAN.md", content="plan"),
+                                   call("finish", summary="ok")])
+    ctx, llm, rd = make_ctx(tmp_path, ScriptedPolicy([bad, good]), FakeGate())
+    out = await run_session(ctx, tiny_task(), 0, "s1")
+    assert out.status != "error", out.reason
+    tools = rd.read("tools")
+    assert tools[0]["ok"] is False and expect in tools[0]["error"], tools[0]
+    assert tools[1]["ok"] and tools[1]["tool"] == "write_file"
+    answer = [m for m in llm.requests[1]["messages"] if m["role"] == "tool"][0]
+    assert answer["content"].startswith("error: ") and expect in answer["content"]
+    for req in llm.requests:
+        orjson.dumps(req["messages"])  # what the real client sends: raises on lone surrogates

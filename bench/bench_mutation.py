@@ -1,0 +1,171 @@
+"""Mutation score of the unit tests over adev's formulas and the emulator's model (a benchmark,
+not a pass/fail check).
+
+Runs mutmut 3 (https://github.com/boxed/mutmut) on a copy of the working tree: every mutant of
+the chosen modules (an operator swapped, a constant changed, a call argument dropped...) is run
+against the unit tests (``-m "not integration"``) that cover the mutated function; a mutant is
+*killed* when a test fails (or the run times out), *survived* when every test passes, *no tests*
+when no unit test reaches the function. Printed per module:
+
+    score = killed / (killed + survived + no tests)
+
+and, with ``--survivors``, each survivor's diff (as ``mutmut show`` prints it), to be killed with
+a test or argued equivalent. The working tree is not touched: the copy lives in ``--workdir``
+(a temp dir by default, removed at the end unless ``--keep``); rerun there with
+``python -m mutmut results`` / ``show NAME``.
+
+    python bench/bench_mutation.py                       # adev/analysis/ + engine, pool, store
+    python bench/bench_mutation.py adev/analysis/windows.py --tests tests/analysis --survivors
+
+Slow: thousands of mutants; each runs the covering tests in a forked worker
+(``--max-children`` at a time, default: the CPU count).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import tempfile
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODULES = ["adev/analysis/", "adev/emulator/engine.py", "adev/emulator/pool.py",
+                   "adev/emulator/store.py"]
+# mutmut's exit-code meaning (mutmut.stats.status_by_exit_code), folded into three outcomes
+KILLED = {1, 3, 36, 37, -24, 24, 152, 255}
+SURVIVED = {0}
+NO_TESTS = {5, 33}
+
+
+def copy_tree(dst: Path) -> None:
+    """Copy the working tree's files (tracked and untracked-but-not-ignored) to ``dst``."""
+    out = subprocess.run(["git", "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+                         cwd=ROOT, check=True, capture_output=True).stdout
+    for rel in filter(None, out.decode().split("\0")):
+        src = ROOT / rel
+        if not src.is_file():
+            continue
+        (dst / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dst / rel)
+
+
+def mutmut_config(modules: list[str], tests: list[str], top: list[str],
+                  pytest_args: list[str] = ()) -> str:
+    """The ``[tool.mutmut]`` section: mutate only ``modules``, run the unit tests under ``tests``;
+    every other top-level entry (stacks/, results/ notebooks, ...) is copied next to the mutants
+    because tests read them."""
+    globs = [m.rstrip("/") + "/*" if not m.endswith(".py") else m for m in modules]
+    q = lambda xs: "[" + ", ".join(json.dumps(x) for x in xs) + "]"  # noqa: E731
+    return ("\n[tool.mutmut]\n"
+            f"source_paths = {q(['adev/'])}\n"
+            f"only_mutate = {q(globs)}\n"
+            f"also_copy = {q(top)}\n"
+            f"pytest_add_cli_args = "
+            f"{q(['-m', 'not integration', '-p', 'no:cacheprovider', *pytest_args])}\n"
+            f"pytest_add_cli_args_test_selection = {q(tests)}\n")
+
+
+def outcomes(work: Path, modules: list[str]) -> dict[str, Counter]:
+    """Per mutated source file: Counter of killed / survived / no tests (+ survivor names)."""
+    res: dict[str, Counter] = {}
+    for meta in sorted((work / "mutants").rglob("*.py.meta")):
+        src = meta.relative_to(work / "mutants").as_posix()[:-len(".meta")]
+        if not any(src == m or src.startswith(m.rstrip("/") + "/") for m in modules):
+            continue
+        codes = json.loads(meta.read_text())["exit_code_by_key"]
+        c: Counter = Counter()
+        for name, code in codes.items():
+            if code in KILLED:
+                c["killed"] += 1
+            elif code in SURVIVED:
+                c["survived"] += 1
+                c["survivor:" + name] = 1
+            elif code in NO_TESTS:
+                c["no tests"] += 1
+                c["survivor:" + name] = 1
+            else:
+                c["not run"] += 1
+        res[src] = c
+    return res
+
+
+def score(c: Counter) -> float:
+    """killed / (killed + survived + no tests)."""
+    n = c["killed"] + c["survived"] + c["no tests"]
+    return c["killed"] / n if n else float("nan")
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("modules", nargs="*", default=DEFAULT_MODULES,
+                    help="files or folders to mutate (default: %(default)s)")
+    ap.add_argument("--tests", nargs="+", default=["tests/"],
+                    help="test paths the unit tests are collected from (default: tests/)")
+    ap.add_argument("--pytest-args", default="",
+                    help="more pytest arguments, e.g. '--ignore=tests/analysis/test_report.py'")
+    ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--workdir", type=Path, help="where the copy goes (default: a temp dir)")
+    ap.add_argument("--keep", action="store_true", help="keep the workdir")
+    ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
+    ap.add_argument("--recheck", action="store_true",
+                    help="with an existing --workdir: copy the working tree's tests/ there again "
+                         "and rerun only the mutants that survived (or had no tests)")
+    a = ap.parse_args(argv)
+    for m in a.modules:
+        if not (ROOT / m).exists():
+            print(f"bench_mutation: module {m!r} not found under {ROOT}", file=sys.stderr)
+            return 2
+    work = a.workdir or Path(tempfile.mkdtemp(prefix="adev-mutation-"))
+    work.mkdir(parents=True, exist_ok=True)
+    try:
+        if not (work / "pyproject.toml").exists():
+            copy_tree(work)
+            top = sorted(p.name + ("/" if p.is_dir() else "") for p in work.iterdir()
+                         if p.name not in ("adev", "tests", "pyproject.toml", "mutants"))
+            with open(work / "pyproject.toml", "a") as f:
+                f.write(mutmut_config(a.modules, a.tests, top, shlex.split(a.pytest_args)))
+        env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+        env["MPLBACKEND"] = "Agg"
+        cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(a.max_children)]
+        if a.recheck:
+            shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True,
+                            ignore=shutil.ignore_patterns("__pycache__"))
+            cmd += sorted(k.split(":", 1)[1] for c in outcomes(work, a.modules).values()
+                          for k in c if k.startswith("survivor:"))
+        print("$", " ".join(cmd), f"  (in {work})", flush=True)
+        rc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode
+        res = outcomes(work, a.modules)
+        if rc != 0 and not res:
+            print(f"bench_mutation: mutmut exited {rc}; see {work}", file=sys.stderr)
+            return 1
+        print(f"\n{'module':44} {'mutants':>7} {'killed':>7} {'survived':>8} {'no tests':>8}"
+              f" {'score':>6}")
+        tot: Counter = Counter()
+        for src, c in res.items():
+            n = c["killed"] + c["survived"] + c["no tests"] + c["not run"]
+            tot.update({k: c[k] for k in ("killed", "survived", "no tests", "not run")})
+            print(f"{src:44} {n:7d} {c['killed']:7d} {c['survived']:8d} {c['no tests']:8d}"
+                  f" {score(c):6.1%}")
+        n = sum(tot.values())
+        print(f"{'total':44} {n:7d} {tot['killed']:7d} {tot['survived']:8d} {tot['no tests']:8d}"
+              f" {score(tot):6.1%}")
+        if a.survivors:
+            for src, c in res.items():
+                for k in sorted(k for k in c if k.startswith("survivor:")):
+                    name = k.split(":", 1)[1]
+                    show = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=work,
+                                          env=env, capture_output=True, text=True).stdout
+                    print(f"\n## {name}\n{show.strip()}")
+        return 0
+    finally:
+        if a.workdir is None and not a.keep:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

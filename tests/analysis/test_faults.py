@@ -1,0 +1,84 @@
+"""Faults found in a run's records mark the windows they touch, and the report says so."""
+from __future__ import annotations
+
+from adev.analysis.faults import FaultTracker, verdict
+from adev.analysis.report import build_report, load_all, summarise_run
+from adev.analysis.run import load_run
+from adev.analysis.windows import window_table
+from adev.records import CallRecord, RunDir, ScrapeRecord, SessionRecord
+
+from .synth import make_run
+
+
+def test_tracker_begins_and_ends_faults_and_ignores_never_up_targets():
+    events = []
+    tr = FaultTracker(on_event=lambda n, t, d: events.append((n, t, d["state"])))
+    tr.feed("scrapes", {"target": "master", "t": 1.0, "ok": False, "error": "refused"})
+    assert tr.touching(0, 10) == {}  # never answered: a missing source, not a fault
+    tr.feed("scrapes", {"target": "coder", "t": 2.0, "ok": True})
+    tr.feed("scrapes", {"target": "coder", "t": 5.0, "ok": False, "error": "refused"})
+    tr.feed("scrapes", {"target": "coder", "t": 7.0, "ok": False, "error": "refused"})
+    tr.feed("scrapes", {"target": "coder", "t": 9.0, "ok": True})
+    assert tr.touching(0, 4.9) == {} and tr.touching(6, 6) == {"endpoint_down:coder": 1}
+    assert tr.touching(9.5, 20) == {}
+    tr.feed("calls", {"endpoint": "coder", "t_sent": 11.0, "t_end": 12.0, "status": "error",
+                      "error": "connection refused"})
+    tr.feed("calls", {"endpoint": "coder", "t_sent": 11.5, "t_end": 13.0, "status": "ok",
+                      "server": {"store_errors": 3}})
+    assert tr.touching(12.5, 20) == {"store_errors:coder": 1}
+    assert tr.touching(10, 20) == {"call_errors:coder": 1, "store_errors:coder": 1}
+    assert events[:2] == [("endpoint_down:coder", 5.0, "begin"),
+                          ("endpoint_down:coder", 9.0, "end")]
+    assert ("call_errors:coder", 12.0, "begin") in events
+    assert verdict({"store_errors:coder": 4, "sessions_llm_error": 1}) == (
+        False, "fault: store_errors:coder (4)", ["sessions_llm_error", "store_errors:coder"])
+    assert verdict({"sessions_llm_error": 2}) == (True, None, ["sessions_llm_error"])
+
+
+def test_master_killed_in_window_2_invalidates_it_and_the_report_counts_failures(tmp_path):
+    path = make_run(tmp_path, width=4, windows=3, ledger=False)
+    rd = RunDir(path)
+    ws = rd.read("windows")
+    w2, w3 = ws[1], ws[2]
+    t = w2["t0"] + 50.0
+    rd.append(ScrapeRecord(run_id="x", target="master", url="u", t=t, ok=False,
+                           error="connection refused"))
+    rd.append(ScrapeRecord(run_id="x", target="master", url="u", t=t + 20, ok=True))
+    for k in range(3):  # 3 calls with store errors, 2 failed calls, all sent in window 2
+        rd.append(CallRecord(run_id="x", session_id="sX", call_id=f"se{k}", endpoint="coder",
+                             t_sent=t + k, t_end=t + k + 1, status="ok",
+                             server={"store_errors": 2}))
+    for k in range(2):
+        rd.append(CallRecord(run_id="x", session_id="sX", call_id=f"fail{k}", endpoint="coder",
+                             t_sent=t + k, t_end=t + k + 0.5, status="error", error="refused"))
+    # window 3: one session ended by an LLM error, nothing else
+    rd.append(SessionRecord(run_id="x", session_id="sY", task="t", t=w3["t0"] + 10,
+                            status="error", reason="llm_error: sY/r1/architect/s0: refused"))
+    rd.close()
+    run = load_run(path)
+    marked = {w["index"]: w for w in run.measurement_windows()}
+    assert marked[1]["valid"] and marked[1]["faults"] == []
+    assert not marked[2]["valid"]
+    assert marked[2]["reason"] == ("fault: call_errors:coder (2), master_down (1), "
+                                   "store_errors:coder (3)")
+    assert marked[3]["valid"] and marked[3]["faults"] == ["sessions_llm_error"]
+    tab = window_table(run)
+    allrow = tab[tab["endpoint"] == "ALL"].set_index("window")
+    assert not allrow.loc[2, "valid"] and allrow.loc[3, "faults"] == "sessions_llm_error"
+    doc = build_report(load_all([path], with_reuse=False)).md()
+    sec = doc[doc.index("## Faults and failures"):doc.index("## Per-window figures")]
+    assert ("2 failed calls, 3 calls with store errors, 1 sessions ended with llm_error, "
+            "1 failed scrapes of targets that had answered") in sec
+    assert "| 2 | " in sec and "master_down" in sec
+    text = summarise_run(path)
+    assert "window 2: INVALID, faults: call_errors:coder, master_down, store_errors:coder; " \
+           "2 failed calls, 3 calls with store errors" in text
+    # figures pooled over window 3 carry its fault's name
+    assert "gross saving: " in text and "[across faults: sessions_llm_error]" in text
+
+
+def test_clean_run_says_no_faults(tmp_path):
+    path = make_run(tmp_path, width=2, windows=2, ledger=False)
+    doc = build_report(load_all([path], with_reuse=False)).md()
+    assert "No faults: no call failed" in doc
+    assert "across faults" not in summarise_run(path)

@@ -1,0 +1,142 @@
+"""Loading a run directory: manifest shapes, missing constants with reasons, flattened calls,
+the clock origin and admission times, whole-run windows."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+
+from adev.analysis.run import add_admission, load_run
+from adev.records import CallRecord, RunDir, ScrapeRecord, WindowRecord
+
+
+def _call(cid, t_sent, t_end, srv=None, ep="coder"):
+    return CallRecord(run_id="r", session_id="s", call_id=cid, endpoint=ep, t_scheduled=t_sent,
+                      t_sent=t_sent, t_first_byte=t_sent, t_first_content=t_sent + 0.5,
+                      t_end=t_end, prompt_tokens=100, server=srv)
+
+
+def _rundir(tmp_path, manifest, calls=(), scrapes=(), windows=()):
+    rd = RunDir(tmp_path / "run")
+    rd.path.mkdir()
+    if manifest is not None:
+        rd.write_json("manifest.json", manifest)
+    for c in calls:
+        rd.append(c)
+    for target, t in scrapes:
+        rd.append(ScrapeRecord(run_id="r", target=target, url="u", t=t, ok=True, samples={"x": t}))
+    for i, t0, t1 in windows:
+        rd.append(WindowRecord(run_id="r", index=i, t0=t0, t1=t1))
+    rd.close()
+    return rd.path
+
+
+def test_fleet_manifest_gives_every_constant(tmp_path):
+    m = {"run_id": "fleet-1", "time_scale": 10.0, "protocol": "steady",
+         "config": {"fleet": {"name": "night-w4", "width": 4, "pause_s": 30},
+                    "stack": {"profile": "qwen3-coder-30b-a3b", "payload_scale": 64,
+                              "time_scale": 99.0, "configuration": "store-ram+disk",
+                              "store": {"lease_ttl_s": 7.5, "disk_tier": "local-raid0"}}}}
+    p = _rundir(tmp_path, m, [_call("a", 3.0, 5.0, ep="reasoner"), _call("b", 1.0, 2.0)],
+                [("master", 5.0), ("coder", 9.0), ("coder", 4.0), ("planner", 1.0)],
+                [(2, 10.0, 20.0), (1, 0.0, 10.0), (3, 10.0, 15.0)])
+    with open(p / "calls.jsonl", "a") as f:
+        f.write('{"torn": ')                          # a crash mid-line
+    r = load_run(p)
+    assert (r.run_id, r.label, r.width, r.pause_s, r.protocol) == ("fleet-1", "night-w4", 4, 30.0,
+                                                                  "steady")
+    assert (r.time_scale, r.payload_scale, r.lease_ttl_s) == (10.0, 64.0, 7.5)
+    assert (r.configuration, r.disk_tier) == ("store-ram+disk", "local-raid0")
+    assert r.prefill_tokens_per_s == 14850.0 and r.bytes_per_token == 96 * 1024
+    assert r.block_size == 16 and r.missing == {}
+    assert r.endpoints == ["coder", "planner", "reasoner"]            # calls and scrapes, no master
+    assert [s.t for s in r.scrapes["coder"]] == [4.0, 9.0]            # sorted by time
+    assert r.torn == {"calls": 1} and len(r.calls) == 2
+    assert [(w["index"], w["t0"]) for w in r.measurement_windows()] == [(1, 0.0), (2, 10.0),
+                                                                        (3, 10.0)]
+    assert r.ledger is None and "ledger" in r.missing
+
+
+def test_other_manifest_shapes(tmp_path):
+    # a session run: the stack config at the top of config, width and pause on the manifest
+    m = {"run_id": "sess", "width": 2.0, "pause_s": 5,
+         "config": {"profile": "qwen3-coder-30b-a3b", "store": {"lease_ttl_s": 3},
+                    "payload_scale": 8, "time_scale": 4}}
+    r = load_run(_rundir(tmp_path, m))
+    assert (r.width, r.pause_s, r.time_scale, r.lease_ttl_s, r.label) == (2, 5.0, 4.0, 3.0, "sess")
+    # the stack inside the fleet's config; the profile recorded in the manifest wins
+    m = {"run_id": "f", "profile": {"name": "tiny", "num_layers": 2, "num_kv_heads": 2,
+                                    "head_dim": 4, "prefill_tokens_per_s": 100.0, "block_size": 4},
+         "config": {"fleet": {"width": True, "stack": {"profile": "nope", "payload_scale": 2,
+                                                      "store": {"lease_ttl_s": 1}}}}}
+    (tmp_path / "b").mkdir()
+    r = load_run(_rundir(tmp_path / "b", m))
+    assert r.profile.name == "tiny" and r.prefill_tokens_per_s == 100.0 and r.block_size == 4
+    assert r.bytes_per_token == 2 * 2 * 2 * 4 * 2 and r.payload_scale == 2.0
+    assert r.width is None and r.missing["width"] == "config.fleet.width not in the manifest"
+    assert r.label == "f" and r.time_scale is None
+    m["profile"]["num_layers"] = 0
+    (tmp_path / "c").mkdir()
+    r = load_run(_rundir(tmp_path / "c", m))
+    assert r.profile is None and r.missing["profile"].startswith(
+        "model profile unreadable: manifest.profile.num_layers: 0 must be greater than 0")
+
+
+def test_no_manifest_every_constant_missing_and_one_whole_run_window(tmp_path):
+    p = _rundir(tmp_path, None, [_call("a", 3.0, 8.0), _call("b", 1.0, 6.0), _call("c", 2.0, None)])
+    r = load_run(p)
+    assert r.run_id == "run" and r.label == "run" and r.profile is None
+    assert r.prefill_tokens_per_s is None and r.bytes_per_token is None and r.block_size == 16
+    assert set(r.missing) == {"manifest", "profile", "payload_scale", "lease_ttl_s", "width"}
+    assert r.missing["lease_ttl_s"] == "config.stack.store.lease_ttl_s not in the manifest"
+    [w] = r.measurement_windows()
+    assert (w["t0"], w["t1"], w["protocol"], w["valid"]) == (1.0, 8.0, "whole-run", True)
+    (tmp_path / "e").mkdir()
+    assert load_run(_rundir(tmp_path / "e", None)).measurement_windows() == []
+    with pytest.raises(FileNotFoundError, match="run directory not found"):
+        load_run(tmp_path / "nope")
+
+
+def test_calls_flattened_with_the_servers_fields(tmp_path):
+    srv = {"queue_s": 0.25, "read_path_s": True, "lookup_s": "x", "ttft_s": 2,
+           "tokens": {"gpu": 16, "store_ram": 32, "store_disk": None, "computed": 52}}
+    p = _rundir(tmp_path, {"run_id": "r"}, [_call("a", 1.0, 3.0, srv), _call("b", 2.0, 4.0)])
+    c = load_run(p).calls.set_index("call_id")
+    a, b = c.loc["a"], c.loc["b"]
+    assert a.has_server and not b.has_server
+    assert a.srv_queue_s == 0.25 and a.srv_ttft_s == 2.0
+    assert math.isnan(a.srv_read_path_s) and math.isnan(a.srv_lookup_s)   # bool, str: not numbers
+    assert (a.srv_tok_gpu, a.srv_tok_store_ram, a.srv_tok_computed) == (16.0, 32.0, 52.0)
+    assert math.isnan(a.srv_tok_store_disk) and math.isnan(b.srv_tok_gpu)
+    assert a.t_admit == 1.25 and math.isnan(b.t_admit)                    # no clock: t_sent + queue
+
+
+def test_clock_origin_sources_and_admission(tmp_path):
+    t0, scale = 500.0, 10.0
+    sa = {"queue_s": 0.5, "t_arrival_mono": t0 + 1.2 / scale, "t_end_mono": t0 + 4.0 / scale}
+    sb = {"queue_s": 0.0, "t_arrival_mono": 0, "t_end_mono": t0 + 7.5 / scale}
+    calls = [_call("a", 1.0, 4.5, sa), _call("b", 2.0, 8.0, sb)]
+    p = _rundir(tmp_path, {"run_id": "r", "time_scale": scale}, calls)
+    r = load_run(p)
+    # bound from the calls: max(t_end_mono - t_end / S) = max(t0 - 0.05, t0 - 0.05)
+    assert r.clock_source.startswith("estimated from calls")
+    assert r.clock_t0_mono == pytest.approx(t0 - 0.05)
+    m = {"run_id": "r", "time_scale": scale, "clock": {"t0_mono": t0}}
+    (p / "manifest.json").write_text(json.dumps(m))
+    r = load_run(p)
+    assert (r.clock_t0_mono, r.clock_source) == (t0, "manifest.json clock.t0_mono")
+    c = r.calls.set_index("call_id")
+    assert c.loc["a"].t_admit == pytest.approx(1.2 + 0.5)    # (arrival - t0) x S + queue
+    assert c.loc["b"].t_admit == 2.0                         # no arrival stamp: t_sent + queue
+    (p / "fleet.json").write_text(json.dumps({"clock": {"t0_mono": t0 - 1.0}}))
+    r = load_run(p)
+    assert (r.clock_t0_mono, r.clock_source) == (t0 - 1.0, "fleet.json clock.t0_mono")
+    assert r.calls.set_index("call_id").loc["a"].t_admit == pytest.approx(1.2 + 10.0 + 0.5)
+    (p / "fleet.json").write_text("{not json")
+    (p / "manifest.json").write_text(json.dumps({"run_id": "r"}))
+    r = load_run(p)                                          # no time scale: no estimate
+    assert (r.clock_t0_mono, r.clock_source) == (None, "unknown")
+    empty = r.calls.iloc[0:0].copy()
+    add_admission(empty, t0, scale)
+    assert list(empty["t_admit"]) == []

@@ -1,0 +1,41 @@
+"""bench/bench_mutation.py: the mutmut configuration it writes and how it scores mutmut's results."""
+from __future__ import annotations
+
+import importlib.util
+import json
+import tomllib
+
+from adev.config import ROOT
+
+spec = importlib.util.spec_from_file_location("bench_mutation", ROOT / "bench" / "bench_mutation.py")
+bm = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(bm)
+
+
+def test_config_section_mutates_only_the_chosen_modules_against_unit_tests():
+    text = bm.mutmut_config(["adev/analysis/", "adev/emulator/pool.py"], ["tests/"],
+                            ["stacks/", "results/"], ["--ignore=tests/x.py"])
+    cfg = tomllib.loads(text)["tool"]["mutmut"]
+    assert cfg["only_mutate"] == ["adev/analysis/*", "adev/emulator/pool.py"]
+    assert cfg["source_paths"] == ["adev/"] and cfg["also_copy"] == ["stacks/", "results/"]
+    assert cfg["pytest_add_cli_args"] == ["-m", "not integration", "-p", "no:cacheprovider",
+                                          "--ignore=tests/x.py"]
+    assert cfg["pytest_add_cli_args_test_selection"] == ["tests/"]
+
+
+def test_outcomes_and_score_from_mutmut_meta_files(tmp_path):
+    meta = tmp_path / "mutants" / "adev" / "analysis"
+    meta.mkdir(parents=True)
+    codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": 33,
+             "m.x_f__mutmut_4": 36, "m.x_f__mutmut_5": None, "m.x_f__mutmut_6": 3}
+    (meta / "windows.py.meta").write_text(json.dumps({"exit_code_by_key": codes}))
+    (meta / "other.py.meta").write_text(json.dumps({"exit_code_by_key": {"o.x__mutmut_1": 0}}))
+    res = bm.outcomes(tmp_path, ["adev/analysis/windows.py"])
+    assert list(res) == ["adev/analysis/windows.py"]
+    c = res["adev/analysis/windows.py"]
+    # killed: exit 1 (a test failed), 3 (pytest internal error), 36 (timeout)
+    assert (c["killed"], c["survived"], c["no tests"], c["not run"]) == (3, 1, 1, 1)
+    assert bm.score(c) == 3 / 5
+    assert c["survivor:m.x_f__mutmut_2"] and c["survivor:m.x_f__mutmut_3"]
+    assert set(bm.outcomes(tmp_path, ["adev/analysis/"])) == {"adev/analysis/other.py",
+                                                              "adev/analysis/windows.py"}

@@ -15,9 +15,10 @@ import io
 import json
 import os
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Iterator
+from typing import Any, ClassVar
 
 from .config import ROOT
 
@@ -273,7 +274,7 @@ def _id_suffix() -> str:
 def new_run_id(prefix: str = "run") -> str:
     """``{prefix}-{UTC yyyymmdd-HHMMSS}-{12 random hex digits}``."""
     import datetime
-    ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+    ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
     return f"{prefix}-{ts}-{_id_suffix()}"
 
 
@@ -302,7 +303,7 @@ class RunDir:
 
     @classmethod
     def create(cls, run_id: str | None = None, base: str | Path | None = None,
-               prefix: str = "run") -> "RunDir":
+               prefix: str = "run") -> RunDir:
         """A new run folder under ``base``: named ``run_id`` (refused if it exists), else a fresh
         id (:func:`create_run_path`)."""
         if run_id is None:
@@ -343,7 +344,7 @@ class RunDir:
                 fh.close()
             self._files.clear()
 
-    def __enter__(self) -> "RunDir":
+    def __enter__(self) -> RunDir:
         return self
 
     def __exit__(self, *exc: Any) -> None:

@@ -155,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{'total':44} {n:7d} {tot['killed']:7d} {tot['survived']:8d} {tot['no tests']:8d}"
               f" {score(tot):6.1%}")
         if a.survivors:
-            for src, c in res.items():
+            for c in res.values():
                 for k in sorted(k for k in c if k.startswith("survivor:")):
                     name = k.split(":", 1)[1]
                     show = subprocess.run([sys.executable, "-m", "mutmut", "show", name], cwd=work,

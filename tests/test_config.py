@@ -7,9 +7,21 @@ import typing
 import pytest
 
 import adev.config as config_mod
-from adev.config import (ConfigError, ModelProfile, StackConfig, StoreSpec, check_cpus, from_dict,
-                         load, load_model_profile, load_stack, load_tier_profile, parse_cpu_list,
-                         resolve, to_dict)
+from adev.config import (
+    ConfigError,
+    ModelProfile,
+    StackConfig,
+    StoreSpec,
+    check_cpus,
+    from_dict,
+    load,
+    load_model_profile,
+    load_stack,
+    load_tier_profile,
+    parse_cpu_list,
+    resolve,
+    to_dict,
+)
 
 
 def test_unknown_key_names_field_and_allowed_keys():

@@ -12,9 +12,19 @@ import time
 import pytest
 
 from adev import records
-from adev.records import (RECORD_TYPES, CallRecord, EventRecord, GateRecord, RunDir,
-                          ScrapeRecord, SessionRecord, ToolEvent, WindowRecord, create_run_path,
-                          new_run_id)
+from adev.records import (
+    RECORD_TYPES,
+    CallRecord,
+    EventRecord,
+    GateRecord,
+    RunDir,
+    ScrapeRecord,
+    SessionRecord,
+    ToolEvent,
+    WindowRecord,
+    create_run_path,
+    new_run_id,
+)
 from adev.records import TestResult as GateTest
 
 

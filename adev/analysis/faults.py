@@ -33,8 +33,9 @@ import dataclasses
 import math
 import threading
 from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any
 
 INVALIDATING = ("master_down", "endpoint_down", "call_errors", "store_errors")
 

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import io
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -79,7 +80,7 @@ def fig_saving_vs_width(summ: Sequence[RunSummary], labels: Sequence[str] | None
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     series = []
-    for g, lab in zip(groups, labels):
+    for g, lab in zip(groups, labels, strict=True):
         t = sweep_table(g)
         t = t[t["width"].notna() & t["gross_saving"].notna()]
         ops = list(dict.fromkeys(t["operating_point"])) if len(t) else []
@@ -165,26 +166,26 @@ def fig_operating_points(summ: Sequence[RunSummary], width: int = OP_WIDTH) -> F
 def fig_ttft_cdfs(loaded: Sequence[Loaded], labels: Sequence[str] | None = None) -> Figure:
     f = Figure("ttft_cdfs", "TTFT CDFs (first content)")
     series = []
-    for i, l in enumerate(loaded):
-        c = l.run.calls
+    for i, ld in enumerate(loaded):
+        c = ld.run.calls
         c = c[c["status"] == "ok"] if len(c) else c
         if not len(c):
             continue
         a, b = ttft_from_send(c), ttft_from_schedule(c)
         a, b = a[~np.isnan(a)], b[~np.isnan(b)]
         if len(a):
-            series.append(((labels[i] if labels else l.summary.label), a, b))
+            series.append(((labels[i] if labels else ld.summary.label), a, b))
     if not series:
         f.reason = "no OK call with a first-content stamp in any run"
         return f
     plt = _plt()
     fig, axes = plt.subplots(1, 2, figsize=(10, 4), sharey=True)
     for lab, a, b in series[:12]:
-        for ax, v, t in zip(axes, (a, b), ("from send", "from schedule")):
+        for ax, v, t in zip(axes, (a, b), ("from send", "from schedule"), strict=True):
             x, y = _cdf(v)
             f.draw(ax.step, f"{lab}: {t}", x, y, where="post", label=lab)
     from matplotlib.ticker import NullFormatter
-    for ax, t in zip(axes, ("from send", "from schedule")):
+    for ax, t in zip(axes, ("from send", "from schedule"), strict=True):
         ax.set_xscale("log")
         ax.xaxis.set_minor_formatter(NullFormatter())
         ax.set_xlabel(f"TTFT {t} (model s)")
@@ -198,25 +199,25 @@ def fig_ttft_cdfs(loaded: Sequence[Loaded], labels: Sequence[str] | None = None)
 def fig_reuse(loaded: Sequence[Loaded]) -> Figure:
     f = Figure("reuse_distance", "Reuse-distance profile (reuse ledger)")
     from .ledger import CROSS_SESSION, SAME_SESSION
-    have = [(l, l.run.ledger) for l in loaded]
-    have = [(l, led) for l, led in have if led is not None and len(led.touches)]
+    have = [(ld, ld.run.ledger) for ld in loaded]
+    have = [(ld, led) for ld, led in have if led is not None and len(led.touches)]
     if not have:
-        f.reason = "; ".join(f"{l.summary.label}: {l.run.missing.get('ledger', 'empty ledger')}"
-                             for l in loaded)[:500] or "no runs"
+        f.reason = "; ".join(f"{ld.summary.label}: {ld.run.missing.get('ledger', 'empty ledger')}"
+                             for ld in loaded)[:500] or "no runs"
         return f
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
-    for l, led in have[:6]:
-        c = led.classified(l.run.lease_ttl_s)
+    for ld, led in have[:6]:
+        c = led.classified(ld.run.lease_ttl_s)
         for code, ls, nm in ((SAME_SESSION, "-", "same session"), (CROSS_SESSION, "--", "cross")):
             d = c.distance[c.cls == code]
             d = d[d > 0] if len(d) else d
             if len(d):
                 x, y = _cdf(d)
-                lab = f"{l.summary.label}: {nm} ({(c.cls == code).mean():.0%} of touches)"
+                lab = f"{ld.summary.label}: {nm} ({(c.cls == code).mean():.0%} of touches)"
                 f.draw(ax.step, lab, x, y, where="post", ls=ls, label=lab)
-        if l.run.lease_ttl_s:
-            ax.axvline(l.run.lease_ttl_s, color="grey", lw=.8)
+        if ld.run.lease_ttl_s:
+            ax.axvline(ld.run.lease_ttl_s, color="grey", lw=.8)
     ax.set_xscale("log")
     ax.set_xlabel("reuse distance (model s); grey line: lease TTL")
     ax.set_ylabel("fraction of reuse touches")

@@ -16,23 +16,25 @@ import argparse
 import datetime
 import math
 import sys
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 import pandas as pd
 
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .faults import fault_rows, faults_md
 from .loaded import Loaded, expand, is_run_dir, load_all, notes  # noqa: F401  (the report's API)
-from .plots import (OP_WIDTH, Figure, fig_hit_shares, fig_operating_points,  # noqa: F401
-                    fig_reuse, fig_saving_vs_width, fig_ttft_cdfs)
-from .render import PCT_COLS, Doc, fmt as _fmt, md_table, write as _write
+from .plots import OP_WIDTH, Figure, fig_hit_shares, fig_operating_points, fig_reuse, fig_saving_vs_width, fig_ttft_cdfs  # noqa: F401
+from .render import PCT_COLS, Doc, md_table
+from .render import fmt as _fmt
+from .render import write as _write
 from .run import load_run
 from .source import beside, beside_markdown
 from .windows import window_table
 
-WINDOW_COLS = ["window", "endpoint", "valid", "faults", "calls", "calls_failed", "busy_s", "busy_share", "gpu_hit_share",
-               "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
+WINDOW_COLS = ["window", "endpoint", "valid", "faults", "calls", "calls_failed", "busy_s", "busy_share",
+               "gpu_hit_share", "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
                "net_saving_full", "store_hit_rate", "refused_share", "preemptions",
                "ttft_send_p50", "ttft_send_p99"]
 """The per-window figures table."""
@@ -50,8 +52,8 @@ OP_COLS = ["operating_point", "label", "gross_saving",
            "burst_windows", "windows"]
 
 
-def _run_header(l: Loaded) -> str:
-    r, s = l.run, l.summary
+def _run_header(ld: Loaded) -> str:
+    r, s = ld.run, ld.summary
     bits = [f"**{s.label}** (`{r.run_id}`)", f"width {_fmt(r.width)}", f"protocol {_fmt(r.protocol)}",
             f"configuration {_fmt(r.configuration)}", f"lease {_fmt(r.lease_ttl_s)} s",
             f"pause {_fmt(r.pause_s)} s", f"windows {s.windows} ({s.invalid_windows} invalid, "
@@ -64,11 +66,11 @@ def _run_header(l: Loaded) -> str:
     return txt
 
 
-def _reuse_md(l: Loaded) -> str:
-    ru = l.summary.reuse
+def _reuse_md(ld: Loaded) -> str:
+    ru = ld.summary.reuse
     if not ru:
-        return f"- {l.summary.label}: reuse ledger missing — {l.summary.missing.get('reuse', 'no ledger')}"
-    return (f"- {l.summary.label} (`{l.summary.run_id}`): {ru['touches']} touches, {ru['unique_blocks']} blocks; new "
+        return f"- {ld.summary.label}: reuse ledger missing — {ld.summary.missing.get('reuse', 'no ledger')}"
+    return (f"- {ld.summary.label} (`{ld.summary.run_id}`): {ru['touches']} touches, {ru['unique_blocks']} blocks; new "
             f"{_fmt(ru['share_new'], True)}; ownership view: same-session "
             f"{_fmt(ru.get('owner_share_same_session'), True)}, cross-session "
             f"{_fmt(ru.get('owner_share_cross_session'), True)}; last-toucher view: same-session "
@@ -79,8 +81,8 @@ def _reuse_md(l: Loaded) -> str:
             f"{_fmt(ru['distance_max_s'])} s")
 
 
-def _missing_md(l: Loaded) -> str:
-    m = l.summary.missing
+def _missing_md(ld: Loaded) -> str:
+    m = ld.summary.missing
     if not m:
         return ""
     return "Missing figures (reason):\n\n" + "\n".join(
@@ -112,8 +114,8 @@ HEADLINE = (("Gross saving", "gross_saving"), ("Net saving", "net_saving"),
 """The headline figures, in the order a report opens with them."""
 
 
-def _headline_md(l: Loaded) -> str:
-    s = l.summary
+def _headline_md(ld: Loaded) -> str:
+    s = ld.summary
     out = [f"**{s.label}**: {_fmt(s.width)} sessions, {s.protocol or '?'}, "
            f"{s.windows - s.invalid_windows} valid window(s) of {s.windows}", ""]
     out += [f"- {figure_line(s, name, fig)}" for name, fig in HEADLINE]
@@ -127,13 +129,13 @@ def _headline_md(l: Loaded) -> str:
 
 
 def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
-    summ = [l.summary for l in loaded]
+    summ = [ld.summary for ld in loaded]
     doc = Doc(title or f"adev report: {len(loaded)} run(s)")
-    doc.blocks.append("## Headline figures\n\n" + "\n".join(_headline_md(l) for l in loaded))
+    doc.blocks.append("## Headline figures\n\n" + "\n".join(_headline_md(ld) for ld in loaded))
     doc.blocks.append("## The source study beside adev\n\nThe figures the source study measured on "
                       "real GPUs at the points of these runs, beside adev's:\n\n"
                       + beside_markdown(beside(summ)))
-    doc.blocks.append("## Runs\n\n" + "\n".join("- " + _run_header(l).strip() for l in loaded) + "\n")
+    doc.blocks.append("## Runs\n\n" + "\n".join("- " + _run_header(ld).strip() for ld in loaded) + "\n")
     doc.blocks.append("## Width sweep\n\n" + md_table(sweep_table(summ), SWEEP_COLS))
     doc.blocks.append(fig_saving_vs_width(summ))
     doc.blocks.append(fig_hit_shares(summ))
@@ -142,24 +144,24 @@ def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
     doc.blocks.append(fig_operating_points(summ))
     doc.blocks.append("## Latency\n")
     doc.blocks.append(fig_ttft_cdfs(loaded))
-    doc.blocks.append("## Reuse\n\n" + "\n".join(_reuse_md(l) for l in loaded) + "\n")
+    doc.blocks.append("## Reuse\n\n" + "\n".join(_reuse_md(ld) for ld in loaded) + "\n")
     doc.blocks.append(fig_reuse(loaded))
-    for l in loaded:
+    for ld in loaded:
         from .windows import cross_check
-        xc = cross_check(l.run)
-        doc.blocks.append(faults_md(l.run, l.summary.label))
-        doc.blocks.append(f"## Per-window figures: {l.summary.label}\n\n" + _run_header(l) + "\n"
-                          + md_table(l.table, WINDOW_COLS) + "\n"
+        xc = cross_check(ld.run)
+        doc.blocks.append(faults_md(ld.run, ld.summary.label))
+        doc.blocks.append(f"## Per-window figures: {ld.summary.label}\n\n" + _run_header(ld) + "\n"
+                          + md_table(ld.table, WINDOW_COLS) + "\n"
                           + "How far this host was from the model, and scrape health:\n\n"
-                          + md_table(l.table, HOST_COLS) + "\n"
+                          + md_table(ld.table, HOST_COLS) + "\n"
                           + "Cross-check over the measured span (counters vs the emulator's per-request "
                           "tier split; empty without scrapes):\n\n" + md_table(xc) + "\n"
-                          + _missing_md(l))
+                          + _missing_md(ld))
     return doc
 
 
 def build_compare(a: Sequence[Loaded], b: Sequence[Loaded], la: str, lb: str) -> Doc:
-    sa, sb = [l.summary for l in a], [l.summary for l in b]
+    sa, sb = [ld.summary for ld in a], [ld.summary for ld in b]
     doc = Doc(f"adev compare: {la} vs {lb}")
     ta, tb = sweep_table(sa), sweep_table(sb)
     cols = ["gross_saving", "net_saving", "gross_saving_disk", "gpu_hit_share", "store_hit_share",
@@ -194,8 +196,8 @@ def build_compare(a: Sequence[Loaded], b: Sequence[Loaded], la: str, lb: str) ->
     doc.blocks.append(txt)
     doc.blocks.append(fig_saving_vs_width(sa + sb, labels=[la, lb], groups=[sa, sb]))
     doc.blocks.append(fig_ttft_cdfs(list(a) + list(b),
-                                    labels=[f"{la}: {l.summary.label}" for l in a]
-                                    + [f"{lb}: {l.summary.label}" for l in b]))
+                                    labels=[f"{la}: {ld.summary.label}" for ld in a]
+                                    + [f"{lb}: {ld.summary.label}" for ld in b]))
     doc.blocks.append(f"## {la}\n\n" + md_table(ta, SWEEP_COLS))
     doc.blocks.append(f"## {lb}\n\n" + md_table(tb, SWEEP_COLS))
     return doc
@@ -213,7 +215,7 @@ def write_report(paths: Sequence[str | Path] | str | Path, out: str | Path | Non
             out = loaded[0].run.path / "report"
         else:
             from ..config import ROOT
-            ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+            ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
             out = ROOT / "results" / "reports" / f"report-{ts}"
     return _write(build_report(loaded), Path(out))
 
@@ -226,7 +228,7 @@ def write_compare(a: str | Path, b: str | Path, out: str | Path | None = None,
     doc = build_compare(load_all([a], with_reuse), load_all([b], with_reuse), la, lb)
     if out is None:
         from ..config import ROOT
-        ts = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%d-%H%M%S")
+        ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
         out = ROOT / "results" / "reports" / f"compare-{ts}"
     return _write(doc, Path(out))
 

@@ -24,7 +24,7 @@ class RunLock:
         self.path = Path(run_path) / LOCK_NAME
         self.fd: int | None = None
 
-    def acquire(self, what: str = "--resume") -> "RunLock":
+    def acquire(self, what: str = "--resume") -> RunLock:
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)  # not inherited by children
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

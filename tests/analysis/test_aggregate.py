@@ -103,7 +103,7 @@ def test_sweep_table_rows_by_hand():
     c = _summary("c", 2, 0.05, windows=(0.04, 0.05, 0.06))
     d = _summary("d", 2, 0.01, lease=300.0, conf="store-ram", disk="local-raid0")
     sw = sweep_table([a, b, c, d])
-    assert list(zip(sw.operating_point, sw.width, sw.runs)) == [
+    assert list(zip(sw.operating_point, sw.width, sw.runs, strict=True)) == [
         ("store-ram, lease 300 s, pause 0 s", 2, 1),
         ("store-ram+disk (local-raid0), lease 5 s, pause 0 s", 2, 1),
         ("store-ram+disk (local-raid0), lease 5 s, pause 0 s", 4, 2)]
@@ -180,7 +180,9 @@ def _four_windows(tmp_path, valid=(True, True, True, False)):
     window (1, 2, 3, 4 s of prefill spared over 10 s busy), so the
     gross saving is 0.1, 0.2, 0.3, 0.4; preemptions 0, 0, 10, 0 (window 3 is a burst)."""
     import json
+
     from adev.config import load_model_profile
+
     from .test_windows import _call, _vllm, make_hand_run
     rate = load_model_profile("qwen3-coder-30b-a3b").prefill_tokens_per_s
     ext = [0, 1, 3, 6, 10]

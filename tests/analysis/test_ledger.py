@@ -62,7 +62,7 @@ def test_classification_and_distances(tmp_path):
     led = read_ledger(tmp_path)
     c = classify(led.touches, lease_ttl_s=60.0)
     by = list(zip(led.touches["call"].tolist(), led.touches["pos"].tolist(), c.cls.tolist(),
-                  np.nan_to_num(c.distance, nan=-1).tolist(), c.aged.tolist()))
+                  np.nan_to_num(c.distance, nan=-1).tolist(), c.aged.tolist(), strict=True))
     assert by == [
         (0, 0, NEW, -1, False), (0, 1, NEW, -1, False),
         (1, 0, SAME_SESSION, 5.0, False), (1, 1, SAME_SESSION, 5.0, False), (1, 2, NEW, -1, False),
@@ -182,7 +182,7 @@ def test_direct_cbor_encoder_at_every_width_boundary():
     from adev.analysis.ledger import _cbor_encode_direct, _cbor_tokens
     vals = [0, 1, 23, 24, 25, 255, 256, 257, 65535, 65536, 65537, 2**18, 2**24 + 5, 2**32 - 1]
     out, lens = _cbor_encode_direct(np.array(vals, dtype=np.uint32))
-    for v, row, n in zip(vals, out, lens):
+    for v, row, n in zip(vals, out, lens, strict=True):
         assert bytes(row[:n]) == cbor2.dumps(v), v
     # ids above the lookup table go through the direct encoder; below, through the table
     for toks in ([5, 300, 70000, 2**18 + 1], [5, 300, 70000]):
@@ -245,7 +245,7 @@ def test_resume_keeps_session_indices_and_forget_drops_state(tmp_path):
     assert w.blocks_hashed == 11     # forgotten: hashed from scratch
     w.close()
     led = read_ledger(tmp_path)
-    by_call = {int(c): int(s) for c, s in zip(led.touches["call"], led.touches["session"])}
+    by_call = {int(c): int(s) for c, s in zip(led.touches["call"], led.touches["session"], strict=True)}
     assert by_call == {0: 0, 1: 1, 2: 1, 3: 2, 4: 2, 5: 2}
     assert led.sessions == {0: "A", 1: "B", 2: "C"}
     with pytest.raises(ValueError) as e:

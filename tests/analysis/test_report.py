@@ -8,8 +8,15 @@ import numpy as np
 import pytest
 
 from adev.analysis.ledger import SAME_SESSION, classify, read_ledger
-from adev.analysis.report import (Figure, build_report, fig_operating_points, load_all,
-                                  summarise_run, write_compare, write_report)
+from adev.analysis.report import (
+    Figure,
+    build_report,
+    fig_operating_points,
+    load_all,
+    summarise_run,
+    write_compare,
+    write_report,
+)
 from adev.cli import main as adev_main
 from adev.config import ROOT
 
@@ -93,16 +100,16 @@ def test_report_figures_plot_the_run_figures(night):
     assert h["GPU prefix cache"][1][0] > h["GPU prefix cache"][1][1]
     assert h["store (RAM + disk)"][1][0] < h["store (RAM + disk)"][1][1]
     t = figs["ttft_cdfs"].series
-    for l in loaded:
-        ttft = exp[l.run.width][1]
-        x, y = t[f"{l.summary.label}: from send"]
+    for ld in loaded:
+        ttft = exp[ld.run.width][1]
+        x, y = t[f"{ld.summary.label}: from send"]
         assert len(ttft) <= 2000                      # small sample: the exact empirical CDF
         np.testing.assert_allclose(x, ttft)
         np.testing.assert_allclose(y, np.arange(1, len(ttft) + 1) / len(ttft))
     r = figs["reuse_distance"].series
-    for l in loaded:
-        [(x, y)] = [v for k, v in r.items() if k.startswith(f"{l.summary.label}: same session (")]
-        d = exp[l.run.width][2]
+    for ld in loaded:
+        [(x, y)] = [v for k, v in r.items() if k.startswith(f"{ld.summary.label}: same session (")]
+        d = exp[ld.run.width][2]
         # more touches than plotted points: 2000 evenly spaced order statistics of the CDF
         assert len(d) > 2000
         idx = np.unique(np.linspace(0, len(d) - 1, 2000).astype(int))
@@ -115,11 +122,11 @@ def test_operating_point_bars(tmp_path):
     runs = [make_run(tmp_path, width=12, windows=1, window_s=120, seed=s, lease_ttl_s=ttl,
                      max_prompt=20000, ledger=False, run_id=f"op{s}") for s, ttl in ((1, 5.0), (2, 120.0))]
     loaded = load_all(runs, with_reuse=False)
-    f = fig_operating_points([l.summary for l in loaded])
+    f = fig_operating_points([ld.summary for ld in loaded])
     assert f.png and list(f.series) == ["gross", "net", "disk part", "refused share of writes"]
     x, y = f.series["gross"]
     np.testing.assert_allclose(x, [-0.3, 0.7])     # two operating points, four bars each
-    a = {l.run.lease_ttl_s: l.table[(l.table.endpoint == "ALL") & l.table.valid] for l in loaded}
+    a = {ld.run.lease_ttl_s: ld.table[(ld.table.endpoint == "ALL") & ld.table.valid] for ld in loaded}
     np.testing.assert_allclose(y, [a[5.0].gross_saving.mean() * 100,
                                    a[120.0].gross_saving.mean() * 100])
     np.testing.assert_allclose(f.series["refused share of writes"][1],
@@ -180,13 +187,14 @@ PROBES = {
 def _expected_table(stem, night):
     """The same table from the analysis functions, in this process."""
     import pandas as pd
+
     from adev.analysis.aggregate import operating_points, sweep_table
     from adev.analysis.ledger import reuse_profile
     from adev.analysis.run import load_run
     if stem == "width_curve":
-        return sweep_table([l.summary for l in load_all([night], with_reuse=False)])
+        return sweep_table([ld.summary for ld in load_all([night], with_reuse=False)])
     if stem == "operating_points":
-        return operating_points([l.summary for l in load_all([night], with_reuse=False)], None)
+        return operating_points([ld.summary for ld in load_all([night], with_reuse=False)], None)
     rows = []
     for p in sorted(night.iterdir()):
         run = load_run(p)

@@ -23,7 +23,7 @@ def _sse(obj) -> bytes:
 async def _until(event: asyncio.Event, what: str, timeout_s: float = 20.0) -> None:
     try:
         await asyncio.wait_for(event.wait(), timeout_s)
-    except asyncio.TimeoutError:
+    except TimeoutError:
         raise AssertionError(f"timed out after {timeout_s} s waiting for {what}") from None
 
 

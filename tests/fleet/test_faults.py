@@ -25,7 +25,7 @@ import pytest
 from adev.config import ROOT
 from adev.records import RunDir
 
-from .test_fleet_integration import LEASE_S, S, check_records, state_dir  # noqa: F401
+from .test_fleet_integration import LEASE_S, S, check_records
 
 pytestmark = pytest.mark.integration
 

@@ -10,11 +10,9 @@ from __future__ import annotations
 
 import dataclasses
 import os
-import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
 from collections import Counter
 from pathlib import Path
@@ -29,15 +27,6 @@ pytestmark = pytest.mark.integration
 S = 25.0  # time scale of these tests
 LEASE_S = 12.5  # model seconds: 500 ms real at S (a real lease much shorter fails slow reads
 # on this loaded 2-core machine)
-
-
-@pytest.fixture
-def state_dir():
-    d = Path(tempfile.mkdtemp(prefix="adev-fleet-", dir=os.environ.get("ADEV_TEST_TMP", "/tmp")))
-    yield d
-    from adev.stack import stop_stack
-    stop_stack(str(d))  # whatever a (killed) fleet left running in this state dir
-    shutil.rmtree(d, ignore_errors=True)
 
 
 def stack_dict(state_dir: Path, scale: float = S) -> dict:

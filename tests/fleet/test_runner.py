@@ -128,7 +128,7 @@ def test_resume_after_crash_inside_window_2(tmp_path, max_s, length_s):
     # records after window 2 opened, then add a torn line
     def cut(kind, keep):
         p = path / f"{kind}.jsonl"
-        lines = [l for l in p.read_text().splitlines(keepends=True) if keep(json.loads(l))]
+        lines = [line for line in p.read_text().splitlines(keepends=True) if keep(json.loads(line))]
         p.write_text("".join(lines))
     t_open2 = next(e["t"] for e in RunDir(path).read("events")
                    if e["event"] == "window_open" and e["detail"]["index"] == 2)
@@ -181,8 +181,8 @@ def test_batch_resume_after_crash_inside_run_2(tmp_path):
     asyncio.run(crash_in_run_2())
     path = run.path
     p = path / "windows.jsonl"
-    p.write_text("".join(l for l in p.read_text().splitlines(keepends=True)
-                         if json.loads(l)["index"] == 1))
+    p.write_text("".join(line for line in p.read_text().splitlines(keepends=True)
+                         if json.loads(line)["index"] == 1))
     out = resume_fleet(path, deps=deps, live="off")
     assert out.exit_code == 0, out.summary
     rd = RunDir(path)

@@ -201,7 +201,7 @@ RECORD_TYPES = {c.kind: c for c in (CallRecord, ToolEvent, GateRecord, SessionRe
 
 
 def _default(o: Any) -> Any:
-    if dataclasses.is_dataclass(o):
+    if dataclasses.is_dataclass(o) and not isinstance(o, type):
         return dataclasses.asdict(o)
     if isinstance(o, Path):
         return str(o)

@@ -229,8 +229,8 @@ def sweep_table(summaries: Sequence[RunSummary]) -> pd.DataFrame:
                   "ttft_send_p50", "ttft_send_p99"):
             row[f] = _nanmean(s.mean(f) for s in ss)
         for k in REUSE_KEYS:
-            vals = [(s.reuse or {}).get(k) for s in ss]
-            vals = [v for v in vals if v is not None]
+            got = [(s.reuse or {}).get(k) for s in ss]
+            vals = [v for v in got if v is not None]
             row["reuse_" + k] = float(np.mean(vals)) if vals else math.nan
         rows.append(row)
     return pd.DataFrame(rows)

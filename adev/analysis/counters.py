@@ -25,6 +25,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import ClassVar, Literal
 
 import numpy as np
 
@@ -67,16 +68,32 @@ def value(samples: dict[str, float], names: Sequence[str],
 
 @dataclass
 class Delta:
-    value: float | None
-    t_from: float | None = None
-    t_to: float | None = None
+    """A counter's increase ``value`` between its boundary scrapes at ``t_from`` and ``t_to``
+    (``resets`` counter resets and ``gaps`` failed scrapes crossed on the way)."""
+    value: float
+    t_from: float
+    t_to: float
     resets: int = 0
     gaps: int = 0
-    reason: str | None = None
+    ok: ClassVar[Literal[True]] = True
+    reason: ClassVar[None] = None
 
-    @property
-    def ok(self) -> bool:
-        return self.value is not None
+
+@dataclass
+class NoDelta:
+    """A counter increase that cannot be measured, and why (``reason``)."""
+    reason: str
+    resets: int = 0
+    gaps: int = 0
+    ok: ClassVar[Literal[False]] = False
+    value: ClassVar[None] = None
+    t_from: ClassVar[None] = None
+    t_to: ClassVar[None] = None
+
+
+def why(*deltas: Delta | NoDelta) -> str:
+    """The reason of the first of ``deltas`` that could not be measured ("" when all were)."""
+    return next((d.reason for d in deltas if isinstance(d, NoDelta)), "")
 
 
 def median_interval(times: Sequence[float]) -> float | None:
@@ -96,18 +113,18 @@ def default_tol(scrapes: Sequence) -> float:
 def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
                   tol: float | None = None, target: str = "",
                   idle: Callable[[float, float], bool] | None = None,
-                  match: dict[str, str] | None = None) -> Delta:
+                  match: dict[str, str] | None = None) -> Delta | NoDelta:
     """Increase of the counter ``names`` (its series whose labels include ``match``) over
     [t0, t1) from ``scrapes`` (objects with ``t``, ``ok``, ``samples``; sorted by t). See the
     module docstring for the rules."""
     what = f"{names[0]}{match or ''} of {target or 'target'}"
     if not scrapes:
-        return Delta(None, reason=f"{what}: no scrapes of {target or 'the target'}")
+        return NoDelta(f"{what}: no scrapes of {target or 'the target'}")
     tol = default_tol(scrapes) if tol is None else tol
     pts = [(s.t, value(s.samples, names, match)) if s.ok else (s.t, None) for s in scrapes]
     good = [(t, v) for t, v in pts if v is not None]
     if not good:
-        return Delta(None, reason=f"{what}: never exported (or every scrape failed)")
+        return NoDelta(f"{what}: never exported (or every scrape failed)")
 
     def nearest(tb: float) -> int | None:
         best, bd = None, None
@@ -130,12 +147,12 @@ def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
     ia, ib = nearest(t0), nearest(t1)
     if ia is None or ib is None:
         tb = t0 if ia is None else t1
-        return Delta(None, reason=f"{what}: no OK scrape within {tol:g} s of the window "
-                                  f"boundary t={tb:g}")
+        return NoDelta(f"{what}: no OK scrape within {tol:g} s of the window boundary t={tb:g}")
     if ib < ia:
-        return Delta(None, reason=f"{what}: boundary scrapes out of order")
+        return NoDelta(f"{what}: boundary scrapes out of order")
     acc, resets, gaps = 0.0, 0, 0
     prev = pts[ia][1]
+    assert prev is not None  # nearest() picks only scrapes that have the counter
     for _, v in pts[ia + 1: ib + 1]:
         if v is None:
             gaps += 1

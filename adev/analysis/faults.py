@@ -133,7 +133,9 @@ class FaultTracker:
         ts = _num(r.get("t_sent")) or 0.0
         te = _num(r.get("t_end"))
         te = ts if te is None else te
-        srv = r.get("server") if isinstance(r.get("server"), dict) else {}
+        srv = r.get("server")
+        if not isinstance(srv, dict):
+            srv = {}
         found = []
         if r.get("status") == "error":
             found.append((f"call_errors:{ep}", str(r.get("error") or "")[:300]))

@@ -124,7 +124,7 @@ def _cbor_encode_direct(v: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
 
 def _tables() -> tuple[np.ndarray, np.ndarray]:
     global _enc_table, _len_table
-    if _enc_table is None:
+    if _enc_table is None or _len_table is None:
         _enc_table, _len_table = _cbor_encode_direct(np.arange(_TABLE_MAX, dtype=np.uint32))
     return _enc_table, _len_table
 
@@ -137,7 +137,7 @@ def _cbor_tokens(tokens: np.ndarray) -> tuple[bytes, np.ndarray]:
     """
     v = tokens.astype(np.uint32, copy=False)
     n = len(v)
-    if n and int(v.max()) < _TABLE_MAX:
+    if n and int(np.max(v)) < _TABLE_MAX:
         enc, lt = _tables()
         out, lens = np.take(enc, v, axis=0), np.take(lt, v)   # np.take: ~3x fancy indexing
     else:
@@ -172,7 +172,7 @@ def sha256_cbor_chain(tokens: np.ndarray, block_size: int, first_block: int,
     bo = offs[::block_size].tolist()
     suffixes = [arr + enc[a:b] + tail for a, b in itertools.pairwise(bo)]
     h = parent
-    out = []
+    out: list[bytes] = []
     append = out.append
     for suf in suffixes:
         x = base.copy()

@@ -158,6 +158,9 @@ class LedgerWriter:
             diff = np.flatnonzero(prev.tokens[:n] != tok[:n])
             same = int(diff[0]) if len(diff) else n
             k = min(same // bs, nb)
+        if prev is None:  # k == 0: nothing shared
+            prev = _SessionState(tok[:0], np.empty(0, dtype=np.uint64), [])
+        chain: Any
         if self.algo == "fast":
             s_prev = int(prev.chain[k - 1]) if k else 0
             new_keys, new_states = fast_chain(tok, bs, k, s_prev)
@@ -173,8 +176,10 @@ class LedgerWriter:
                 rec = np.empty(len(digests), dtype=HASH_DTYPE)
                 rec["key"] = new_keys
                 rec["digest"] = np.frombuffer(b"".join(digests), dtype="V32")
-                self._hashes.write(rec.tobytes())
-                self._hashes.flush()
+                hashes = self._hashes
+                assert hashes is not None  # opened for sha256_cbor
+                hashes.write(rec.tobytes())
+                hashes.flush()
         self._state[sid] = _SessionState(tok, keys, chain)
         return keys, nb - k
 

@@ -117,9 +117,11 @@ class LedgerProcess:
             self._p.start()
         finally:
             signal.pthread_sigmask(signal.SIG_SETMASK, old)
+        pid = self._p.pid
+        assert pid is not None  # started
         try:  # background work, its start-up included (a spawned interpreter imports for
             # hundreds of ms): the client's event loop (and the stack) preempt it on wake-up
-            os.setpriority(os.PRIO_PROCESS, self._p.pid,
+            os.setpriority(os.PRIO_PROCESS, pid,
                            min(19, os.getpriority(os.PRIO_PROCESS, 0) + NICE))
         except OSError:
             pass
@@ -132,7 +134,7 @@ class LedgerProcess:
         away = _away_from_client()
         if away:
             try:
-                os.sched_setaffinity(self._p.pid, away)
+                os.sched_setaffinity(pid, away)
             except OSError:
                 pass
 

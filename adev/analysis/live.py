@@ -30,9 +30,9 @@ def _default_prefill_rate() -> float | None:
 
 
 def _first_last(scrapes: Sequence[dict[str, Any]], target: str, names) -> float | None:
-    vals = [(s["t"], C.value(s.get("samples") or {}, names)) for s in scrapes
-            if s.get("target") == target and s.get("ok")]
-    vals = [(t, v) for t, v in sorted(vals, key=lambda x: x[0]) if v is not None]
+    got = [(s["t"], C.value(s.get("samples") or {}, names)) for s in scrapes
+           if s.get("target") == target and s.get("ok")]
+    vals = [(t, v) for t, v in sorted(got, key=lambda x: x[0]) if v is not None]
     if len(vals) < 2:
         return None
     acc, prev = 0.0, vals[0][1]
@@ -47,8 +47,8 @@ def running_figures(window_calls: Sequence[dict[str, Any]], window_scrapes: Sequ
                     prefill_tokens_per_s: float | None = None) -> dict[str, Any]:
     """Window-so-far figures (see module docstring); unavailable figures are None."""
     rate = prefill_tokens_per_s or _default_prefill_rate()
-    eps = sorted({c.get("endpoint") for c in window_calls if c.get("endpoint")}
-                 | {s.get("target") for s in window_scrapes if s.get("target") not in (None, "master")})
+    eps: list[str] = sorted({c["endpoint"] for c in window_calls if c.get("endpoint")}
+                            | {s["target"] for s in window_scrapes if s.get("target") not in (None, "master")})
     busy_share: dict[str, float | None] = {}
     busy_total = 0.0
     for ep in eps:

@@ -274,8 +274,8 @@ def summarise_run(path: str | Path) -> str:
                    f"{_fmt(s.reuse['share_cross_session'], True)}; aged "
                    f"{_fmt(s.reuse['aged_share'], True)}")
     xc = s.xcheck or {}
-    vals = [xc.get(k) for k in ("xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel")]
-    vals = [v for v in vals if v is not None and not math.isnan(v)]
+    got = [xc.get(k) for k in ("xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel")]
+    vals = [v for v in got if v is not None and not math.isnan(v)]
     if vals:
         worst = max(vals)
         txt = f"  counters vs emulator per-request tier split (measured span): max rel. diff {_fmt(worst)}"

@@ -427,7 +427,7 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
             setattr(fig, name, d.value)
         else:
             fig.missing[name] = d.reason
-    ref = next((d for d in (d_ext, d_gpu, d_prompt) if d.ok), None)
+    ref = next((d for d in (d_ext, d_gpu, d_prompt) if isinstance(d, C.Delta)), None)
     if ref is not None:
         fig.span_from, fig.span_to = ref.t_from, ref.t_to
         fig.busy_span_s = busy_time(starts, ends, ref.t_from, ref.t_to)
@@ -522,7 +522,7 @@ def _master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master", idle=idle)
     d_file = C.counter_delta(ms, C.FILE_HIT_BYTES, t0, t1, target="master", idle=idle)
     if not (d_mem.ok and d_file.ok):
-        why = d_mem.reason or d_file.reason
+        why = C.why(d_mem, d_file)
         for k in ("disk_fraction", "store_ram_tokens", "store_disk_tokens"):
             fig.missing[k] = why
         return
@@ -742,7 +742,7 @@ def _master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     scale = run.payload_scale
     idle = _master_idle(run)
 
-    def d(names) -> C.Delta:
+    def d(names) -> C.Delta | C.NoDelta:
         return C.counter_delta(ms, names, t0, t1, target="master", idle=idle)
 
     for name, names in (("master_put_alloc_failures", C.PUT_ALLOC_FAILURES),
@@ -770,7 +770,7 @@ def _master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
             fig.store_disk_gib = fil.value * scale / GiB
             fig.store_gib_served = fig.store_ram_gib + fig.store_disk_gib
         else:
-            fig.missing["store_gib_served"] = mem.reason or fil.reason
+            fig.missing["store_gib_served"] = C.why(mem, fil)
     if math.isnan(fig.refused_share):
         if not math.isnan(fig.master_batch_put_items) and fig.master_batch_put_items > 0:
             fig.refused_share = refusal_share(fig.master_batch_put_failed_items,
@@ -812,7 +812,7 @@ def cross_check(run: Run) -> pd.DataFrame:
 
 def window_table(run: Run) -> pd.DataFrame:
     """Every window of the run x (endpoints + ALL) as a DataFrame (one row per figure set)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w in run.measurement_windows():
         rows.extend(asdict(f) for f in analyse_window(run, w))
     if not rows:

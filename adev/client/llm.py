@@ -51,6 +51,7 @@ import json
 import random
 import re
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -72,7 +73,7 @@ class LedgerHook(Protocol):
     :class:`adev.analysis.ledger_worker.LedgerProcess`) gets the raw JSON array instead and
     parses it itself, so the ids are never parsed on the client's event loop."""
 
-    def add(self, t: float, session_id: str, call_id: str, token_ids: list[int]) -> None: ...
+    def add(self, t: float, session_id: str, call_id: str, token_ids: list[int]) -> object: ...
 
 
 @dataclass
@@ -139,6 +140,8 @@ class _Retryable(Exception):
         super().__init__(message)
         self.status = status
 
+
+_loads: Callable[[str | bytes], Any]
 
 try:  # orjson: ~10x faster JSON on the request path (token id lists are large)
     import orjson
@@ -208,7 +211,8 @@ class LLMClient:
                                              keepalive_timeout=300.0)
             # every pooled connection stamps its first received bytes per request (t_first_byte);
             # aiohttp has no public hook at the socket read, so its protocol factory is swapped
-            connector._factory = functools.partial(_StampedHandler, loop=connector._loop)
+            connector._factory = functools.partial(  # type: ignore[assignment]  # typeshed's partial is
+                _StampedHandler, loop=connector._loop)  # invariant; a subclass factory is valid here
             s = self._session = aiohttp.ClientSession(
                 connector=connector,
                 timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s,
@@ -353,8 +357,8 @@ class LLMClient:
                                  "Accept": "text/event-stream"},
                         trace_request_ctx=box) as resp:
                     if resp.status >= 400:
-                        raw = await resp.read()
-                        msg = _error_message(raw, resp.status)
+                        err_body = await resp.read()
+                        msg = _error_message(err_body, resp.status)
                         if resp.status >= 500:
                             raise _Retryable(f"HTTP {resp.status}: {msg}", resp.status)
                         cls = (ContextLengthError if resp.status == 400 and
@@ -483,7 +487,8 @@ class _StreamState:
         self.calls: dict[int, list] = {}  # index -> [id, name, [argument pieces]]
         self.finish = self.usage = self.server = self.prompt_ids = None
         self.prompt_ids_json: bytes | None = None  # the raw JSON array of prompt_token_ids
-        self.first_byte = self.first_content = None
+        self.first_byte: float | None = None      # time.monotonic() stamps
+        self.first_content: float | None = None
         self.done = False
 
     def feed(self, line: bytes) -> bool:

@@ -5,6 +5,8 @@ exported ``_total`` names. Parsing uses ``prometheus_client``'s parser.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 import httpx
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -58,7 +60,7 @@ _SERIES: dict[str, str] = {}  # series text (the line before its value) -> sampl
 _SERIES_MAX = 200_000
 
 
-def total(samples: dict[str, float], name: str, **match: str) -> float | None:
+def total(samples: Mapping[str, float], name: str, **match: str) -> float | None:
     """Sum of all samples named ``name`` whose labels include ``match``; None if absent."""
     found = False
     acc = 0.0

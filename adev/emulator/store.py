@@ -57,7 +57,11 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any, cast
 from urllib.parse import quote
+
+if TYPE_CHECKING:
+    import aiohttp
 
 log = logging.getLogger("adev.emulator.store")
 
@@ -108,11 +112,11 @@ class _Conn:
         self.gen = gen
         self.exec = ThreadPoolExecutor(2, thread_name_prefix=f"mooncake-r{gen}")
         self.put_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-w{gen}")
-        self.client = None
-        self.put_config = None
+        self.client: Any = None      # mooncake.store.MooncakeDistributedStore, once set up
+        self.put_config: Any = None  # mooncake.store.ReplicateConfig
         self.closed = False
-        self.src = None
-        self.dst = None
+        self.src: ctypes.Array[ctypes.c_char] | None = None  # registered put source buffer
+        self.dst: ctypes.Array[ctypes.c_char] | None = None  # registered get destination buffer
 
 
 def block_key(model: str, h: int) -> str:
@@ -125,7 +129,7 @@ class MooncakeTier:
         self._conn: _Conn | None = None
         self._gen = 0
         self._task: asyncio.Task | None = None
-        self._http = None
+        self._http: aiohttp.ClientSession | None = None
         self.on_error = lambda op: None   # metrics hook: op in lookup|load|put|connect
         self.connects = 0
         self._retired: list[_Conn] = []
@@ -185,6 +189,7 @@ class MooncakeTier:
         self._gen += 1
         conn = _Conn(self._gen)
         loop = asyncio.get_running_loop()
+        rc: int | str
         try:
             rc = await asyncio.wait_for(loop.run_in_executor(conn.exec, self._setup, conn), 30.0)
         except Exception as e:  # noqa: BLE001
@@ -222,15 +227,15 @@ class MooncakeTier:
         if rc != 0:
             return rc
         p = self.s.payload_bytes
-        conn.src = ctypes.create_string_buffer(os.urandom(p), p)
-        conn.dst = ctypes.create_string_buffer(p * self.s.batch_keys)
-        r1 = client.register_buffer(ctypes.addressof(conn.src), p)
-        r2 = client.register_buffer(ctypes.addressof(conn.dst), p * self.s.batch_keys)
+        src = conn.src = ctypes.create_string_buffer(os.urandom(p), p)
+        dst = conn.dst = ctypes.create_string_buffer(p * self.s.batch_keys)
+        r1 = client.register_buffer(ctypes.addressof(src), p)
+        r2 = client.register_buffer(ctypes.addressof(dst), p * self.s.batch_keys)
         conn.client = client
         from mooncake.store import ReplicateConfig
-        conn.put_config = ReplicateConfig()
+        put_config = conn.put_config = ReplicateConfig()
         if self.s.prefer_local:
-            conn.put_config.preferred_segment = client.get_hostname()
+            put_config.preferred_segment = client.get_hostname()
         return r1 or r2
 
     def _mark_down(self, op: str) -> None:
@@ -281,7 +286,7 @@ class MooncakeTier:
                     k = out[j] = cache[h] = f"{m}@tp_rank:0@{h:016x}"
             if len(cache) > 2_000_000:
                 cache.clear()
-        return out
+        return cast(list[str], out)  # every None was just filled in
 
     async def exists(self, keys: list[str], op: str = "lookup") -> list[int] | None:
         """``batch_is_exist`` (grants leases on hits): 1/0 per key, or None on failure (counted
@@ -378,13 +383,14 @@ class MooncakeTier:
     async def _query(self, keys: list[str]) -> dict[str, str | None]:
         """Tier of each key from the master's ``/batch_query_keys`` (no hit counters bumped)."""
         import aiohttp
-        if self._http is None:
-            self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
+        http = self._http
+        if http is None:
+            http = self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
         out: dict[str, str | None] = {}
         for i in range(0, len(keys), 200):
             batch = keys[i:i + 200]
             url = f"http://{self.s.master_http}/batch_query_keys?keys=" + ",".join(quote(k, safe="@:") for k in batch)
-            async with self._http.get(url) as resp:
+            async with http.get(url) as resp:
                 data = json.loads(await resp.text()).get("data") or {}
             for k in batch:
                 d = data.get(k) or {}

@@ -93,7 +93,7 @@ def point_figures(run_path: Path) -> tuple[dict[str, float], str | None]:
         s = summarise(load_run(run_path))
     except Exception as e:
         return {}, f"{type(e).__name__}: {e}"
-    figs = {f: s.mean(f) for f in KEY_FIGURES}
+    figs: dict[str, float | None] = {f: s.mean(f) for f in KEY_FIGURES}
     for k in REUSE_KEYS:
         figs[f"reuse_{k}"] = (s.reuse or {}).get(k)
     return _flatten(figs), (None if s.stats else "no figures")
@@ -190,6 +190,7 @@ def run_campaign(path: str | Path | None = None, *, quick: bool = False, date: s
                            "points": {}}
     worst = 0
     for p, cfg in fleets:
+        assert isinstance(cfg.stack, StackConfig)  # point_fleet resolved it
         print(f"== {p.name}: width {cfg.width}, {cfg.protocol}, stack "
               f"{cfg.stack.configuration} / {cfg.stack.store.disk_tier} / lease "
               f"{cfg.stack.store.lease_ttl_s:g} s", file=out, flush=True)

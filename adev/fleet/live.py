@@ -14,9 +14,12 @@ import sys
 import time
 from collections import Counter
 from collections.abc import Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from ..records import RunDir
+
+if TYPE_CHECKING:
+    from rich.live import Live
 
 
 class ObservedRunDir(RunDir):
@@ -42,10 +45,10 @@ class FleetState:
         self.time_scale = time_scale
         self.phase = "starting"
         self.sessions: dict[str, dict[str, Any]] = {}   # open sessions
-        self.ended = Counter()                          # status -> count
-        self.calls_done = Counter()                     # endpoint -> count
+        self.ended: Counter[str] = Counter()            # status -> count
+        self.calls_done: Counter[str] = Counter()       # endpoint -> count
         self.call_errors = 0
-        self.in_flight = Counter()                      # endpoint -> calls in flight
+        self.in_flight: Counter[str] = Counter()        # endpoint -> calls in flight
         self._open_calls: dict[int, float] = {}         # token -> model time scheduled
         self._call_seq = 0
         self.refused_blocks = 0
@@ -128,9 +131,10 @@ class FleetState:
                 self.calls_done[rec.endpoint] += 1
             else:
                 self.call_errors += 1
-            info = self.sessions.get(rec.session_id)
-            if info is not None:
-                info["role"], info["round"] = rec.role or info["role"], rec.round or info["round"]
+            open_info = self.sessions.get(rec.session_id)
+            if open_info is not None:
+                open_info["role"] = rec.role or open_info["role"]
+                open_info["round"] = rec.round or open_info["round"]
             srv = rec.server or {}
             self.refused_blocks += int(srv.get("put_refused_blocks") or 0)
             self.put_blocks += int(srv.get("put_blocks") or 0)
@@ -261,18 +265,18 @@ class LiveDisplay:
         self.mode = ("rich" if tty else "plain") if mode == "auto" else mode
         self.every = log_every_wall_s
         self._task: asyncio.Task | None = None
-        self._live = None
+        self._live: Live | None = None
 
     async def _run(self) -> None:
         if self.mode == "rich":
             from rich.console import Console
             from rich.live import Live
-            self._live = Live(self.state.render(), console=Console(file=self.stream),
-                              refresh_per_second=2, transient=False)
-            self._live.start()
+            live = self._live = Live(self.state.render(), console=Console(file=self.stream),
+                                     refresh_per_second=2, transient=False)
+            live.start()
             while True:
                 self.state.update_figures(self.clock.now())
-                self._live.update(self.state.render())
+                live.update(self.state.render())
                 await asyncio.sleep(1.0)
         else:
             last = 0.0

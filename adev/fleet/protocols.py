@@ -281,8 +281,8 @@ class Fleet:
         try:
             all_sessions = asyncio.gather(*sessions)
             all_sessions.add_done_callback(lambda f: f.cancelled() or f.exception())
-            done, _ = await asyncio.wait([stopper, all_sessions],
-                                         return_when=asyncio.FIRST_COMPLETED)
+            waiters: list[asyncio.Future[Any]] = [stopper, all_sessions]
+            done, _ = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
             finished = not self.stop_event.is_set()
             t1 = self.clock.now()
             scrape_task.cancel()

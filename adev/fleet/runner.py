@@ -99,7 +99,7 @@ class RunOutcome:
 
 
 def _asdict_or_none(obj: Any) -> Any:
-    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) else None
+    return dataclasses.asdict(obj) if dataclasses.is_dataclass(obj) and not isinstance(obj, type) else None
 
 
 def _targets(info: Any) -> dict[str, str]:
@@ -202,11 +202,11 @@ class FleetRun:
         t = self.clock.now() if self.clock else 0.0
         self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event=name, detail=detail))
 
-    def _write_state(self) -> None:
+    def _write_state(self, clock: RunClock) -> None:
         self.run_dir.write_json(FLEET_STATE, {
             "run_id": self.run_id,
             "fleet": dataclasses.asdict(dataclasses.replace(self.cfg, stack=self.stack_cfg)),
-            "clock": {"t0_mono": self.clock.t0, "time_scale": self.clock.time_scale},
+            "clock": {"t0_mono": clock.t0, "time_scale": clock.time_scale},
         })
 
     def _tasks(self) -> list[str]:
@@ -241,7 +241,9 @@ class FleetRun:
                 self.lock.path.unlink(missing_ok=True)
                 self.path.rmdir()  # leave no empty run directory behind a config error
             raise
-        self.signals = _Signals(asyncio.current_task())
+        main = asyncio.current_task()
+        assert main is not None  # run() is a coroutine: it runs in a task
+        self.signals = _Signals(main)
         try:
             with self.signals:
                 async with self._gate() as gate:
@@ -287,20 +289,20 @@ class FleetRun:
         return RegimeDetector(self.cfg.width, self.cfg.warmup,
                               getattr(prof, "gpu_pool_tokens", None))
 
-    def _start_records(self, info: Any) -> None:
+    def _start_records(self, info: Any, clock: RunClock) -> None:
         if self.resume or self._records_started:
             if self._records_started:
-                self._write_state()  # batch: the restarted stack's processes
+                self._write_state(clock)  # batch: the restarted stack's processes
             return
         self._records_started = True
         self.run_dir.write_json("manifest.json", build_manifest(
             self.run_id, config={"fleet": self.cfg, "stack": self.stack_cfg},
-            seeds={"fleet": self.cfg.seed}, time_scale=self.clock.time_scale,
+            seeds={"fleet": self.cfg.seed}, time_scale=clock.time_scale,
             extra={"kind": "fleet", "protocol": self.cfg.protocol, "width": self.cfg.width,
                    "pause_s": self.cfg.pause_s,
                    "profile": _asdict_or_none(getattr(info, "profile", None)),
                    "stack_started_here": bool(getattr(info, "started_here", False))}))
-        self._write_state()
+        self._write_state(clock)
 
     async def _with_stack(self, body: Callable[[Any], Any]) -> Any:
         async with self.deps.running_stack(self.stack_cfg) as info:
@@ -342,7 +344,7 @@ class FleetRun:
     async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
                            seed_offset: int, body: Callable[[Fleet], Any]) -> Any:
         clock = self._make_clock(info)
-        self._start_records(info)
+        self._start_records(info, clock)
         scraper = Scraper(self.run_dir, self.run_id, clock, _targets(info),
                           interval_s=self.cfg.scrape_interval_s)
         self.state.prefill_tokens_per_s = getattr(getattr(info, "profile", None),
@@ -400,8 +402,8 @@ class FleetRun:
             run_number = done_runs + k + 1
 
             async def body(info: Any, run_number=run_number, k=k) -> None:
-                if not getattr(info, "started_here", False) and count > 1:
-                    self.clock and self._event(
+                if not getattr(info, "started_here", False) and count > 1 and self.clock:
+                    self._event(
                         "stack_reused", run=run_number,
                         note="the stack was already up and is not restarted between runs: "
                              "runs do not start from a fresh stack state")
@@ -448,7 +450,7 @@ class FleetRun:
                     valid_done=plan.valid_done, remaining=plan.remaining,
                     next_index=plan.next_index, t_last=t_last, torn_fixed=fixed,
                     orphan_sessions=[s["session_id"] for s in plan.orphan_sessions])
-        self._write_state()
+        self._write_state(clock)
         offset = 0 if plan.max_seed is None else plan.max_seed - self.cfg.seed + 1
         return plan.epoch, offset, plan.next_index, plan.remaining
 

@@ -10,7 +10,7 @@ the run, and measurement continues with new windows until ``count`` valid window
 """
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -179,8 +179,8 @@ def last_stamp(records: Mapping[str, Iterable[Mapping[str, Any]]]) -> float:
     return t
 
 
-def resume_plan(windows: list[Mapping[str, Any]], events: list[Mapping[str, Any]],
-                sessions: list[Mapping[str, Any]], count: int, t_last: float,
+def resume_plan(windows: Sequence[Mapping[str, Any]], events: Sequence[Mapping[str, Any]],
+                sessions: Sequence[Mapping[str, Any]], count: int, t_last: float,
                 reason: str = "interrupted: the fleet process stopped inside this window"
                 ) -> ResumePlan:
     """Decide which windows were cut short and how many remain.

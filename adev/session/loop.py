@@ -43,7 +43,7 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, overload
 
 from ..client.llm import ChatResult, ContextLengthError, LLMClient, LLMError
 from ..clock import RunClock
@@ -137,7 +137,12 @@ class _Session:
         self.prompt_tokens = 0
         self.call_tokens: list[tuple[int, str, int | None, int | None]] = []
         self.modules_text = "\n".join(f"- `{m.path}`: {m.summary}" for m in task.modules)
-        self.ws: Workspace | None = None
+        self.ws: Workspace | None = None  # set by run_session
+
+    def _workspace(self) -> Workspace:
+        if self.ws is None:
+            raise RuntimeError("the session has no workspace yet (run_session creates it)")
+        return self.ws
 
     # ---- one role turn ---------------------------------------------------------------
     async def run_role(self, role: Role, rnd: int, module: Any = None,
@@ -182,7 +187,7 @@ class _Session:
                 continue
             any_ok = False
             for tc in res.tool_calls:
-                out = _call_tool(self.ws, tc.name, tc.arguments, st.tools)
+                out = _call_tool(self._workspace(), tc.name, tc.arguments, st.tools)
                 self.ctx.run_dir.append(ToolEvent(
                     run_id=self.run_id, session_id=self.sid, call_id=call_id,
                     t=ctx.clock.now(), tool=tc.name[:64], ok=out.ok,
@@ -268,13 +273,13 @@ class _Session:
     async def gate(self, rnd: int, suite: str) -> GateResult:
         ctx, task = self.ctx, self.task
         if suite == "agent":
-            req = GateRequest(session_id=self.sid, workspace=self.ws.root, round=rnd,
+            req = GateRequest(session_id=self.sid, workspace=self._workspace().root, round=rnd,
                               suite="agent", test_paths=list(task.test_paths),
                               needs_nvme=task.needs_block_device,
                               timeout_s=task.test_timeout_s,
                               modelled_duration_s=ctx.gate_pause_s)
         else:
-            req = GateRequest(session_id=self.sid, workspace=self.ws.root, round=rnd,
+            req = GateRequest(session_id=self.sid, workspace=self._workspace().root, round=rnd,
                               suite="acceptance", test_paths=list(task.acceptance_paths),
                               overlay=task.acceptance_overlay(),
                               needs_nvme=task.needs_block_device,
@@ -410,6 +415,10 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
 # ---- helpers ---------------------------------------------------------------------------
 
 
+@overload
+def _text(s: str) -> str: ...
+@overload
+def _text(s: str | None) -> str | None: ...
 def _text(s: str | None) -> str | None:
     """``s`` with any lone surrogate (model output may hold one, e.g. a ``\\ud800`` escape in
     a tool call's JSON) replaced by U+FFFD, so that the messages sent back stay valid UTF-8."""

@@ -47,7 +47,7 @@ def test_boundary_is_the_nearest_ok_scrape_within_tolerance():
     assert d.value is None and d.reason.endswith("boundary t=14") and "of coder" in d.reason
     d = C.counter_delta(pts, C.PREFIX_HITS, 0, 20)               # default tol: median gap 4.5
     assert (d.value, d.t_from, d.t_to, d.resets, d.gaps) == (50, 0, 20, 0, 0)
-    assert d.ok and not C.Delta(None).ok
+    assert d.ok and not C.NoDelta("not measured").ok
 
 
 def test_resets_and_gaps_inside_the_span():

@@ -179,7 +179,7 @@ def test_sha256_cbor_ledger_keeps_full_digests(tmp_path):
 
 
 def test_direct_cbor_encoder_at_every_width_boundary():
-    from adev.analysis.ledger import _cbor_encode_direct, _cbor_tokens
+    from adev.analysis.hashing import _cbor_encode_direct, _cbor_tokens
     vals = [0, 1, 23, 24, 25, 255, 256, 257, 65535, 65536, 65537, 2**18, 2**24 + 5, 2**32 - 1]
     out, lens = _cbor_encode_direct(np.array(vals, dtype=np.uint32))
     for v, row, n in zip(vals, out, lens, strict=True):

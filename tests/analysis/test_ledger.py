@@ -179,7 +179,7 @@ def test_sha256_cbor_ledger_keeps_full_digests(tmp_path):
 
 
 def test_direct_cbor_encoder_at_every_width_boundary():
-    from adev.analysis.ledger import _cbor_encode_direct, _cbor_tokens
+    from adev.analysis.hashing import _cbor_encode_direct, _cbor_tokens
     vals = [0, 1, 23, 24, 25, 255, 256, 257, 65535, 65536, 65537, 2**18, 2**24 + 5, 2**32 - 1]
     out, lens = _cbor_encode_direct(np.array(vals, dtype=np.uint32))
     for v, row, n in zip(vals, out, lens):
@@ -207,7 +207,7 @@ def test_block_keys_defaults_and_bad_algo():
 
 
 def test_lookup_table_built_fresh_and_its_upper_edge(monkeypatch):
-    from adev.analysis import ledger as L
+    from adev.analysis import hashing as L
     monkeypatch.setattr(L, "_enc_table", None)           # as in a fresh process
     monkeypatch.setattr(L, "_len_table", None)
     toks = [0, 23, 24, 255, 256, 65535, 65536, L._TABLE_MAX - 1]

@@ -207,7 +207,7 @@ def test_block_keys_defaults_and_bad_algo():
 
 
 def test_lookup_table_built_fresh_and_its_upper_edge(monkeypatch):
-    from adev.analysis import ledger as L
+    from adev.analysis import hashing as L
     monkeypatch.setattr(L, "_enc_table", None)           # as in a fresh process
     monkeypatch.setattr(L, "_len_table", None)
     toks = [0, 23, 24, 255, 256, 65535, 65536, L._TABLE_MAX - 1]

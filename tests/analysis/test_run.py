@@ -88,7 +88,7 @@ def test_no_manifest_every_constant_missing_and_one_whole_run_window(tmp_path):
     r = load_run(p)
     assert r.run_id == "run" and r.label == "run" and r.profile is None
     assert r.prefill_tokens_per_s is None and r.bytes_per_token is None and r.block_size == 16
-    assert set(r.missing) == {"manifest", "profile", "payload_scale", "lease_ttl_s", "width"}
+    assert set(r.missing) == {"manifest", "profile", "payload_scale", "lease_ttl_s", "width", "windows"}
     assert r.missing["lease_ttl_s"] == "config.stack.store.lease_ttl_s not in the manifest"
     [w] = r.measurement_windows()
     assert (w["t0"], w["t1"], w["protocol"], w["valid"]) == (1.0, 8.0, "whole-run", True)

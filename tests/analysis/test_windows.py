@@ -43,6 +43,11 @@ def test_busy_time_zero_and_open_intervals():
     assert busy_time(np.array([1.0, 2.0]), np.array([np.nan, 3.0]), 0, 10) == pytest.approx(1.0)
 
 
+def test_in_flight_skips_intervals_without_an_end():
+    assert in_flight(np.array([0.0, 1.0, np.nan]), np.array([np.nan, 2.0, 3.0]),
+                     np.array([1.5, 5.0])).tolist() == [1, 0]
+
+
 def test_in_flight_counts_half_open_intervals():
     s = np.array([0.0, 1.0, 2.0])
     e = np.array([3.0, 2.0, 4.0])
@@ -401,9 +406,11 @@ def test_disk_rate_from_disk_only_requests_or_a_fit():
     from adev.analysis.windows import disk_rate_estimate as est
     G = 1e9
     # requests that read only from disk: sum of disk bytes / sum of load time (NaN loads skipped)
-    r = est(np.array([0, 0, 1 * G, 0]), np.array([2 * G, 4 * G, 1 * G, 9 * G]),
-            np.array([0.5, 2.5, 0.7, np.nan]))
+    # (a request that loaded nothing is not disk-only, whatever its load time)
+    r = est(np.array([0, 0, 1 * G, 0, 0]), np.array([2 * G, 4 * G, 1 * G, 9 * G, 0]),
+            np.array([0.5, 2.5, 0.7, np.nan, 0.2]))
     assert r == pytest.approx(6 * G / 3.0)
+    assert est(np.zeros(2), np.array([G, G / 2]), np.array([0.5, 0.25])) == pytest.approx(2 * G)
     # none disk-only: load = 0.01 + ram / 20 GB/s + disk / 2 GB/s, fitted exactly (3 requests,
     # one of them reading from disk, is the least the fit takes)
     ram, disk = np.array([1 * G, 2 * G, 1 * G]), np.array([0, 0, 1 * G])

@@ -607,7 +607,8 @@ def disk_rate_estimate(ram_bytes: np.ndarray, disk_bytes: np.ndarray,
     With requests whose store tokens all came from disk: :func:`effective_read_rate` over them
     (sum of disk bytes / sum of load time). Otherwise the per-tier rates are separated by a
     non-negative least-squares fit ``load_s = a + ram_bytes / R_ram + disk_bytes / R_disk`` over
-    the requests that loaded anything (needs >= 3 of them, some from disk); rate = R_disk.
+    the requests that loaded anything (needs >= 3 of them, some from disk); rate = R_disk. A fit
+    whose disk time is below a billionth of the load time (numerically zero) gives no rate.
     """
     ok = ~np.isnan(load_s)
     ram, disk, load = ram_bytes[ok], disk_bytes[ok], load_s[ok]
@@ -620,7 +621,8 @@ def disk_rate_estimate(ram_bytes: np.ndarray, disk_bytes: np.ndarray,
     from scipy.optimize import nnls
     a = np.column_stack([np.ones(any_load.sum()), ram[any_load] / 1e9, disk[any_load] / 1e9])
     coef, _ = nnls(a, load[any_load])
-    if coef[2] <= 0:
+    # the fitted disk time (coef x disk GB) below a billionth of the load time is rounding noise
+    if coef[2] * disk[any_load].sum() / 1e9 <= 1e-9 * load[any_load].sum():
         return "disk loads not separable from RAM loads (fit gave no disk time)"
     return 1e9 / coef[2]
 

@@ -147,7 +147,7 @@ try:  # orjson: ~10x faster JSON on the request path (token id lists are large)
     _loads = orjson.loads
 
     def _dumps(obj: Any) -> bytes:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)  # numpy token-id arrays
 except ImportError:  # pragma: no cover - orjson is a declared dependency
     _loads = json.loads
 

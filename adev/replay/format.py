@@ -102,17 +102,29 @@ def filler(session: str, turn: int, n: int) -> np.ndarray:
     return synth_block(seed, n)
 
 
+def synth_blocks(block_ids: list[int] | np.ndarray, n: int) -> np.ndarray:
+    """:func:`synth_block` of many ids at once, concatenated (one numpy pass)."""
+    ids = np.asarray(block_ids, dtype=np.uint64)[:, None]
+    pos = np.arange(n, dtype=np.uint64)[None, :]
+    with np.errstate(over="ignore"):
+        x = ids * _K_ID + pos * _K_POS
+    return (_mix(x) % _U(NUM_PLAIN)).astype(np.int64).ravel()
+
+
 def prompt_ids(trace: Trace, call: Call) -> np.ndarray:
     """The token ids of ``call``'s prompt (see the module docstring)."""
     bt = trace.block_tokens
-    parts = []
-    for b in call.blocks:
-        c = trace.contents.get(b)
-        parts.append(np.asarray(c, dtype=np.int64) if c is not None else synth_block(b, bt))
+    n = call.prompt_tokens
+    nb = min(len(call.blocks), -(-n // bt))  # blocks past the prompt's length are not needed
+    blocks = call.blocks[:nb]
+    if not trace.contents or not any(b in trace.contents for b in blocks):
+        parts = [synth_blocks(blocks, bt)] if blocks else []
+    else:
+        parts = [np.asarray(trace.contents[b], dtype=np.int64) if b in trace.contents
+                 else synth_block(b, bt) for b in blocks]
     if call.tail:
         parts.append(np.asarray(call.tail, dtype=np.int64))
     ids = np.concatenate(parts) if parts else np.zeros(0, dtype=np.int64)
-    n = call.prompt_tokens
     if len(ids) >= n:
         return ids[:n]
     return np.concatenate([ids, filler(call.session, call.turn, n - len(ids))])

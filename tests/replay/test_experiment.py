@@ -110,3 +110,31 @@ def test_run_one_external(tmp_path):
     assert s["stickiness"] is not None
     assert s["evictions"] is None and "evictions" in s["missing"]
     assert len(srv[0].bodies) + len(srv[1].bodies) == 9
+    from adev.replay.report import write
+    html = write([path], tmp_path / "report", "t")
+    md = (tmp_path / "report.md").read_text()
+    assert html.exists() and "## Configurations" in md and "store-ram-s0" in md
+
+
+def test_crossover_by_hand(tmp_path):
+    from adev.records import RunDir
+    from adev.replay.experiment import ReplayRecord
+    from adev.replay.report import crossover
+
+    def run(name, ttft_by_len):
+        rd = RunDir.create(name, base=tmp_path)
+        for i, (n, t) in enumerate(ttft_by_len):
+            rd.append(ReplayRecord(run_id=name, session="s", turn=i, call_id=str(i),
+                                   prompt_tokens=n, group="", recorded_output_tokens=1,
+                                   prefill="p0", decode="d0", preferred=None, initial=True,
+                                   sticky=None, t_ready=0.0, ttft_s=t))
+        rd.close()
+        return rd.path
+    # bins of 8192 tokens: [1, 8192] -> 0, [8193, 16384] -> 1, ...
+    rec = run("recompute-s0", [(1000, 1.0), (9000, 2.0), (20000, 4.0), (30000, 6.0)])
+    ram = run("store-ram-s0", [(1000, 1.5), (9000, 1.0), (20000, 5.0), (30000, 2.0)])
+    assert crossover(ram, rec) == 3 * 8192        # beats recompute only from bin 3 on
+    fast = run("disk-only-s0", [(1000, 2.0), (9000, 1.0), (20000, 3.0), (30000, 2.0)])
+    assert crossover(fast, rec) == 8192
+    slow = run("gpu-only-s0", [(1000, 2.0), (30000, 9.0)])
+    assert crossover(slow, rec) is None

@@ -95,7 +95,7 @@ def test_run_one_external(tmp_path):
                 "endpoints": [{"name": "a", "base_url": srv[0].url},
                               {"name": "b", "base_url": srv[1].url}]}, "stack")
             return await run_one(trace, sessions, stack,
-                                 ReplayOptions(experiment="short", active=2, stagger_s=1.0),
+                                 ReplayOptions(experiment="long", gap=1, max_in_flight=2),
                                  tmp_path, "store-ram-s0", log=lambda *a, **k: None), srv
         finally:
             for s in srv:

@@ -117,7 +117,8 @@ def _max_context(stack: StackConfig) -> int:
 
 def register(subparsers: Any) -> None:
     p = subparsers.add_parser("replay", help="replay a trace over cache configurations",
-                              description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="an adev trace file (see `adev trace import/export`)")
     p.add_argument("--experiment", choices=EXPERIMENTS, default="short")
     p.add_argument("--configurations", "--configs", default="all",

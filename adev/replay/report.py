@@ -156,7 +156,8 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
         {k: [(s.get(k) or 0) / 2**40 if s.get(k) is not None else None for s in sums]
          for k in ("store_load_bytes", "physical_read_bytes", "evicted_bytes")},
         "TiB (model scale)", "no store counters in these runs"))
-    miss = [f"- {s.get('label')}: {k}: {v}" for s in sums for k, v in (s.get("missing") or {}).items()]
+    miss = [f"- {s.get('label')}: {k}: {v}" for s in sums
+            for k, v in (s.get("missing") or {}).items()]
     if miss:
         doc.blocks.append("## Not measured\n\n" + "\n".join(miss) + "\n")
     return doc, df

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal, Sequence
@@ -329,4 +330,8 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
             runs.append(await run_one(trace, sessions, stack,
                                       dataclasses.replace(opts, seed=seed), out_dir, label,
                                       log=log))
+            if not external:
+                shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
+    if not external:
+        shutil.rmtree(out_dir / ".stacks", ignore_errors=True)
     return runs

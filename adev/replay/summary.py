@@ -102,7 +102,9 @@ def summarise(path: str | Path) -> dict[str, Any]:
         tom = ttft_model_error(ttft_from_send(okc), okc["srv_ttft_s"])
         out["ttft_over_model_p50"] = _f(pct(tom, 50))
         out["ttft_over_model_p99"] = _f(pct(tom, 99))
-        if not okc["has_server"].any():
+        if not len(okc) and not (c["status"] == "ok").any():
+            missing["host_fidelity"] = "no call completed"
+        elif not len(okc):
             missing["host_fidelity"] = "the endpoints report no emulator figures (real vLLM)"
         bpt = run.bytes_per_token
         if bpt:

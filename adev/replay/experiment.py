@@ -160,6 +160,7 @@ class Replayer:
         self.router = Router(len(topo.prefill), max(1, len(topo.decode)), opts.routing,
                              opts.threshold_tokens)
         self._next: dict[str, asyncio.Future] = {}
+        self._ahead = 0
         self.errors = 0
 
     def _prepare(self, call: Call) -> asyncio.Future:
@@ -167,9 +168,11 @@ class Replayer:
         return loop.run_in_executor(None, prompt_ids, self.trace, call)
 
     def prefetch(self, sessions: Sequence[Sequence[Call]]) -> None:
-        """Build the first turns' prompts ahead (later turns are built while the previous one
-        runs), so that prompt synthesis is not part of the dispatch delay."""
-        for cs in sessions:
+        """Build the first turns' prompts of the first sessions ahead; each dispatch builds its
+        session's next prompt (and a first turn further down the list) while it runs, so that
+        prompt synthesis is not part of the dispatch delay."""
+        self._ahead = 2 * max(self.opts.active, self.opts.max_in_flight)
+        for cs in sessions[:self._ahead]:
             if cs:
                 self._next[f"{cs[0].session}/{cs[0].turn}"] = self._prepare(cs[0])
 
@@ -180,9 +183,13 @@ class Replayer:
         ids = await fut if fut is not None else prompt_ids(self.trace, call)
         cs = sessions[s]
         k = next(i for i, c in enumerate(cs) if c is call)
-        if k + 1 < len(cs):
-            nxt = cs[k + 1]
-            self._next[f"{nxt.session}/{nxt.turn}"] = self._prepare(nxt)
+        ahead = [cs[k + 1]] if k + 1 < len(cs) else []
+        if k == 0 and s + self._ahead < len(sessions) and sessions[s + self._ahead]:
+            ahead.append(sessions[s + self._ahead][0])
+        for nxt in ahead:
+            key_n = f"{nxt.session}/{nxt.turn}"
+            if key_n not in self._next:
+                self._next[key_n] = self._prepare(nxt)
         out = max(1, call.output_tokens)
         route = self.router.route(call.session, call.prompt_tokens, out)
         rec = self._record(call, route, t_ready)

@@ -65,7 +65,9 @@ class ReplayRecord:
     ``t_first_token``: the first output token arrived (from the decode replica under P/D);
     ``ttft_s = t_first_token - t_ready`` (user TTFT: store lookup, load or recompute, prefill,
     the prefill-to-decode transfer and decode start, plus client dispatch);
-    ``itl_s = (t_end - t_first_token) / (live_output_tokens - 1)`` (mean inter-token latency)."""
+    ``itl_s = (t_end - t_first_token) / (live_output_tokens - 1)`` (mean inter-token latency);
+    ``cached_tokens``: the prompt tokens the prefill replica did not compute (GPU prefix cache
+    and store hits; under P/D from the prefill request, not the decode's transferred KV)."""
 
     kind: ClassVar[str] = "replay"
     run_id: str
@@ -199,9 +201,10 @@ class Replayer:
             self.errors += 1
             rec.status, rec.error = "error", str(e)[:300]
         else:
+            res, cached = res
             r = res.record
             rec.t_first_token, rec.t_end = r.t_first_content, r.t_end
-            rec.live_output_tokens, rec.cached_tokens = res.completion_tokens, res.cached_tokens
+            rec.live_output_tokens, rec.cached_tokens = res.completion_tokens, cached
             if rec.t_first_token is not None:
                 rec.ttft_s = rec.t_first_token - t_ready
                 n = res.completion_tokens or 0
@@ -230,9 +233,10 @@ class Replayer:
         pre = t.prefill[route.prefill]
         if not t.disaggregated:
             try:
-                return await c.completion(pre, ids, max_tokens=out, min_tokens=out,
-                                          ignore_eos=True, t_scheduled=t_ready, call_id=call_id,
-                                          **common)
+                r = await c.completion(pre, ids, max_tokens=out, min_tokens=out,
+                                       ignore_eos=True, t_scheduled=t_ready, call_id=call_id,
+                                       **common)
+                return r, r.cached_tokens
             finally:
                 self.router.prefill_done(route, call.prompt_tokens)
         try:
@@ -242,10 +246,11 @@ class Replayer:
                                    **common)
         finally:
             self.router.prefill_done(route, call.prompt_tokens)
-        return await c.completion(t.decode[route.decode], ids, max_tokens=out, min_tokens=out,
-                                  ignore_eos=True, call_id=call_id,
-                                  extra_body={"kv_transfer_params": p.kv_transfer_params or {}},
-                                  **common)
+        d = await c.completion(t.decode[route.decode], ids, max_tokens=out, min_tokens=out,
+                               ignore_eos=True, call_id=call_id,
+                               extra_body={"kv_transfer_params": p.kv_transfer_params or {}},
+                               **common)
+        return d, p.cached_tokens  # the prefill replica's hits (the decode's are the transfer)
 
 
 async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, opts: ReplayOptions,

@@ -535,6 +535,8 @@ class _StreamState:
                 if isinstance(ch, dict) and "message" in ch:
                     ch["delta"] = ch.pop("message") or {}
         self._event(_dumps(d) if isinstance(d, dict) else raw)
+        if self.first_content is None:  # the whole answer, even an empty one, arrived now
+            self.first_content = time.monotonic()
         self.done = True
 
     def feed(self, line: bytes) -> bool:

@@ -268,12 +268,20 @@ GPU prefix cache only; + shared RAM store; + RAM store with a disk tier below it
 RAM store (the GDS-like case)."""
 
 
+KvRole = Literal["producer", "consumer", "both"]
+"""An endpoint's part in disaggregated prefill (vLLM's ``kv_role`` kv_producer | kv_consumer |
+kv_both): a producer prefills requests marked ``kv_transfer_params.do_remote_decode`` and hands
+their KV over; a consumer takes requests marked ``do_remote_prefill`` and decodes them from the
+transferred KV; ``both`` does either (and plain requests in any case)."""
+
+
 @dataclass(frozen=True)
 class EndpointSpec:
     name: str
     port: int = field(default=0, metadata={"min": 0, "max": 65535, "help": "0 = a free port"})
     base_url: str | None = None
     model: str | None = None
+    kv_role: KvRole = "both"
 
 
 @dataclass(frozen=True)
@@ -305,7 +313,7 @@ class StackConfig:
     profile: str = "qwen3-coder-30b-a3b"
     configuration: Configuration = "store-ram+disk"
     payload_scale: int = field(default=256, metadata={"positive": True})
-    policy: Literal["length", "oracle", "replay"] = "oracle"
+    policy: str = "oracle"  # a name in adev.emulator.policies.POLICIES
     seed: int = 0
     state_dir: str = ".adev/stack"
     endpoints: list[EndpointSpec] = field(default_factory=_default_endpoints)
@@ -313,8 +321,14 @@ class StackConfig:
     # CPU cores the stack's processes run on (Linux affinity, via taskset); [] = any core. Keep
     # the fleet's client (fleet.client_cpus) on other cores so the two never wait for each other.
     cpus: list[int] = field(default_factory=list)
+    # Prefill-to-decode KV link (stacks/profiles/links/<name>.toml): the emulated transfer time of
+    # a request that a consumer endpoint decodes after a producer prefilled it.
+    kv_link: str = "rdma-400g"
 
     def validate(self, where: str) -> None:
+        from adev.emulator.policies import POLICIES, unknown_policy
+        if self.policy not in POLICIES:
+            raise ConfigError(unknown_policy(self.policy, f"{where}.policy"))
         check_cpus(self.cpus, f"{where}.cpus")
         names = [e.name for e in self.endpoints]
         if len(set(names)) != len(names):

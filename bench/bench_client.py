@@ -57,7 +57,7 @@ from adev.client.llm import Endpoint, LLMClient  # noqa: E402
 from adev.clock import RunClock  # noqa: E402
 from adev.records import RunDir  # noqa: E402
 from adev.session.roles import load_roles  # noqa: E402
-from adev.session.tasks import list_tasks, load_task  # noqa: E402
+from adev.tasks import list_tasks, load_task  # noqa: E402
 from adev.session.tools import schemas  # noqa: E402
 
 

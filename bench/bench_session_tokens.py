@@ -32,7 +32,7 @@ from adev.emulator.policies.oracle import OraclePolicy  # noqa: E402
 from adev.gate.local import LocalGate  # noqa: E402
 from adev.records import RunDir  # noqa: E402
 from adev.session.loop import SessionContext, run_session  # noqa: E402
-from adev.session.tasks import list_tasks, load_task  # noqa: E402
+from adev.tasks import list_tasks, load_task  # noqa: E402
 
 
 def _q(xs, q):

@@ -19,12 +19,14 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, ModelProfile, from_dict, load_model_profile
+from ..emulator.schema import scalar_fields, token_fields
 from ..records import RunDir
 
-SERVER_SCALARS = ("t_arrival_mono", "t_first_token_mono", "t_end_mono", "queue_s", "lookup_s", "load_s",
-                  "read_path_s", "read_path_host_s", "prefill_s", "ttft_s", "store_keys_looked_up",
-                  "store_hit_blocks", "put_blocks", "put_refused_blocks", "store_errors", "preemptions")
-SERVER_TIERS = ("gpu", "store_ram", "store_disk", "computed")
+SERVER_SCALARS = scalar_fields()
+"""Numeric fields of the endpoint's extension object (``adev.emulator.schema.EndpointExtension``),
+tabulated as ``srv_<name>``."""
+SERVER_TIERS = token_fields()
+"""Fields of its ``tokens`` split (``TokenSplit``), tabulated as ``srv_tok_<name>``."""
 
 
 @dataclass

@@ -94,6 +94,10 @@ class EngineConfig:
     # instead of 0.3 s cost the stack 0.48 -> 0.64 cores and the client 17 -> 22 ms CPU per
     # call, and left the client's first-byte delay unchanged.
     horizon_wall_s: float = 0.3
+    # prefill-to-decode KV link (adev.emulator.disagg): a request marked remote_prefill waits
+    # lookup_latency_s + (prompt - local hit) tokens * bytes per token / read_bytes_per_s for
+    # its prompt's KV instead of reading the store and prefilling; None = such requests prefill.
+    kv_link: TierCost | None = None
 
 
 @dataclass
@@ -103,6 +107,7 @@ class Request:
     out_ids: list[int]
     finish_reason: str
     hashes: list[int] = field(default_factory=list)
+    remote_prefill: bool = False       # the prompt's KV comes from a prefill replica (disagg)
     state: str = WAITING
     t_arrival: float = 0.0
     arrival_mono: float = 0.0
@@ -126,6 +131,8 @@ class Request:
     preemptions: int = 0
     lookup_s: float = 0.0
     load_s: float = 0.0
+    kv_transfer_tokens: int = 0        # prompt tokens whose KV came over the prefill-decode link
+    transfer_s: float = 0.0            # modelled time of that transfer
     read_host_s: float | None = None   # the real read path on this host, wall x time scale
     t_admit: float | None = None
     t_ready: float | None = None
@@ -145,8 +152,9 @@ class Request:
     def tokens_split(self, bs: int) -> dict[str, int]:
         p = len(self.prompt)
         ram, disk = self.ram_blocks * bs, self.disk_blocks * bs
-        return {"gpu": self.gpu_hit_tokens, "store_ram": ram, "store_disk": disk,
-                "computed": p - self.gpu_hit_tokens - ram - disk}
+        kv = self.kv_transfer_tokens
+        return {"gpu": self.gpu_hit_tokens, "store_ram": ram, "store_disk": disk, "kv_transfer": kv,
+                "computed": p - self.gpu_hit_tokens - ram - disk - kv}
 
 
 @dataclass
@@ -339,7 +347,9 @@ class Engine:
                 if c.prefix_caching:
                     self.m.prefix_cache_queries.inc(seq_len)
                     self.m.prefix_cache_hits.inc(hit * bs)
-            if first and self.store is not None:
+            if first and r.remote_prefill and c.kv_link is not None:
+                self._remote_prefill(r, t, hit)
+            elif first and self.store is not None:
                 r.state = LOADING
                 task = asyncio.create_task(self._read_path(r, t, hit))
                 self._bg.add(task)
@@ -349,6 +359,21 @@ class Engine:
                 r.ready_time = t
                 if first:
                     r.t_ready = t
+
+    def _remote_prefill(self, r: Request, t: float, hit: int) -> None:
+        """A prompt prefilled elsewhere: its KV beyond the local hit arrives over the link; the
+        last prompt token is computed here (as vLLM does) once it has."""
+        c = self.cfg
+        bs = c.block_size
+        n = len(r.prompt) - hit * bs
+        r.transfer_s = c.kv_link.load_s(n, c.bytes_per_block // bs) if c.kv_link else 0.0
+        r.kv_transfer_tokens = max(0, n - 1)
+        self.m.external_prefix_cache_queries.inc(n)
+        self.m.external_prefix_cache_hits.inc(r.kv_transfer_tokens)
+        r.n_computed = hit * bs + r.kv_transfer_tokens
+        r.state = PREFILL
+        r.t_ready = r.ready_time = t + r.transfer_s
+        self._event(r.ready_time)
 
     async def _read_path(self, r: Request, t_admit: float, hit: int) -> None:
         """Store lookup + load of one request (first admission only)."""
@@ -569,7 +594,7 @@ class Engine:
         r.n_anon -= len(got)
 
     def _on_prefilled(self, r: Request) -> None:
-        if self.store is None or r.preemptions:
+        if self.store is None or r.preemptions or r.remote_prefill:  # the prefill replica saved
             return
         c = self.cfg
         bs = c.block_size
@@ -603,7 +628,8 @@ class Engine:
         m.prompt_tokens.inc(p)
         m.by_source("local_compute").inc(split["computed"])
         m.by_source("local_cache_hit").inc(split["gpu"])
-        m.by_source("external_kv_transfer").inc(split["store_ram"] + split["store_disk"])
+        m.by_source("external_kv_transfer").inc(split["store_ram"] + split["store_disk"]
+                                                + split["kv_transfer"])
         m.prompt_tokens_cached.inc(p - split["computed"])
         m.ttft.observe(r.t_first - r.t_arrival)
         if r.t_admit is not None:

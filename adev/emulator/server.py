@@ -4,14 +4,14 @@
         --master HOST:PORT [--disk-dir DIR] [--master-http HOST:PORT]
 
 STACK_JSON is ``dataclasses.asdict(StackConfig)`` as JSON (a path, or the JSON text itself).
-``--master-http`` (optional, additive to contract 2) is the master's HTTP metrics/admin address,
-used to attribute store hits to RAM or disk; without it, ``stack.store.metrics_url`` or
-``stack.store.metrics_port`` is used when set.
+``--master-http`` (optional) is the master's HTTP metrics/admin address, used to attribute store
+hits to RAM or disk; without it, ``stack.store.metrics_url`` or ``stack.store.metrics_port`` is
+used when set.
 
-Routes: ``POST /v1/chat/completions`` (stream and not, tools, streaming tool-call deltas,
-``usage.prompt_tokens_details.cached_tokens``, ``stream_options.include_usage``, ``return_token_ids``),
-``POST /tokenize``, ``POST /detokenize``, ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
-Every chat completion carries the contract-1 ``"adev"`` extension field.
+Routes (vLLM's shapes): ``POST /v1/chat/completions`` and ``POST /v1/completions``
+(:mod:`adev.emulator.completions`), ``POST /tokenize``, ``POST /detokenize``, ``GET /metrics``,
+``GET /health``, ``GET|POST /ping``, ``GET /version``, ``GET /v1/models``. Every completion
+carries the ``"adev"`` extension object (:class:`adev.emulator.schema.EndpointExtension`).
 """
 from __future__ import annotations
 
@@ -25,166 +25,34 @@ import sys
 import time
 import uuid
 import zlib
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import orjson
 from aiohttp import web
 
 from adev import event_loop
-from adev.config import (ConfigError, ModelProfile, StackConfig, from_dict, load_model_profile,
-                         load_tier_profile)
+from adev.config import (ConfigError, KvRole, ModelProfile, StackConfig, from_dict,
+                         load_model_profile, load_tier_profile)
+from adev.emulator import completions
+from adev.emulator.disagg import Transfer, load_link_profile
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
+from adev.emulator.http import bad_request_response, error_response, json_object, json_response
 from adev.emulator.metrics import Metrics
-from adev.emulator.policies.base import PolicyReply, PolicyRequest, load_policy
-from adev.emulator.tokenizer import IM_END, Tokenizer
+from adev.emulator.params import BadRequest, Sampling
+from adev.emulator.planning import OutputPlan, build_output
+from adev.emulator.policies import load_policy
+from adev.emulator.policies.base import PolicyInputError, PolicyRequest
+from adev.emulator.schema import EndpointExtension, TokenSplit
+from adev.emulator.tokenizer import Tokenizer
 
 log = logging.getLogger("adev.emulator.server")
 
 STORE_CONFIGS = ("store-ram", "store-ram+disk", "disk-only")
 DISK_CONFIGS = ("store-ram+disk", "disk-only")
-
-
-def _dumps(obj: Any) -> bytes:
-    """Compact JSON (orjson: the first stream event carries every prompt token id)."""
-    return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)
-
-
-def _json_response(body: Any, status: int = 200) -> web.Response:
-    return web.Response(body=_dumps(body), status=status, content_type="application/json")
-
-
-async def _json_object(request: web.Request) -> dict[str, Any] | web.Response:
-    """The request's JSON object body, or the 400 that answers a body that is not one."""
-    try:
-        body = orjson.loads(await request.read())  # bytes straight in: no decode to str first
-    except Exception:  # noqa: BLE001
-        return error_response("request body is not valid JSON")
-    if not isinstance(body, dict):
-        return error_response("request body must be a JSON object")
-    return body
-
-
-def error_response(message: str, status: int = 400, etype: str = "BadRequestError",
-                   param: str | None = None) -> web.Response:
-    """vLLM's error JSON shape."""
-    body = {"error": {"message": message, "type": etype, "param": param, "code": status}}
-    return _json_response(body, status=status)
-
-
-# ------------------------------------------------------------------------------------------
-# Output plan: the tokens a reply is made of, and how they stream
-
-
-@dataclass
-class OutputPlan:
-    ids: list[int]
-    kinds: list[int]          # per token: segment index
-    pieces: list[str]         # per token: text ('' for specials / tool framing)
-    segments: list[tuple[str, int]]  # (kind, tool index) per segment: reasoning|content|tool_head|tool_args|tool_tail|eos
-    tool_calls: list[dict[str, Any]]
-    finish_reason: str
-
-
-def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid: str) -> OutputPlan:
-    ids: list[int] = []
-    kinds: list[int] = []
-    pieces: list[str] = []
-    segments: list[tuple[str, int]] = []
-
-    def add(kind: str, idx: int, text: str) -> None:
-        if not text:
-            return
-        i, p = tok.encode_pieces(text)
-        segments.append((kind, idx))
-        s = len(segments) - 1
-        ids.extend(i)
-        pieces.extend(p)
-        kinds.extend([s] * len(i))
-
-    tool_calls = []
-    reasoning = reply.reasoning or ""
-    content = reply.content or ""
-    for j, tc in enumerate(reply.tool_calls):
-        tool_calls.append({"id": f"chatcmpl-tool-{uuid.uuid4().hex[:24]}", "type": "function",
-                           "function": {"name": tc.name, "arguments": tc.arguments}})
-    # natural length (without padding)
-    natural = len(tok.encode(reasoning)) + len(tok.encode(content)) + 1
-    for tc in reply.tool_calls:
-        natural += len(tok.encode(tok.render_tool_call(tc.name, tc.arguments)))
-    target = reply.output_tokens
-    if target is not None and target > natural:
-        pad = target - natural
-        filler = _filler(tok, pad, rid)
-        reasoning = (reasoning + ("\n" if reasoning else "")) + filler if reasoning else filler
-    add("reasoning", 0, reasoning)
-    add("content", 0, content)
-    for j, tc in enumerate(reply.tool_calls):
-        head = ("\n" if (content or j) else "") + f'<tool_call>\n{{"name": {json.dumps(tc.name)}, "arguments": '
-        add("tool_head", j, head)
-        add("tool_args", j, tc.arguments)
-        add("tool_tail", j, "}\n</tool_call>")
-    finish = "tool_calls" if reply.tool_calls else "stop"
-    # cut to the policy's target (then end with EOS), pad exactly when still short
-    if target is not None and target >= 1 and len(ids) + 1 > target:
-        del ids[target - 1:], kinds[target - 1:], pieces[target - 1:]
-    while target is not None and len(ids) + 1 < target:  # filler tokenization granularity
-        segments.append(("reasoning", 0))
-        ids.append(tok.encode(" x")[0])
-        kinds.append(len(segments) - 1)
-        pieces.append(" x")
-    segments.append(("eos", 0))
-    ids.append(IM_END)
-    kinds.append(len(segments) - 1)
-    pieces.append("")
-    if max_tokens is not None and max_tokens >= 0 and len(ids) > max_tokens:
-        del ids[max_tokens:], kinds[max_tokens:], pieces[max_tokens:]
-        finish = "length"
-    if tool_calls:  # calls cut off by max_tokens are not calls
-        seen = {segments[k][1] for k in kinds if segments[k][0] == "tool_tail"}
-        tool_calls = [tc for j, tc in enumerate(tool_calls) if j in seen]
-    return OutputPlan(ids, kinds, pieces, segments, tool_calls, finish)
-
-
-def _filler(tok: Tokenizer, n: int, rid: str) -> str:
-    words = ("so", "then", "we", "check", "the", "next", "step", "and", "it", "is", "fine", "ok")
-    x = zlib.crc32(rid.encode())
-    out = []
-    for i in range(max(0, n)):
-        out.append(words[(x + i * 7) % len(words)])
-    return " " + " ".join(out) if out else ""
-
-
-def deltas(plan: OutputPlan, a: int, b: int, started_tools: set[int]) -> list[dict[str, Any]]:
-    """OpenAI/vLLM deltas for output tokens [a, b)."""
-    out: list[dict[str, Any]] = []
-    i = a
-    while i < b:
-        s = plan.kinds[i]
-        j = i
-        while j < b and plan.kinds[j] == s:
-            j += 1
-        kind, idx = plan.segments[s]
-        text = "".join(plan.pieces[i:j])
-        if kind == "reasoning" and text:
-            out.append({"reasoning_content": text})
-        elif kind == "content" and text:
-            out.append({"content": text})
-        elif kind in ("tool_head", "tool_args"):
-            tc = plan.tool_calls[idx] if idx < len(plan.tool_calls) else None
-            if tc is not None:
-                if idx not in started_tools:
-                    started_tools.add(idx)
-                    out.append({"tool_calls": [{"index": idx, "id": tc["id"], "type": "function",
-                                                "function": {"name": tc["function"]["name"], "arguments": ""}}]})
-                if kind == "tool_args" and text:
-                    out.append({"tool_calls": [{"index": idx, "function": {"arguments": text}}]})
-        i = j
-    return out
-
-
-# ------------------------------------------------------------------------------------------
+VLLM_INTERFACE_VERSION = "0.11.0"
+"""The vLLM release whose HTTP interface the emulator follows; ``GET /version`` answers
+``{"version": "<this>+adev.emulator"}`` (a PEP 440 local version: clients that compare versions
+see this release)."""
 
 
 class Endpoint:
@@ -200,6 +68,13 @@ class Endpoint:
         self.metrics = Metrics(self.model, p.block_size, p.gpu_pool_blocks, conf != "recompute", p.max_model_len)
         self.seed = zlib.crc32(f"{stack.seed}:{name}".encode())
         self.policy = load_policy(stack.policy, stack, self.seed)
+        spec = next((e for e in stack.endpoints if e.name == name), None)
+        self.kv_role: KvRole = spec.kv_role if spec is not None else "both"
+        # names a request's "model" may give (vLLM's --served-model-name): the profile's name,
+        # and the endpoint's configured model name when it has one
+        self.served = {self.model} | ({spec.model} if spec is not None and spec.model else set())
+        self.port: int | None = None  # set by serve(); named in a producer's kv_transfer_params
+        link = load_link_profile(stack.kv_link)
         ram = load_tier_profile(stack.store.ram_tier)
         disk = load_tier_profile(stack.store.disk_tier)
         self.store = None
@@ -237,7 +112,8 @@ class Endpoint:
             bytes_per_block=p.bytes_per_block, prefix_caching=conf != "recompute",
             ram_tier=TierCost(ram.name, ram.lookup_latency_s, ram.read_bytes_per_s),
             disk_tier=TierCost(disk.name, disk.lookup_latency_s, disk.read_bytes_per_s),
-            disk_only=conf == "disk-only"), self.metrics, self.store)
+            disk_only=conf == "disk-only",
+            kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s)), self.metrics, self.store)
         self.created = int(time.time())
 
     async def start(self) -> None:
@@ -249,236 +125,133 @@ class Endpoint:
         if self.store is not None:
             await self.store.close()
 
-    # ------------------------------------------------------------------ helpers
-    def _prompt_ids(self, body: dict[str, Any]) -> list[int]:
+    # ------------------------------------------------------------------ admission
+    def check_request(self, body: dict[str, Any]) -> None:
+        """What every completion request passes first: a live engine, a served model name."""
+        if self.engine.dead is not None:
+            raise BadRequest("engine is dead", status=503, etype="ServiceUnavailableError")
+        model = body.get("model")
+        if model and model not in self.served:  # no name or "" is the served model, as in vLLM
+            raise BadRequest(f"The model `{model}` does not exist.", "model", 404, "NotFoundError")
+
+    def prompt_ids(self, body: dict[str, Any]) -> list[int]:
         msgs = body.get("messages")
         if not isinstance(msgs, list) or not msgs or not all(isinstance(m, dict) for m in msgs):
-            raise _BadRequest("messages: expected a non-empty list of message objects", "messages")
+            raise BadRequest("messages: expected a non-empty list of message objects", "messages")
         tools = body.get("tools")
         if tools is not None and not isinstance(tools, list):
-            raise _BadRequest("tools: expected a list of tool objects", "tools")
+            raise BadRequest("tools: expected a list of tool objects", "tools")
         if body.get("tool_choice") == "none":
             tools = None
         return self.tok.apply_chat_template(msgs, tools, True)
 
-    def _check_len(self, n: int, max_tokens: int | None) -> None:
+    def check_len(self, n: int, max_tokens: int | None, param: str = "messages") -> None:
         p = self.profile
         if n > p.max_model_len:
-            raise _BadRequest(f"This model's maximum context length is {p.max_model_len} tokens. However, your "
-                              f"request has {n} input tokens. Please reduce the length of the input messages.",
-                              "messages")
+            raise BadRequest(f"This model's maximum context length is {p.max_model_len} tokens. However, your "
+                             f"request has {n} input tokens. Please reduce the length of the input messages.",
+                             param)
         if max_tokens is not None and n + max_tokens > p.max_model_len:
-            raise _BadRequest(f"This model's maximum context length is {p.max_model_len} tokens. However, you "
-                              f"requested {n + max_tokens} tokens ({n} in the messages, {max_tokens} in the "
-                              f"completion). Please reduce the length of the messages or completion.",
-                              "max_tokens")
+            raise BadRequest(f"This model's maximum context length is {p.max_model_len} tokens. However, you "
+                             f"requested {n + max_tokens} tokens ({n} in the messages, {max_tokens} in the "
+                             f"completion). Please reduce the length of the messages or completion.",
+                             "max_tokens")
         need = -(-n // p.block_size)
         if need > p.gpu_pool_blocks:
-            raise _BadRequest(f"The prompt ({n} tokens, {need} blocks of {p.block_size}) is larger than the KV "
-                              f"cache ({p.gpu_pool_blocks} blocks = {p.gpu_pool_blocks * p.block_size} tokens); "
-                              "it can never be scheduled.", "messages")
+            raise BadRequest(f"The prompt ({n} tokens, {need} blocks of {p.block_size}) is larger than the KV "
+                             f"cache ({p.gpu_pool_blocks} blocks = {p.gpu_pool_blocks * p.block_size} tokens); "
+                             "it can never be scheduled.", param)
 
+    def plan(self, preq: PolicyRequest, sp: Sampling, rid: str) -> OutputPlan:
+        """The policy's reply under the request's limits. Under ``ignore_eos`` without
+        ``max_tokens`` the limit is the rest of the context (vLLM's default max_tokens)."""
+        try:
+            reply = self.policy.reply(preq)
+        except PolicyInputError as e:
+            raise BadRequest(str(e), "adev") from None
+        except Exception as e:  # noqa: BLE001 (a policy bug must not kill the endpoint)
+            log.exception("policy failed")
+            raise BadRequest(f"policy error: {type(e).__name__}: {e}", status=500,
+                             etype="InternalServerError") from None
+        limit = sp.max_tokens
+        if limit is None and sp.ignore_eos:
+            limit = max(1, self.profile.max_model_len - preq.prompt_tokens)
+        return build_output(self.tok, reply, limit, rid, sp.ignore_eos, sp.min_tokens)
+
+    def submit(self, rid: str, prompt: list[int], plan: OutputPlan, t_arrival: float,
+               transfer: Transfer) -> Request:
+        r = Request(rid=rid, prompt=prompt, out_ids=plan.ids, finish_reason=plan.finish_reason,
+                    remote_prefill=transfer == "consume")
+        self.engine.submit(r, t_arrival)
+        return r
+
+    def new_id(self, prefix: str) -> str:
+        return f"{prefix}-{uuid.uuid4().hex}"
+
+    # ------------------------------------------------------------------ response parts
     def adev_field(self, r: Request, t_first_mono: float | None, t_end_mono: float,
-                   sent: tuple[float | None, float | None] = (None, None)) -> dict[str, Any]:
-        """Contract 1. ``sent``: when the stream's first bytes (headers, then the first event)
-        and its first token event were handed to the connection (``t_first_byte_sent_mono``,
-        ``t_first_token_sent_mono``; None for a non-streamed response)."""
+                   sent: tuple[float | None, float | None] = (None, None),
+                   transfer: Transfer = "none") -> EndpointExtension:
+        """The extension object. ``sent``: when the stream's first bytes (headers, then the first
+        event) and its first token event were handed to the connection (None when not
+        streamed)."""
         bs = self.profile.block_size
         t_admit = r.t_admit if r.t_admit is not None else r.t_arrival
         t_ready = r.t_ready if r.t_ready is not None else t_admit
         prefill_end = r.t_prefill_done if r.t_prefill_done is not None else t_ready
-        return {
-            "request_id": r.rid,
-            "t_arrival_mono": r.arrival_mono,
-            "t_first_token_mono": t_first_mono,
-            "t_end_mono": t_end_mono,
-            "t_first_byte_sent_mono": sent[0],
-            "t_first_token_sent_mono": sent[1],
-            "queue_s": t_admit - r.t_arrival,
-            "lookup_s": r.lookup_s,
-            "load_s": r.load_s,
-            "read_path_s": r.lookup_s + r.load_s,
-            "read_path_host_s": r.read_host_s,
-            "prefill_s": max(0.0, prefill_end - t_ready),
-            "ttft_s": (r.t_first - r.t_arrival) if r.t_first is not None else None,
-            "tokens": r.tokens_split(bs),
-            "store_keys_looked_up": r.store_keys_looked_up,
-            "store_hit_blocks": r.store_hit_blocks,
-            "put_blocks": r.put_blocks,
-            "put_refused_blocks": r.put_refused_blocks,
-            "store_errors": r.store_errors,
-            "preemptions": r.preemptions,
-            "configuration": self.stack.configuration,
-            "time_scale": self.stack.time_scale,
-        }
+        ram, disk, kv = r.ram_blocks * bs, r.disk_blocks * bs, r.kv_transfer_tokens
+        # positional, in the schema's field order: a third of the cost of keywords (the request
+        # path); tests/emulator/test_schema.py checks every field against its meaning
+        return EndpointExtension(
+            r.rid, r.arrival_mono, t_first_mono, t_end_mono, sent[0], sent[1],  # id, stamps
+            t_admit - r.t_arrival, r.lookup_s, r.load_s, r.lookup_s + r.load_s,  # queue, reads
+            r.read_host_s, r.transfer_s, max(0.0, prefill_end - t_ready),          # .., prefill
+            (r.t_first - r.t_arrival) if r.t_first is not None else None,          # ttft_s
+            TokenSplit(r.gpu_hit_tokens, ram, disk, kv,
+                       len(r.prompt) - r.gpu_hit_tokens - ram - disk - kv),
+            r.store_keys_looked_up, r.store_hit_blocks, r.put_blocks, r.put_refused_blocks,
+            r.store_errors, r.preemptions, self.stack.configuration, self.stack.time_scale,
+            self.kv_role, transfer)
 
-    def usage(self, r: Request) -> dict[str, Any]:
-        split = r.tokens_split(self.profile.block_size)
-        cached = len(r.prompt) - split["computed"]
-        return {"prompt_tokens": len(r.prompt), "total_tokens": len(r.prompt) + r.n_gen,
-                "completion_tokens": r.n_gen,
-                "prompt_tokens_details": {"cached_tokens": cached} if cached else None}
+    def usage(self, rs: list[Request], completion: list[int] | None = None) -> dict[str, Any]:
+        """``usage`` over the requests of one response; ``completion`` overrides the tokens
+        generated so far (continuous usage). ``prompt_tokens_details.cached_tokens`` = local +
+        external cached tokens, present only when non-zero (``--enable-prompt-tokens-details``)."""
+        bs = self.profile.block_size
+        p = sum(len(r.prompt) for r in rs)
+        g = sum(completion) if completion is not None else sum(r.n_gen for r in rs)
+        out: dict[str, Any] = {"prompt_tokens": p, "total_tokens": p + g, "completion_tokens": g}
+        if completion is None:
+            cached = sum(len(r.prompt) - r.tokens_split(bs)["computed"] for r in rs)
+            out["prompt_tokens_details"] = {"cached_tokens": cached} if cached else None
+        return out
 
     # ------------------------------------------------------------------ routes
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        t_arrival = time.monotonic()
-        body = await _json_object(request)
-        if isinstance(body, web.Response):
-            return body
-        if self.engine.dead is not None:
-            return error_response("engine is dead", 503, "ServiceUnavailableError")
-        try:
-            prompt = self._prompt_ids(body)
-            max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-            if max_tokens is not None and (not isinstance(max_tokens, int) or isinstance(max_tokens, bool)
-                                           or max_tokens < 1):
-                raise _BadRequest("max_tokens: expected a positive integer", "max_tokens")
-            self._check_len(len(prompt), max_tokens)
-        except _BadRequest as e:
-            return error_response(str(e), param=e.param)
-        rid = f"chatcmpl-{uuid.uuid4().hex}"
-        seed = body.get("seed")
-        preq = PolicyRequest(model=self.model, messages=body["messages"], tools=body.get("tools"),
-                             max_tokens=max_tokens, seed=seed if isinstance(seed, int) else None,
-                             prompt_tokens=len(prompt))
-        try:
-            reply = self.policy.reply(preq)
-        except Exception as e:  # noqa: BLE001 (a policy bug must not kill the endpoint)
-            log.exception("policy failed")
-            return error_response(f"policy error: {type(e).__name__}: {e}", 500, "InternalServerError")
-        plan = build_output(self.tok, reply, max_tokens, rid)
-        r = Request(rid=rid, prompt=prompt, out_ids=plan.ids, finish_reason=plan.finish_reason)
-        self.engine.submit(r, t_arrival)
-        stream = bool(body.get("stream"))
-        want_ids = bool(body.get("return_token_ids"))
-        so = body.get("stream_options") or {}
-        include_usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
-        try:
-            if stream:
-                return await self._stream(request, r, plan, want_ids, include_usage)
-            return await self._complete(r, plan, want_ids)
-        except (asyncio.CancelledError, ConnectionResetError):
-            self.engine.abort(r)
-            raise
+        return await completions.chat(self, request)
 
-    async def _complete(self, r: Request, plan: OutputPlan, want_ids: bool) -> web.Response:
-        t_first = None
-        while True:
-            n, _ = await r.queue.get()
-            if n == 0:
-                break
-            if t_first is None:
-                t_first = time.monotonic()
-        t_end = time.monotonic()
-        k = r.n_gen
-        reasoning = "".join(p for p, s in zip(plan.pieces[:k], plan.kinds[:k]) if plan.segments[s][0] == "reasoning")
-        content = "".join(p for p, s in zip(plan.pieces[:k], plan.kinds[:k]) if plan.segments[s][0] == "content")
-        msg: dict[str, Any] = {"role": "assistant", "content": content if content or not plan.tool_calls else None,
-                               "refusal": None, "annotations": None, "audio": None, "function_call": None,
-                               "tool_calls": plan.tool_calls,
-                               "reasoning_content": reasoning or None}
-        choice: dict[str, Any] = {"index": 0, "message": msg, "logprobs": None, "finish_reason": r.finish_reason,
-                                  "stop_reason": None}
-        if want_ids:
-            choice["token_ids"] = plan.ids[:k]
-        body: dict[str, Any] = {"id": r.rid, "object": "chat.completion", "created": int(time.time()),
-                                "model": self.model, "choices": [choice], "usage": self.usage(r),
-                                "prompt_logprobs": None, "kv_transfer_params": None}
-        if want_ids:
-            body["prompt_token_ids"] = r.prompt
-        body["adev"] = self.adev_field(r, t_first, t_end)
-        return _json_response(body)
-
-    async def _stream(self, request: web.Request, r: Request, plan: OutputPlan, want_ids: bool,
-                      include_usage: bool) -> web.StreamResponse:
-        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"})
-        created = int(time.time())
-        base = {"id": r.rid, "object": "chat.completion.chunk", "created": created, "model": self.model}
-
-        def chunk(delta: dict[str, Any] | None, finish: str | None = None, **extra: Any) -> bytes:
-            d = dict(base)
-            ch: dict[str, Any] = {"index": 0, "delta": delta or {}, "logprobs": None, "finish_reason": finish}
-            if "token_ids" in extra:
-                ch["token_ids"] = extra.pop("token_ids")
-            d["choices"] = [ch]
-            d.update(extra)
-            return b"data: " + _dumps(d) + b"\n\n"
-
-        first = {"role": "assistant", "content": ""}
-        first_event = chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {}))
-        t_byte_sent = time.monotonic()  # before the headers go: no byte of the answer precedes it
-        await resp.prepare(request)
-        await resp.write(first_event)
-        t_token_sent = None
-        started: set[int] = set()
-        sent = 0
-        t_first = None
-        while True:
-            n, _ = await r.queue.get()
-            if n == 0:
-                break
-            a, b = sent, min(sent + n, len(plan.ids))
-            sent = b
-            if t_first is None:
-                t_first = time.monotonic()
-            ds = deltas(plan, a, b, started)
-            done_now = b >= r.n_out
-            parts = []
-            if not ds:
-                ds = [{}] if (want_ids or done_now) else []
-            for i, d in enumerate(ds):
-                last = i == len(ds) - 1
-                kw: dict[str, Any] = {}
-                if want_ids and last:
-                    kw["token_ids"] = plan.ids[a:b]
-                elif want_ids:
-                    kw["token_ids"] = []
-                parts.append(chunk(d, r.finish_reason if (last and done_now) else None, **kw))
-            if parts:
-                if t_token_sent is None:
-                    t_token_sent = time.monotonic()
-                await resp.write(b"".join(parts))
-        t_end = time.monotonic()
-        tail = []
-        if sent < r.n_out or r.finish_reason in ("abort",) or sent == 0:
-            # ended early (preempted past the pool, aborted) or nothing emitted: close the choice
-            tail.append(chunk({}, r.finish_reason))
-        adev = self.adev_field(r, t_first, t_end, (t_byte_sent, t_token_sent))
-        if include_usage:
-            d = dict(base)
-            d["choices"] = []
-            d["usage"] = self.usage(r)
-            d["adev"] = adev
-            tail.append(b"data: " + _dumps(d) + b"\n\n")
-        else:
-            d = dict(base)
-            d["choices"] = []
-            d["adev"] = adev
-            tail.append(b"data: " + _dumps(d) + b"\n\n")
-        tail.append(b"data: [DONE]\n\n")
-        await resp.write(b"".join(tail))
-        await resp.write_eof()
-        return resp
+    async def complete(self, request: web.Request) -> web.StreamResponse:
+        return await completions.complete(self, request)
 
     async def tokenize(self, request: web.Request) -> web.Response:
-        body = await _json_object(request)
+        body = await json_object(request)
         if isinstance(body, web.Response):
             return body
         if "messages" in body:
             try:
                 msgs = body["messages"]
                 if not isinstance(msgs, list):
-                    raise _BadRequest("messages: expected a list", "messages")
+                    raise BadRequest("messages: expected a list", "messages")
                 ids = self.tok.apply_chat_template(msgs, body.get("tools"),
                                                    bool(body.get("add_generation_prompt", True)))
-            except _BadRequest as e:
-                return error_response(str(e), param=e.param)
+            except BadRequest as e:
+                return bad_request_response(e)
         elif isinstance(body.get("prompt"), str):
             ids = self.tok.encode_with_specials(body["prompt"])
         else:
             return error_response("give either 'prompt' (a string) or 'messages'", param="prompt")
-        return _json_response({"count": len(ids), "max_model_len": self.profile.max_model_len,
-                                  "tokens": ids, "token_strs": None})
+        return json_response({"count": len(ids), "max_model_len": self.profile.max_model_len,
+                              "tokens": ids, "token_strs": None})
 
     async def detokenize(self, request: web.Request) -> web.Response:
         try:
@@ -488,7 +261,7 @@ class Endpoint:
                 raise ValueError
         except Exception:  # noqa: BLE001
             return error_response("tokens: expected a list of integers", param="tokens")
-        return _json_response({"prompt": self.tok.decode(ids)})
+        return json_response({"prompt": self.tok.decode(ids)})
 
     async def metrics_route(self, request: web.Request) -> web.Response:
         running, waiting = self.engine.counts()
@@ -500,31 +273,34 @@ class Endpoint:
         return web.Response(body=m.render(), headers={"Content-Type": "text/plain; version=0.0.4; charset=utf-8"})
 
     async def health(self, request: web.Request) -> web.Response:
+        """``/health`` and ``/ping`` (vLLM answers both alike: 200 with an empty body, 503 when
+        the engine is dead)."""
         if self.engine.dead is not None:
             return web.Response(status=503)
         return web.Response(status=200)
+
+    async def version(self, request: web.Request) -> web.Response:
+        return json_response({"version": f"{VLLM_INTERFACE_VERSION}+adev.emulator"})
 
     async def models(self, request: web.Request) -> web.Response:
         card = {"id": self.model, "object": "model", "created": self.created, "owned_by": "vllm",
                 "root": self.model, "parent": None, "max_model_len": self.profile.max_model_len,
                 "permission": []}
-        return _json_response({"object": "list", "data": [card]})
+        return json_response({"object": "list", "data": [card]})
 
     def app(self) -> web.Application:
         app = web.Application(client_max_size=64 << 20)
         app.router.add_post("/v1/chat/completions", self.chat)
+        app.router.add_post("/v1/completions", self.complete)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
         app.router.add_get("/metrics", self.metrics_route)
         app.router.add_get("/health", self.health)
+        app.router.add_get("/ping", self.health)
+        app.router.add_post("/ping", self.health)
+        app.router.add_get("/version", self.version)
         app.router.add_get("/v1/models", self.models)
         return app
-
-
-class _BadRequest(Exception):
-    def __init__(self, message: str, param: str | None = None) -> None:
-        super().__init__(message)
-        self.param = param
 
 
 def load_stack_json(arg: str) -> StackConfig:
@@ -539,6 +315,7 @@ async def serve(stack: StackConfig, name: str, port: int, master: str | None, di
                 master_http: str | None = None, ready: asyncio.Event | None = None,
                 stop: asyncio.Event | None = None) -> None:
     ep = Endpoint(stack, name, master, disk_dir, master_http)
+    ep.port = port
     await ep.start()
     # At shutdown, requests still in the engine (a cancelled fleet leaves many) are cut after 3 s
     # instead of aiohttp's default 60 s: the stack is going away and clients record the error.

@@ -26,7 +26,7 @@ def stack_usage(info):
 
 
 def list_tasks() -> list[str]:
-    from ..session.tasks import list_tasks as lt
+    from ..tasks import list_tasks as lt
     return list(lt())
 
 
@@ -73,7 +73,7 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
     from ..analysis.ledger_worker import LedgerProcess
     from ..session.loop import SessionContext, run_session
     from ..session.roles import load_roles
-    from ..session.tasks import load_task
+    from ..tasks import load_task
 
     roles = load_roles()
     if cfg.roles:

@@ -87,7 +87,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..records import RunDir, new_run_id
     from .loop import SessionContext, run_session
     from .roles import load_roles
-    from .tasks import load_task
+    from ..tasks import load_task
 
     task = load_task(args.task)
     roles = load_roles(args.roles)

@@ -355,7 +355,7 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
     re-raises ``asyncio.CancelledError`` after recording status ``cancelled``.
     """
     if isinstance(task, str):
-        from .tasks import load_task
+        from ..tasks import load_task
         task = await asyncio.to_thread(load_task, task)
     clock, rd = ctx.clock, ctx.run_dir
     t_start = clock.now()

@@ -10,6 +10,7 @@ import time
 from typing import Any, get_args
 
 from ..config import Configuration, ConfigError, StackConfig, from_dict, load_stack, parse_cpu_list
+from ..emulator.policies import POLICIES
 
 LEASE_WARN_MS = 50
 """Below this real lease, store reads of a loaded 2-core machine may outlive their lease."""
@@ -33,7 +34,7 @@ def _add_config_args(p: argparse.ArgumentParser, *, overrides: bool = False) -> 
                    help="store RAM tier at model scale (stack.store.ram_gb)")
     p.add_argument("--payload-scale", type=int, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale)")
-    p.add_argument("--policy", choices=("length", "oracle", "replay"),
+    p.add_argument("--policy", choices=tuple(POLICIES),
                    help="what the emulated model says (stack.policy)")
     p.add_argument("--seed", type=int, help="stack.seed")
     p.add_argument("--cpus", metavar="LIST",

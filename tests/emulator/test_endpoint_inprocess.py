@@ -10,7 +10,8 @@ from aiohttp import web
 
 from adev.client.scrape import parse_metrics, total
 from adev.emulator.policies.base import PolicyReply, ToolCall
-from adev.emulator.server import Endpoint, build_output, deltas
+from adev.emulator.planning import build_output, deltas
+from adev.emulator.server import Endpoint
 from adev.emulator.tokenizer import IM_END, Tokenizer
 from tests.emulator.helpers import free_port, make_stack, prompt_messages, tmpdir, write_profile
 
@@ -75,7 +76,8 @@ async def test_prefix_hit_counting_rules(endpoint):
     assert d("vllm:request_success_total", finished_reason="stop") == 1
     assert m(s2, "vllm:external_prefix_cache_queries_total") == 0   # no connector
     a = r2["adev"]
-    assert a["tokens"] == {"gpu": want, "store_ram": 0, "store_disk": 0, "computed": p - want}
+    assert a["tokens"] == {"gpu": want, "store_ram": 0, "store_disk": 0, "kv_transfer": 0,
+                           "computed": p - want}
     assert sum(a["tokens"].values()) == p
     assert a["t_arrival_mono"] <= a["t_first_token_mono"] <= a["t_end_mono"]
     # metric names and labels as vLLM exports them

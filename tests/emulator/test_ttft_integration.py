@@ -23,7 +23,8 @@ _CLIENT = httpx.Client(timeout=120)  # one client: a new one per call costs an S
 
 
 def stream_ttft(e, msgs, S):
-    body = {"model": "m", "messages": msgs, "max_tokens": 2, "stream": True,
+    body = {"model": load_model_profile("qwen3-coder-30b-a3b").name, "messages": msgs, "max_tokens": 2,
+            "stream": True,
             "stream_options": {"include_usage": True}}
     t0 = time.monotonic()
     first = None

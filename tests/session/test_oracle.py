@@ -17,7 +17,7 @@ from adev.records import RunDir
 from adev.clock import RunClock
 from adev.session.loop import SessionContext, run_session
 from adev.session.roles import load_roles
-from adev.session.tasks import list_tasks, load_task
+from adev.tasks import list_tasks, load_task
 
 from .fakes import PolicyLLM
 from .tinytask import tiny_task

@@ -20,7 +20,7 @@ from adev.emulator.policies.oracle import OraclePolicy
 from adev.gate.local import LocalGate
 from adev.records import RunDir
 from adev.session.loop import SessionContext, run_session
-from adev.session.tasks import list_tasks, load_task
+from adev.tasks import list_tasks, load_task
 
 pytestmark = pytest.mark.integration
 

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from adev.session.tasks import Mistake, ModuleSpec, Task
+from adev.tasks import Mistake, ModuleSpec, Task
 
 OPS = '''"""Arithmetic operations."""
 

@@ -3,7 +3,7 @@
 It sees only what a real model sees (the request's messages and seed) and answers like a capable
 coding model: it recognises the role and round from the role prompt (``## Role: <name>``, "This is
 round N of M of task `<name>`"), the task from that line (tasks come from
-:func:`adev.session.tasks.load_task`), and where it is in its turn from the assistant messages
+:func:`adev.tasks.load_task`), and where it is in its turn from the assistant messages
 since the role prompt. Its tool calls carry content derived from the task's reference files: the
 plan from the module list, spec and known risks; the contract from the reference interfaces; the
 tests from the reference tests; modules from the reference implementation.
@@ -136,7 +136,7 @@ class OraclePolicy:
     def _task(self, name: str) -> Any:
         t = self._tasks.get(name)
         if t is None:
-            from ...session.tasks import load_task
+            from ...tasks import load_task
             t = self._tasks[name] = load_task(name)
         return t
 

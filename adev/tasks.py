@@ -1,4 +1,4 @@
-"""Built-in coding tasks for agent sessions (DESIGN.md section 2; team contract 6).
+"""Built-in coding tasks: what agent sessions work on and what the oracle policy answers from.
 
 A task lives in ``fleets/tasks/<name>/``::
 
@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 
-from ..config import ROOT, ConfigError, from_dict, load_toml
+from .config import ROOT, ConfigError, from_dict, load_toml
 
 TASKS_DIR = ROOT / "fleets" / "tasks"
 """Folder holding the built-in tasks."""
@@ -46,7 +46,7 @@ class Mistake:
     """A seeded, realistic bug: replace ``find`` (exactly once in ``path``) with ``replace``.
 
     The oracle policy may make these in early rounds; the task's tests must catch every one
-    (checked by ``tests/session/test_tasks.py``).
+    (checked by ``tests/test_tasks.py``).
     """
 
     path: str

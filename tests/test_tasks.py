@@ -15,7 +15,7 @@ import pytest
 
 from adev.config import ConfigError
 from adev.gate.base import parse_junit
-from adev.session.tasks import (Mistake, Task, apply_mistake, list_tasks, load_task,
+from adev.tasks import (Mistake, Task, apply_mistake, list_tasks, load_task,
                                 public_interface)
 
 TASKS = list_tasks()

@@ -18,7 +18,9 @@ from typing import Any, Sequence
 import numpy as np
 import pandas as pd
 
-from ..analysis.report import Doc, Figure, _cdf, _plt, _png, _write, md_table
+from ..analysis.plots import Figure, _cdf, _plt, _png
+from ..analysis.render import Doc, md_table
+from ..analysis.render import write as _write
 from ..records import RunDir
 from .traces import GROUPS
 

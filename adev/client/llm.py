@@ -119,6 +119,7 @@ class ChatResult:
     completion_tokens: int | None
     cached_tokens: int | None
     record: CallRecord  # the successful attempt's record
+    kv_transfer_params: dict[str, Any] | None = None  # completions: vLLM's P/D hand-over
 
 
 class LLMError(Exception):
@@ -149,7 +150,7 @@ try:  # orjson: ~10x faster JSON on the request path (token id lists are large)
     _loads = orjson.loads
 
     def _dumps(obj: Any) -> bytes:
-        return orjson.dumps(obj)
+        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)  # numpy token-id arrays
 except ImportError:  # pragma: no cover - orjson is a declared dependency
     _loads = json.loads
 
@@ -310,13 +311,53 @@ class LLMClient:
         xb: dict[str, Any] = {"return_token_ids": True} if self.return_token_ids else {}
         if extra_body:
             xb.update(extra_body)
+        return await self._call(ep, endpoint, "/chat/completions", body, xb, t_sched,
+                                session_id=session_id, call_id=call_id, role=role, round=round,
+                                step=step)
+
+    async def completion(self, endpoint: str, prompt: list[int] | str, *, max_tokens: int,
+                         min_tokens: int | None = None, ignore_eos: bool = False,
+                         stream: bool = True, temperature: float | None = None,
+                         session_id: str = "", call_id: str = "", role: str = "",
+                         round: int = 0, step: int = 0, t_scheduled: float | None = None,
+                         extra_body: dict[str, Any] | None = None) -> ChatResult:
+        """One ``POST /v1/completions`` (vLLM's interface; ``prompt`` may be a list of token ids,
+        so no tokenizer round trip changes the prompt), streamed unless ``stream`` is False.
+        ``min_tokens``/``ignore_eos`` are vLLM's sampling extensions (an exact output length
+        when ``min_tokens == max_tokens`` and ``ignore_eos``). The result's ``content`` is the
+        generated text; ``kv_transfer_params`` the answer's field of that name (vLLM's
+        disaggregated prefill), when present. Records and retries as :meth:`chat`."""
+        t_sched = self.clock.now() if t_scheduled is None else t_scheduled
+        try:
+            ep = self.endpoints[endpoint]
+        except KeyError:
+            raise LLMError(f"unknown endpoint {endpoint!r}; known: "
+                           + ", ".join(sorted(self.endpoints))) from None
+        body: dict[str, Any] = {"model": ep.model or "", "prompt": prompt, "stream": stream,
+                                "max_tokens": max_tokens}
+        if stream:
+            body["stream_options"] = {"include_usage": True}
+        if min_tokens is not None:
+            body["min_tokens"] = min_tokens
+        if ignore_eos:
+            body["ignore_eos"] = True
+        if temperature is not None:
+            body["temperature"] = temperature
+        return await self._call(ep, endpoint, "/completions", body, dict(extra_body or {}),
+                                t_sched, session_id=session_id, call_id=call_id, role=role,
+                                round=round, step=step)
+
+    async def _call(self, ep: Endpoint, endpoint: str, path: str, body: dict[str, Any],
+                    xb: dict[str, Any], t_sched: float, *, session_id: str, call_id: str,
+                    role: str, round: int, step: int) -> ChatResult:
+        """The retry loop of one call (every attempt recorded)."""
         attempt = 0
         while True:
             rec = CallRecord(run_id=self.run_id, session_id=session_id, call_id=call_id,
                              endpoint=endpoint, role=role, round=round, step=step,
                              attempt=attempt, model=ep.model or "", t_scheduled=t_sched)
             try:
-                result = await self._attempt(ep, body, xb, rec)
+                result = await self._attempt(ep, body, xb, rec, path)
             except asyncio.CancelledError:
                 rec.status, rec.error = "cancelled", "cancelled"
                 rec.t_end = self.clock.now()
@@ -343,7 +384,7 @@ class LLMClient:
             return result
 
     async def _attempt(self, ep: Endpoint, body: dict[str, Any], xb: dict[str, Any],
-                       rec: CallRecord) -> ChatResult:
+                       rec: CallRecord, path: str = "/chat/completions") -> ChatResult:
         clock = self.clock
         payload = _dumps({**body, **xb})
         box = [0.0, 0.0]  # headers serialised, first body bytes written (aiohttp's traces)
@@ -351,7 +392,7 @@ class LLMClient:
         try:
             try:
                 async with self._pool().post(
-                        ep.base_url.rstrip("/") + "/chat/completions", data=payload,
+                        ep.base_url.rstrip("/") + path, data=payload,
                         headers={"Authorization": f"Bearer {ep.api_key or 'EMPTY'}",
                                  "Content-Type": "application/json",
                                  "Accept": "text/event-stream"},
@@ -366,6 +407,8 @@ class LLMClient:
                         raise cls(f"HTTP {resp.status}: {msg}", status=resp.status)
                     conn = resp.connection
                     st.first_byte = getattr(conn and conn.protocol, "t_first_rx", None)
+                    if not body.get("stream"):
+                        st.whole(await resp.read())
                     buf = b""
                     # read to the end even after [DONE]: a response released before its last
                     # byte costs the pooled keep-alive connection (and a TCP set-up next call)
@@ -437,7 +480,8 @@ class LLMClient:
         return ChatResult(content="".join(st.content), reasoning="".join(st.reasoning),
                           tool_calls=tool_calls, finish_reason=st.finish,
                           prompt_tokens=rec.prompt_tokens, completion_tokens=ct,
-                          cached_tokens=cached, record=rec)
+                          cached_tokens=cached, record=rec,
+                          kv_transfer_params=st.kv_transfer_params)
 
     def _record(self, rec: CallRecord) -> None:
         if self.run_dir is not None:
@@ -479,7 +523,7 @@ class _StreamState:
     """Accumulates one streamed chat completion, one SSE line at a time (hot path)."""
 
     __slots__ = ("content", "reasoning", "calls", "finish", "usage", "server", "prompt_ids",
-                 "prompt_ids_json", "first_byte", "first_content", "done")
+                 "prompt_ids_json", "first_byte", "first_content", "done", "kv_transfer_params")
 
     def __init__(self) -> None:
         self.content: list[str] = []
@@ -490,6 +534,22 @@ class _StreamState:
         self.first_byte: float | None = None      # time.monotonic() stamps
         self.first_content: float | None = None
         self.done = False
+        self.kv_transfer_params: dict[str, Any] | None = None
+
+    def whole(self, raw: bytes) -> None:
+        """A non-streamed answer (chat or completion), parsed as one event."""
+        try:
+            d = _loads(raw)
+        except ValueError:
+            raise LLMError(f"malformed response: {raw[:200]!r}") from None
+        if isinstance(d, dict):
+            for ch in d.get("choices") or ():
+                if isinstance(ch, dict) and "message" in ch:
+                    ch["delta"] = ch.pop("message") or {}
+        self._event(_dumps(d) if isinstance(d, dict) else raw)
+        if self.first_content is None:  # the whole answer, even an empty one, arrived now
+            self.first_content = time.monotonic()
+        self.done = True
 
     def feed(self, line: bytes) -> bool:
         """Process one line; True once the stream is complete (``[DONE]``).
@@ -531,7 +591,7 @@ class _StreamState:
             self.prompt_ids = ids
         for ch in chunk.get("choices") or ():
             d = ch.get("delta") or {}
-            c = d.get("content")
+            c = d.get("content") or ch.get("text")  # chat delta, or a completion's text
             r = d.get("reasoning_content") or d.get("reasoning")
             tcs = d.get("tool_calls")
             if self.first_content is None and (c or r or tcs):
@@ -556,6 +616,8 @@ class _StreamState:
             self.usage = chunk["usage"]
         if "adev" in chunk:
             self.server = chunk["adev"]
+        if isinstance(chunk.get("kv_transfer_params"), dict):
+            self.kv_transfer_params = chunk["kv_transfer_params"]
         return False
 
 

@@ -472,3 +472,26 @@ def test_resume_with_the_last_session_first(tmp_path):
     w.close()
     led = read_ledger(tmp_path)
     assert led.touches["session"].tolist() == [0, 1, 2, 2, 3]
+
+
+def test_hash_time_recorded_per_call_and_in_total(tmp_path):
+    w = LedgerWriter(tmp_path, algo="sha256_cbor")
+    rng = np.random.default_rng(1)
+    for i in range(2):      # 2 x 500 blocks of sha256: well above the microsecond rounding
+        w.add(float(i), f"s{i}", f"c{i}", rng.integers(0, 150000, 8000, dtype=np.uint32))
+    total = w.hash_seconds
+    w.close()
+    calls = read_ledger(tmp_path).calls
+    hs = [c["hash_s"] for c in calls]
+    assert all(0 < h < 5.0 for h in hs) and all(h == round(h, 6) for h in hs)
+    assert total == pytest.approx(sum(hs), abs=2e-6)
+
+
+def test_reader_keeps_write_order_within_a_time_when_sorting(tmp_path):
+    w = LedgerWriter(tmp_path)
+    w.add(9.0, "A", "a1", np.arange(16 * 300, dtype=np.uint32))
+    w.add(1.0, "B", "b1", np.arange(100000, 100000 + 16 * 300, dtype=np.uint32))
+    w.close()
+    t = read_ledger(tmp_path).touches
+    assert t["call"].tolist() == [1] * 300 + [0] * 300
+    assert t["pos"].tolist() == list(range(300)) * 2       # a stable sort

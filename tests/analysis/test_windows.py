@@ -50,6 +50,11 @@ def test_busy_time_zero_and_open_intervals():
     assert busy_time(np.array([1.0, 2.0]), np.array([np.nan, 3.0]), 0, 10) == pytest.approx(1.0)
 
 
+def test_in_flight_skips_intervals_without_an_end():
+    assert in_flight(np.array([0.0, 1.0, np.nan]), np.array([np.nan, 2.0, 3.0]),
+                     np.array([1.5, 5.0])).tolist() == [1, 0]
+
+
 def test_in_flight_counts_half_open_intervals():
     s = np.array([0.0, 1.0, 2.0])
     e = np.array([3.0, 2.0, 4.0])
@@ -396,3 +401,39 @@ def test_real_store_reads_over_the_tier_profile(tmp_path):
         r = make_hand_run(tmp_path / sub, [_call("a", 1.0, 5.0, srv)], scr, [(0.0, 10.0)])
         g = {x.endpoint: x for x in analyse_window(r, r.measurement_windows()[0])}["coder"]
         assert math.isnan(g.store_read_over_p50) and why in g.missing["store_read_over_p50"]
+
+
+def test_rel_diff_by_hand():
+    from adev.analysis.windows import rel_diff
+    assert rel_diff(3.0, 2.0) == 0.5 and rel_diff(1.0, -2.0) == 1.5
+    assert rel_diff(0.5, 0.2) == pytest.approx(0.3)            # |b| < 1: divided by 1
+
+
+def test_disk_rate_from_disk_only_requests_or_a_fit():
+    from adev.analysis.windows import disk_rate_estimate as est
+    G = 1e9
+    # requests that read only from disk: sum of disk bytes / sum of load time (NaN loads skipped)
+    # (a request that loaded nothing is not disk-only, whatever its load time)
+    r = est(np.array([0, 0, 1 * G, 0, 0]), np.array([2 * G, 4 * G, 1 * G, 9 * G, 0]),
+            np.array([0.5, 2.5, 0.7, np.nan, 0.2]))
+    assert r == pytest.approx(6 * G / 3.0)
+    assert est(np.zeros(2), np.array([G, G / 2]), np.array([0.5, 0.25])) == pytest.approx(2 * G)
+    # none disk-only: load = 0.01 + ram / 20 GB/s + disk / 2 GB/s, fitted exactly (3 requests,
+    # one of them reading from disk, is the least the fit takes)
+    ram, disk = np.array([1 * G, 2 * G, 1 * G]), np.array([0, 0, 1 * G])
+    load = 0.01 + ram / 20e9 + disk / 2e9
+    assert est(ram, disk, load) == pytest.approx(2e9, rel=1e-6)
+    # a request that loaded nothing in no time is not part of the fit
+    assert est(np.append(ram, 0), np.append(disk, 0), np.append(load, 0.0)) == \
+        pytest.approx(2e9, rel=1e-6)
+    # disk-only requests that took no time: the fit instead
+    assert est(np.append(ram, 0), np.append(disk, 3 * G), np.append(load, 0.0)) != \
+        pytest.approx(2e9, rel=1e-3)
+    ram4, disk4 = np.array([1 * G, 2 * G, 1 * G, 3 * G]), np.array([1 * G, G / 2, 2 * G, G])
+    assert est(ram4, disk4, 0.01 + ram4 / 20e9 + disk4 / 2e9) == pytest.approx(2e9, rel=1e-6)
+    too_few = "too few requests loading from the disk tier in the window"
+    assert est(ram[:2], np.array([G, G]), load[:2]) == too_few             # 2 loading requests
+    assert est(ram, np.zeros(3), 0.01 + ram / 20e9) == too_few             # none from disk
+    # disk bytes that cost no time: not separable
+    assert est(ram, disk, 0.01 + ram / 20e9) == ("disk loads not separable from RAM loads (fit "
+                                                 "gave no disk time)")

@@ -1,0 +1,144 @@
+"""``adev replay``: replay a trace over the six cache configurations.
+
+    adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
+        [--stack FILE] [--sessions N --min-turns K --skip M] [--out DIR]
+
+Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
+decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the endpoint supports
+``kv_role``, else two colocated replicas ``p0``, ``p1``; the endpoints' policy is ``replay``
+where the emulator has it. A stack file in external mode runs the same replay against its
+endpoints, unchanged (one run per seed, labelled with its ``configuration``).
+"""
+from __future__ import annotations
+
+import argparse
+import asyncio
+import dataclasses
+import sys
+from pathlib import Path
+from typing import Any
+
+from ..config import ROOT, ConfigError, EndpointSpec, StackConfig, load_stack, parse_cpu_list
+from .experiment import CONFIGURATIONS, EXPERIMENTS, ReplayOptions, run_matrix, select_sessions
+from .format import TraceError, read_trace
+from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
+
+
+def default_stack(**overrides: Any) -> StackConfig:
+    """The replay's embedded stack (see the module docstring)."""
+    base = load_stack()
+    has_role = "kv_role" in {f.name for f in dataclasses.fields(EndpointSpec)}
+    if has_role:
+        eps = [EndpointSpec(n, kv_role=r) for n, r in  # type: ignore[call-arg]
+               (("p0", "producer"), ("p1", "producer"), ("d0", "consumer"), ("d1", "consumer"))]
+    else:
+        eps = [EndpointSpec("p0"), EndpointSpec("p1")]
+    try:
+        from ..emulator.policies import POLICIES as EMU_POLICIES  # type: ignore[attr-defined]
+        policy = "replay" if "replay" in EMU_POLICIES else "length"
+    except ImportError:
+        policy = "length"
+    cfg = dataclasses.replace(base, endpoints=eps, policy=policy, state_dir=".adev/replay")
+    store = overrides.pop("store", None)
+    if store:
+        cfg = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, **store))
+    return dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
+
+
+def _names(text: str) -> list[str]:
+    if text == "all":
+        return list(CONFIGURATIONS)
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    bad = [n for n in names if n not in CONFIGURATIONS]
+    if bad or not names:
+        raise ConfigError(f"--configurations: {bad or text!r} not allowed; allowed values: all "
+                          "or a comma list of " + ", ".join(CONFIGURATIONS))
+    return names
+
+
+def _seeds(text: str) -> list[int]:
+    try:
+        vals = [int(x) for x in text.split(",")]
+    except ValueError:
+        raise ConfigError(f"--seeds: {text!r} is not allowed; allowed values: a count N (seeds "
+                          "0..N-1) or a comma list such as 0,1") from None
+    if len(vals) == 1 and "," not in text:
+        return list(range(max(1, vals[0])))
+    return vals
+
+
+def _main(args: argparse.Namespace) -> int:
+    try:
+        trace = read_trace(args.trace)
+    except TraceError as e:
+        print(f"adev replay: {e}", file=sys.stderr)
+        return 2
+    names, seeds = _names(args.configurations), _seeds(args.seeds)
+    if args.stack:
+        base = load_stack(args.stack, time_scale=args.time_scale)
+    else:
+        store = {"ram_gb": args.ram_gb} if args.ram_gb is not None else None
+        base = default_stack(time_scale=args.time_scale, store=store,
+                             cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
+                             if args.stack_cpus else None)
+    max_ctx = None if base.mode == "external" else _max_context(base)
+    sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
+                               skip=args.skip, max_context=args.max_context or max_ctx)
+    if not sessions:
+        print("adev replay: no session of the trace matches --sessions/--min-turns/--skip",
+              file=sys.stderr)
+        return 2
+    opts = ReplayOptions(experiment=args.experiment, routing=args.routing,
+                         threshold_tokens=args.threshold_tokens, active=args.active,
+                         gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
+                         stagger_s=args.stagger_s)
+    from ..records import new_run_id
+    out = Path(args.out) if args.out else ROOT / "results" / "replays" / new_run_id("replay")
+    out.mkdir(parents=True, exist_ok=True)
+
+    def log(*a: Any, **kw: Any) -> None:
+        print(*a, file=sys.stderr)
+    runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log))
+    from .report import build, write
+    html = write(runs, out / "report", f"Replay ({args.experiment} reuse gap): "
+                 f"{Path(args.trace).name}")
+    _, df = build(runs, "")
+    from ..analysis.report import md_table
+    from .report import COLS
+    print(md_table(df, COLS))
+    print(f"report: {html} (and {html.with_suffix('.md')})")
+    return 0
+
+
+def _max_context(stack: StackConfig) -> int:
+    from ..config import load_model_profile
+    return load_model_profile(stack.profile).max_model_len
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("replay", help="replay a trace over cache configurations",
+                              description=__doc__,
+                              formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("trace", help="an adev trace file (see `adev trace import/export`)")
+    p.add_argument("--experiment", choices=EXPERIMENTS, default="short")
+    p.add_argument("--configurations", "--configs", default="all",
+                   help="all, or a comma list of " + ", ".join(CONFIGURATIONS))
+    p.add_argument("--seeds", default="1", help="a count N (seeds 0..N-1) or a list 0,1")
+    p.add_argument("--stack", help="a stack file (default: the replay's embedded stack)")
+    p.add_argument("--time-scale", type=float, default=None)
+    p.add_argument("--ram-gb", type=float, default=None, help="RAM tier at model scale")
+    p.add_argument("--stack-cpus", default=None, help="cores of the stack's processes")
+    p.add_argument("--sessions", type=int, default=None, help="replay at most N sessions")
+    p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")
+    p.add_argument("--skip", type=int, default=0, help="skip the first M matching sessions")
+    p.add_argument("--max-context", type=int, default=None,
+                   help="cut a session before a call longer than this (default: the model's)")
+    p.add_argument("--routing", choices=POLICIES, default="soft-sticky")
+    p.add_argument("--threshold-tokens", type=int, default=DEFAULT_THRESHOLD_TOKENS)
+    p.add_argument("--active", type=int, default=16, help="short gap: sessions active")
+    p.add_argument("--stagger-s", type=float, default=30.0)
+    p.add_argument("--gap", type=int, default=128, help="long gap: other calls between turns")
+    p.add_argument("--max-in-flight", type=int, default=16)
+    p.add_argument("--speed", type=float, default=1.0, help="timestamps: speed factor")
+    p.add_argument("--out", help="output directory (default results/replays/<id>)")
+    p.set_defaults(func=_main)

@@ -1,0 +1,349 @@
+"""Run a trace replay: one configuration on one stack, or the matrix of configurations.
+
+Each configuration runs on its own fresh embedded stack (its own state directory, started and
+stopped here through :func:`adev.stack.running_stack`), or, in external mode, against the
+configured endpoints unchanged (then the run is labelled with ``stack.configuration``).
+
+**Topology.** Endpoints with ``kv_role`` ``producer`` are the prefill replicas, ``consumer`` the
+decode replicas (vLLM's disaggregated prefill, as its proxy drives it: the prefill replica gets
+the prompt with ``max_tokens`` 1 and ``kv_transfer_params.do_remote_decode``, non-streamed; the
+decode replica gets the same prompt with the ``kv_transfer_params`` of that answer, streamed).
+Without producers every endpoint is a colocated replica (prefill and decode in one); the router
+then has one decode column. Prompts go to ``/v1/completions`` as token ids; the output is asked
+for at exactly the recorded length (``max_tokens = min_tokens`` = recorded, ``ignore_eos``).
+
+**Records** (one run directory per configuration and seed, :class:`adev.records.RunDir`):
+``calls.jsonl`` from the client (every HTTP attempt), ``replay.jsonl`` (:class:`ReplayRecord`,
+one per trace call), ``scrapes.jsonl`` (endpoints and master every ``scrape_s`` model seconds,
+plus one at the start and one at the end), ``manifest.json`` and ``summary.json``
+(:func:`adev.replay.summary.summarise`, computed from those records).
+"""
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar, Literal, Sequence
+
+import numpy as np
+
+from ..client.llm import Endpoint, LLMClient, LLMError
+from ..clock import RunClock
+from ..config import ConfigError, StackConfig
+from ..records import RunDir
+from .format import Call, Trace, prompt_ids
+from .routing import DEFAULT_THRESHOLD_TOKENS, Route, Router
+from .schedules import (ClippedLogNormal, describe_fit, run_long_gap, run_short_gap,
+                        run_timestamps)
+from .traces import length_group
+
+Experiment = Literal["short", "long", "timestamps"]
+EXPERIMENTS = ("short", "long", "timestamps")
+
+CONFIGURATIONS: dict[str, tuple[str, str | None]] = {
+    "recompute": ("recompute", None),
+    "gpu-only": ("gpu-only", None),
+    "store-ram": ("store-ram", None),
+    "store-ram+raid0": ("store-ram+disk", "local-raid0"),
+    "store-ram+nvmeof": ("store-ram+disk", "remote-nvmeof"),
+    "disk-only": ("disk-only", "local-raid0"),
+}
+"""The six configurations: name -> (stack.configuration, stack.store.disk_tier; None = keep)."""
+
+PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
+                  "remote_block_ids": None, "remote_host": None, "remote_port": None}
+"""``kv_transfer_params`` of the prefill request (vLLM's disaggregated-prefill proxy)."""
+
+
+@dataclass
+class ReplayRecord:
+    """One trace call as replayed. Times in model seconds on the run clock.
+
+    ``t_ready``: the schedule released the call (its dispatch time; user TTFT counts from here);
+    ``t_first_token``: the first output token arrived (from the decode replica under P/D);
+    ``ttft_s = t_first_token - t_ready`` (user TTFT: store lookup, load or recompute, prefill,
+    the prefill-to-decode transfer and decode start, plus client dispatch);
+    ``itl_s = (t_end - t_first_token) / (live_output_tokens - 1)`` (mean inter-token latency);
+    ``cached_tokens``: the prompt tokens the prefill replica did not compute (GPU prefix cache
+    and store hits; under P/D from the prefill request, not the decode's transferred KV)."""
+
+    kind: ClassVar[str] = "replay"
+    run_id: str
+    session: str
+    turn: int
+    call_id: str
+    prompt_tokens: int
+    group: str
+    recorded_output_tokens: int
+    prefill: str
+    decode: str
+    preferred: str | None
+    initial: bool
+    sticky: bool | None
+    t_ready: float
+    status: str = "ok"
+    error: str | None = None
+    t_first_token: float | None = None
+    t_end: float | None = None
+    ttft_s: float | None = None
+    itl_s: float | None = None
+    live_output_tokens: int | None = None
+    cached_tokens: int | None = None
+
+
+@dataclass
+class ReplayOptions:
+    experiment: Experiment = "short"
+    routing: str = "soft-sticky"
+    threshold_tokens: int = DEFAULT_THRESHOLD_TOKENS
+    active: int = 16
+    stagger_s: float = 30.0
+    gap: int = 128
+    max_in_flight: int = 16
+    speed: float = 1.0
+    scrape_s: float = 5.0
+    seed: int = 0
+
+
+@dataclass
+class Topology:
+    prefill: list[str]
+    decode: list[str] = field(default_factory=list)  # [] = colocated
+
+    @property
+    def disaggregated(self) -> bool:
+        return bool(self.decode)
+
+
+def topology(stack: StackConfig) -> Topology:
+    roles = {e.name: getattr(e, "kv_role", "both") for e in stack.endpoints}
+    pre = [n for n, r in roles.items() if r == "producer"]
+    dec = [n for n, r in roles.items() if r == "consumer"]
+    if pre and dec:
+        return Topology(pre, dec)
+    if pre or dec:
+        raise ConfigError("stack.endpoints: a disaggregated replay needs both kv_role 'producer' "
+                          f"and 'consumer' endpoints; got {roles}")
+    return Topology(list(roles))
+
+
+def select_sessions(trace: Trace, *, sessions: int | None = None, min_turns: int = 1,
+                    max_context: int | None = None, skip: int = 0) -> list[list[Call]]:
+    """The sessions to replay, in trace order: those with at least ``min_turns`` turns, after
+    ``skip`` of them, at most ``sessions``. A session is cut before its first call whose prompt
+    plus recorded output exceeds ``max_context`` (later turns only grow)."""
+    out: list[list[Call]] = []
+    for cs in trace.sessions().values():
+        if max_context is not None:
+            k = next((i for i, c in enumerate(cs)
+                      if c.prompt_tokens + max(1, c.output_tokens) > max_context), len(cs))
+            cs = cs[:k]
+        if len(cs) < max(1, min_turns):
+            continue
+        if skip > 0:
+            skip -= 1
+            continue
+        out.append(cs)
+        if sessions is not None and len(out) >= sessions:
+            break
+    return out
+
+
+class Replayer:
+    """Dispatches the calls of one run: routing, the request(s), the records."""
+
+    def __init__(self, trace: Trace, client: LLMClient, clock: RunClock, rd: RunDir,
+                 topo: Topology, opts: ReplayOptions):
+        self.trace, self.client, self.clock, self.rd = trace, client, clock, rd
+        self.topo = topo
+        self.opts = opts
+        self.router = Router(len(topo.prefill), max(1, len(topo.decode)), opts.routing,
+                             opts.threshold_tokens)
+        self._next: dict[str, asyncio.Future] = {}
+        self._ahead = 0
+        self.errors = 0
+
+    def _prepare(self, call: Call) -> asyncio.Future:
+        loop = asyncio.get_running_loop()
+        return loop.run_in_executor(None, prompt_ids, self.trace, call)
+
+    def prefetch(self, sessions: Sequence[Sequence[Call]]) -> None:
+        """Build the first turns' prompts of the first sessions ahead; each dispatch builds its
+        session's next prompt (and a first turn further down the list) while it runs, so that
+        prompt synthesis is not part of the dispatch delay."""
+        self._ahead = 2 * max(self.opts.active, self.opts.max_in_flight)
+        for cs in sessions[:self._ahead]:
+            if cs:
+                self._next[f"{cs[0].session}/{cs[0].turn}"] = self._prepare(cs[0])
+
+    async def dispatch(self, s: int, call: Call, sessions: Sequence[Sequence[Call]]) -> None:
+        t_ready = self.clock.now()
+        key = f"{call.session}/{call.turn}"
+        fut = self._next.pop(key, None)
+        ids = await fut if fut is not None else prompt_ids(self.trace, call)
+        cs = sessions[s]
+        k = next(i for i, c in enumerate(cs) if c is call)
+        ahead = [cs[k + 1]] if k + 1 < len(cs) else []
+        if k == 0 and s + self._ahead < len(sessions) and sessions[s + self._ahead]:
+            ahead.append(sessions[s + self._ahead][0])
+        for nxt in ahead:
+            key_n = f"{nxt.session}/{nxt.turn}"
+            if key_n not in self._next:
+                self._next[key_n] = self._prepare(nxt)
+        out = max(1, call.output_tokens)
+        route = self.router.route(call.session, call.prompt_tokens, out)
+        rec = self._record(call, route, t_ready)
+        try:
+            res = await self._send(call, ids, out, route, t_ready, rec.call_id)
+        except LLMError as e:
+            self.errors += 1
+            rec.status, rec.error = "error", str(e)[:300]
+        else:
+            res, cached = res
+            r = res.record
+            rec.t_first_token, rec.t_end = r.t_first_content, r.t_end
+            rec.live_output_tokens, rec.cached_tokens = res.completion_tokens, cached
+            if rec.t_first_token is not None:
+                rec.ttft_s = rec.t_first_token - t_ready
+                n = res.completion_tokens or 0
+                if n > 1 and rec.t_end is not None:
+                    rec.itl_s = (rec.t_end - rec.t_first_token) / (n - 1)
+        finally:
+            self.router.call_done(route, out)
+        self.rd.append(rec)
+
+    def _record(self, call: Call, route: Route, t_ready: float) -> ReplayRecord:
+        t = self.topo
+        pre = t.prefill
+        dec = t.decode or ["colocated"]
+        return ReplayRecord(
+            run_id=self.rd.run_id, session=call.session, turn=call.turn,
+            call_id=f"{call.session}-t{call.turn}", prompt_tokens=call.prompt_tokens,
+            group=length_group(call.prompt_tokens), recorded_output_tokens=call.output_tokens,
+            prefill=pre[route.prefill], decode=dec[route.decode],
+            preferred=None if route.preferred is None else pre[route.preferred],
+            initial=route.initial, sticky=route.sticky, t_ready=t_ready)
+
+    async def _send(self, call: Call, ids: np.ndarray, out: int, route: Route, t_ready: float,
+                    call_id: str):
+        c, t = self.client, self.topo
+        common = dict(session_id=call.session, round=call.turn, role="replay")
+        pre = t.prefill[route.prefill]
+        if not t.disaggregated:
+            try:
+                r = await c.completion(pre, ids, max_tokens=out, min_tokens=out,
+                                       ignore_eos=True, t_scheduled=t_ready, call_id=call_id,
+                                       **common)
+                return r, r.cached_tokens
+            finally:
+                self.router.prefill_done(route, call.prompt_tokens)
+        try:
+            p = await c.completion(pre, ids, max_tokens=1, stream=False, t_scheduled=t_ready,
+                                   call_id=call_id + "-prefill",
+                                   extra_body={"kv_transfer_params": dict(PREFILL_PARAMS)},
+                                   **common)
+        finally:
+            self.router.prefill_done(route, call.prompt_tokens)
+        d = await c.completion(t.decode[route.decode], ids, max_tokens=out, min_tokens=out,
+                               ignore_eos=True, call_id=call_id,
+                               extra_body={"kv_transfer_params": p.kv_transfer_params or {}},
+                               **common)
+        return d, p.cached_tokens  # the prefill replica's hits (the decode's are the transfer)
+
+
+async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, opts: ReplayOptions,
+                  out_dir: Path, label: str, *, log=print) -> Path:
+    """Replay ``sessions`` on a stack of ``stack`` (started here when embedded); returns the
+    run directory (``out_dir/label``)."""
+    from ..fleet.scraper import Scraper
+    from ..manifest import build_manifest
+    from ..stack import running_stack
+    from .summary import summarise
+    topo = topology(stack)
+    rd = RunDir.create(run_id=label, base=out_dir)
+    async with running_stack(stack) as info:
+        clock = RunClock(time_scale=info.time_scale)
+        eps = [Endpoint(n, info.endpoints[n], model=info.models.get(n) or None)
+               for n in topo.prefill + topo.decode]
+        extra = {"replay": {**dataclasses.asdict(opts), "label": label,
+                            "sessions": len(sessions), "calls": sum(map(len, sessions)),
+                            "topology": dataclasses.asdict(topo), "trace": trace.source}}
+        rd.write_json("manifest.json", build_manifest(
+            rd.run_id, config={"stack": stack}, time_scale=info.time_scale,
+            seeds={"replay": opts.seed}, extra=extra))
+        targets = dict(info.metrics_urls)
+        if info.master_metrics_url:
+            targets["master"] = info.master_metrics_url
+        scraper = Scraper(rd, rd.run_id, clock, targets, interval_s=opts.scrape_s)
+        async with LLMClient(eps, clock=clock, run_dir=rd, return_token_ids=False,
+                             pool_size=max(64, 4 * opts.max_in_flight)) as client:
+            await client.discover()
+            await client.warm(min(opts.max_in_flight, opts.active))
+            rep = Replayer(trace, client, clock, rd, topo, opts)
+            rep.prefetch(sessions)
+            await scraper.boundary()
+            loop_task = asyncio.create_task(scraper.loop())
+
+            async def dispatch(s: int, call: Call) -> None:
+                await rep.dispatch(s, call, sessions)
+            extra_out: dict[str, Any] = {}
+            try:
+                if opts.experiment == "short":
+                    dist = ClippedLogNormal.fit()
+                    log(describe_fit(dist, opts.seed))
+                    await run_short_gap(sessions, dispatch, clock, active=opts.active,
+                                        stagger_s=opts.stagger_s, dist=dist, seed=opts.seed)
+                elif opts.experiment == "long":
+                    pol = await run_long_gap(sessions, dispatch, clock, gap=opts.gap,
+                                             max_in_flight=opts.max_in_flight)
+                    extra_out["relaxed_starts"] = pol.relaxed
+                else:
+                    await run_timestamps(sessions, dispatch, clock, speed=opts.speed)
+            finally:
+                loop_task.cancel()
+                await asyncio.gather(loop_task, return_exceptions=True)
+                await scraper.boundary()
+                await scraper.aclose()
+    rd.close()
+    summary = summarise(rd.path)
+    summary["schedule"] = extra_out
+    rd.write_json("summary.json", summary)
+    return rd.path
+
+
+def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
+    """The stack of configuration ``name`` (:data:`CONFIGURATIONS`): ``base`` with its
+    configuration, disk tier and an own state directory (a fresh stack per run)."""
+    if name not in CONFIGURATIONS:
+        raise ConfigError(f"--configurations: {name!r} is not allowed; allowed values: "
+                          + ", ".join(CONFIGURATIONS))
+    conf, disk = CONFIGURATIONS[name]
+    store = dataclasses.replace(base.store, disk_tier=disk or base.store.disk_tier)
+    return dataclasses.replace(base, configuration=conf, store=store,
+                               state_dir=str(state_root / name))
+
+
+async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig,
+                     names: Sequence[str], seeds: Sequence[int], opts: ReplayOptions,
+                     out_dir: Path, *, log=print) -> list[Path]:
+    """Every configuration x seed, each on a fresh stack (embedded), in that order; external
+    mode runs once per seed, labelled with the stack's configuration."""
+    runs = []
+    external = base.mode == "external"
+    todo = [base.configuration] if external else list(names)
+    for seed in seeds:
+        for name in todo:
+            stack = base if external else stack_for(base, name, out_dir / ".stacks" / f"s{seed}")
+            label = f"{name}-s{seed}"
+            log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
+                f"{sum(map(len, sessions))} calls")
+            runs.append(await run_one(trace, sessions, stack,
+                                      dataclasses.replace(opts, seed=seed), out_dir, label,
+                                      log=log))
+            if not external:
+                shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
+    if not external:
+        shutil.rmtree(out_dir / ".stacks", ignore_errors=True)
+    return runs

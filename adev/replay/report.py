@@ -1,0 +1,170 @@
+"""The replay report: one row per configuration and seed, markdown + HTML through
+:mod:`adev.analysis.report` (``Doc``, ``Figure``, ``md_table``), with the TTFT distribution per
+configuration and throughput relative to recompute.
+
+``throughput_vs_recompute`` = throughput_rps / throughput_rps of the ``recompute`` run of the
+same seed (None when that run is not in the set).
+
+``crossover_tokens`` (:func:`crossover`): the shortest prompt length from which a configuration's
+median user TTFT is below recompute's (same seed) in every ``BIN_TOKENS``-token bin with calls in
+both runs; None when it never is, or without a recompute run.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Sequence
+
+import numpy as np
+import pandas as pd
+
+from ..analysis.plots import Figure, _cdf, _plt, _png
+from ..analysis.render import Doc, md_table
+from ..analysis.render import write as _write
+from ..records import RunDir
+from .traces import GROUPS
+
+COLS = ["label", "ok_calls", "errors", "throughput_rps", "throughput_vs_recompute",
+        "crossover_tokens", "ttft_p50_s",
+        "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "stickiness", "exact_output_share",
+        "store_load_bytes", "physical_read_bytes", "evictions", "evicted_bytes",
+        "disk_read_rate_Bps", "dispatch_delay_p99_s", "store_read_over_profile_p50",
+        "ttft_over_model_p50", "ttft_over_model_p99"]
+
+
+def _seed(label: str) -> str:
+    return label.rsplit("-s", 1)[-1] if "-s" in label else ""
+
+
+def table(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
+    df = pd.DataFrame(summaries)
+    if not len(df):
+        return df
+    df["label"] = df["label"].fillna(df["run"])
+    base = {_seed(r["label"]): r.get("throughput_rps") for _, r in df.iterrows()
+            if str(r["label"]).startswith("recompute-")}
+    df["throughput_vs_recompute"] = [
+        (r["throughput_rps"] / base[_seed(r["label"])])
+        if base.get(_seed(r["label"])) and r.get("throughput_rps") is not None else None
+        for _, r in df.iterrows()]
+    return df
+
+
+BIN_TOKENS = 8192
+
+
+def _ttft_by_bin(path: Path) -> dict[int, float]:
+    rows = [r for r in RunDir(path).read("replay") if r.get("ttft_s") is not None]
+    bins: dict[int, list[float]] = {}
+    for r in rows:
+        bins.setdefault((r["prompt_tokens"] - 1) // BIN_TOKENS, []).append(r["ttft_s"])
+    return {b: float(np.median(v)) for b, v in bins.items()}
+
+
+def crossover(run: Path, recompute: Path) -> int | None:
+    """Lower edge (tokens) of the first bin from which ``run`` beats ``recompute`` in every bin
+    both have (median user TTFT per :data:`BIN_TOKENS` bin of prompt length)."""
+    a, b = _ttft_by_bin(run), _ttft_by_bin(recompute)
+    common = sorted(set(a) & set(b))
+    start = None
+    for k in reversed(common):
+        if a[k] < b[k]:
+            start = k
+        else:
+            break
+    return None if start is None else start * BIN_TOKENS
+
+
+def _ttft_fig(runs: Sequence[Path]) -> Figure:
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 4))
+    drawn = 0
+    for p in runs:
+        tt = [r["ttft_s"] for r in RunDir(p).read("replay") if r.get("ttft_s") is not None]
+        if not tt:
+            continue
+        x, y = _cdf(np.array(tt))
+        line, = ax.plot(x, y, label=p.name)
+        for q in (50, 90, 99):
+            ax.plot([np.percentile(tt, q)], [q / 100], "o", color=line.get_color(), ms=4)
+        drawn += 1
+    if not drawn:
+        plt.close(fig)
+        return Figure("ttft", "User TTFT distribution", reason="no call completed")
+    ax.set_xscale("log")
+    ax.set_xlabel("user TTFT from dispatch (model s)")
+    ax.set_ylabel("share of calls")
+    ax.legend(fontsize=7)
+    return Figure("ttft", "User TTFT distribution", png=_png(fig),
+                  caption="Markers: p50, p90, p99.")
+
+
+def _throughput_fig(df: pd.DataFrame) -> Figure:
+    v = df.dropna(subset=["throughput_vs_recompute"]) if "throughput_vs_recompute" in df else df
+    if not len(v):
+        return Figure("throughput", "Throughput relative to recompute",
+                      reason="no recompute run of the same seed in this set")
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(7, 3.5))
+    ax.bar(v["label"], v["throughput_vs_recompute"])
+    ax.axhline(1.0, color="k", lw=0.8)
+    ax.set_ylabel("throughput / recompute")
+    ax.tick_params(axis="x", rotation=45, labelsize=7)
+    return Figure("throughput", "Throughput relative to recompute", png=_png(fig))
+
+
+def _bars_fig(key: str, title: str, labels: list[str], series: dict[str, list[float | None]],
+              ylabel: str, reason: str) -> Figure:
+    if not labels or not any(v is not None for vals in series.values() for v in vals):
+        return Figure(key, title, reason=reason)
+    plt = _plt()
+    fig, ax = plt.subplots(figsize=(8, 3.5))
+    w = 0.8 / max(1, len(series))
+    x = np.arange(len(labels))
+    for i, (name, vals) in enumerate(series.items()):
+        ax.bar(x + i * w, [np.nan if v is None else v for v in vals], w, label=name)
+    ax.set_xticks(x + w * (len(series) - 1) / 2, labels, rotation=45, fontsize=7)
+    ax.set_ylabel(ylabel)
+    ax.legend(fontsize=7)
+    return Figure(key, title, png=_png(fig))
+
+
+def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
+    sums = [json.loads((Path(p) / "summary.json").read_text()) for p in runs]
+    df = table(sums)
+    if len(df):
+        rec = {_seed(Path(p).name): Path(p) for p in runs if Path(p).name.startswith("recompute-")}
+        df["crossover_tokens"] = [
+            crossover(Path(p), rec[_seed(Path(p).name)]) if _seed(Path(p).name) in rec
+            and not Path(p).name.startswith("recompute-") else None for p in runs]
+    doc = Doc(title)
+    doc.blocks.append("## Configurations\n\n" + md_table(df, COLS))
+    groups = pd.DataFrame([{"label": s.get("label"), **(s.get("ttft_by_group_p50_s") or {})}
+                           for s in sums])
+    doc.blocks.append("## Median user TTFT by prompt length (model s)\n\n"
+                      + md_table(groups, ["label"] + [g for _, _, g in GROUPS]))
+    traffic = pd.DataFrame([{"label": s.get("label"), **(s.get("traffic_shares") or {})}
+                            for s in sums])
+    doc.blocks.append("## Prefill x decode traffic (share of calls)\n\n" + md_table(traffic))
+    doc.blocks.append(_throughput_fig(df))
+    doc.blocks.append(_ttft_fig([Path(p) for p in runs]))
+    labels = [str(s.get("label")) for s in sums]
+    doc.blocks.append(_bars_fig(
+        "ttft_groups", "Median user TTFT by prompt length", labels,
+        {g: [(s.get("ttft_by_group_p50_s") or {}).get(g) for s in sums] for _, _, g in GROUPS},
+        "model s", "no call completed"))
+    doc.blocks.append(_bars_fig(
+        "store_io", "Store loads against physical (disk-tier) reads", labels,
+        {k: [(s.get(k) or 0) / 2**40 if s.get(k) is not None else None for s in sums]
+         for k in ("store_load_bytes", "physical_read_bytes", "evicted_bytes")},
+        "TiB (model scale)", "no store counters in these runs"))
+    miss = [f"- {s.get('label')}: {k}: {v}" for s in sums
+            for k, v in (s.get("missing") or {}).items()]
+    if miss:
+        doc.blocks.append("## Not measured\n\n" + "\n".join(miss) + "\n")
+    return doc, df
+
+
+def write(runs: Sequence[Path], out: Path, title: str) -> Path:
+    doc, _ = build(runs, title)
+    return _write(doc, out)

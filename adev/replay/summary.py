@@ -1,0 +1,150 @@
+"""Figures of one replay run, computed from its records only (``replay.jsonl``, ``calls.jsonl``,
+``scrapes.jsonl``, ``manifest.json``). Formulas that the fleet analysis already defines are
+called from :mod:`adev.analysis.windows`, not restated. A figure that cannot be computed is None
+with its reason in ``missing``.
+
+- ``throughput_rps`` = OK calls / (last call end - first call ready), model seconds;
+- ``ttft_p50/p90/p99_s``: user TTFT (:class:`adev.replay.experiment.ReplayRecord.ttft_s`);
+  ``ttft_by_group_p50_s``: its median per prompt-length group;
+- ``itl_p50_s``: median of the calls' mean inter-token latency;
+- ``exact_output_share``: OK calls whose live output length equals the recorded one;
+- ``stickiness``: non-initial turns on their session's preferred prefill replica / non-initial
+  turns; ``traffic``: calls per ``"prefill>decode"`` pair, and ``traffic_shares``;
+- ``dispatch_delay_p99_s``: :func:`adev.analysis.windows.dispatch_delay` of the first request of
+  every call;
+- store figures, counter deltas between the first and last OK scrape of each target:
+  ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
+  bytes per block; ``physical_read_bytes`` = those loaded from the disk tier; ``evictions`` =
+  the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
+  (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.windows.disk_rate_estimate` over
+  the calls' tier split and load time;
+- host fidelity: ``store_read_over_profile_p50/p99``
+  (:func:`adev.analysis.windows.store_read_over_profile`) and ``ttft_over_model_p50/p99``
+  (:func:`adev.analysis.windows.ttft_model_error` of TTFT from send against the endpoint's
+  modelled TTFT), over the calls that carry the emulator's figures.
+"""
+from __future__ import annotations
+
+import math
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from ..analysis import counters as K
+from ..analysis.windows import (disk_rate_estimate, dispatch_delay, pct, store_read_over_profile,
+                                ttft_from_send, ttft_model_error)
+from ..records import RunDir
+from .traces import GROUPS
+
+
+def _f(x: float) -> float | None:
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+
+
+def _delta(scrapes: list[dict[str, Any]], names, match: dict[str, str] | None = None
+           ) -> float | None:
+    ok = [s for s in scrapes if s.get("ok") and K.value(s.get("samples") or {}, names, match)
+          is not None]
+    if len(ok) < 2:
+        return None
+    ok.sort(key=lambda s: s["t"])
+    return (K.value(ok[-1]["samples"], names, match) or 0.0) - (
+        K.value(ok[0]["samples"], names, match) or 0.0)
+
+
+def summarise(path: str | Path) -> dict[str, Any]:
+    from ..analysis.run import load_run
+    rd = RunDir(path)
+    man = rd.manifest()
+    recs = rd.read("replay")
+    missing: dict[str, str] = {}
+    out: dict[str, Any] = {"run": rd.path.name, "label": (man.get("replay") or {}).get("label"),
+                           "calls": len(recs), "missing": missing}
+    okr = [r for r in recs if r.get("status") == "ok" and r.get("ttft_s") is not None]
+    out["ok_calls"] = len(okr)
+    out["errors"] = len(recs) - len(okr)
+    if okr:
+        span = max(r["t_end"] for r in okr) - min(r["t_ready"] for r in okr)
+        out["throughput_rps"] = len(okr) / span if span > 0 else None
+        tt = np.array([r["ttft_s"] for r in okr])
+        for q in (50, 90, 99):
+            out[f"ttft_p{q}_s"] = _f(pct(tt, q))
+        out["ttft_by_group_p50_s"] = {
+            g: _f(pct([r["ttft_s"] for r in okr if r["group"] == g], 50)) for _, _, g in GROUPS}
+        out["calls_by_group"] = dict(Counter(r["group"] for r in okr))
+        out["itl_p50_s"] = _f(pct([r["itl_s"] for r in okr if r.get("itl_s") is not None], 50))
+        out["exact_output_share"] = float(np.mean(
+            [r.get("live_output_tokens") == max(1, r["recorded_output_tokens"]) for r in okr]))
+    else:
+        missing["ttft"] = "no call completed"
+    later = [r for r in recs if not r["initial"]]
+    out["stickiness"] = (sum(bool(r["sticky"]) for r in later) / len(later)) if later else None
+    if not later:
+        missing["stickiness"] = "no session had a second turn"
+    traffic = Counter(f"{r['prefill']}>{r['decode']}" for r in recs)
+    out["traffic"] = dict(sorted(traffic.items()))
+    n = sum(traffic.values())
+    out["traffic_shares"] = {k: v / n for k, v in sorted(traffic.items())} if n else {}
+
+    run = load_run(rd.path)
+    c = run.calls
+    if len(c):
+        ids = c["call_id"].astype(str)
+        pre = ids.str.endswith("-prefill")
+        first = c[(c["attempt"] == 0) & (pre if pre.any() else True)]
+        out["dispatch_delay_p99_s"] = _f(pct(dispatch_delay(first), 99))
+        okc = c[(c["status"] == "ok") & c["has_server"].astype(bool)]
+        rop = store_read_over_profile(okc["srv_read_path_host_s"], okc["srv_read_path_s"])
+        out["store_read_over_profile_p50"] = _f(pct(rop, 50))
+        out["store_read_over_profile_p99"] = _f(pct(rop, 99))
+        tom = ttft_model_error(ttft_from_send(okc), okc["srv_ttft_s"])
+        out["ttft_over_model_p50"] = _f(pct(tom, 50))
+        out["ttft_over_model_p99"] = _f(pct(tom, 99))
+        if not len(okc) and not (c["status"] == "ok").any():
+            missing["host_fidelity"] = "no call completed"
+        elif not len(okc):
+            missing["host_fidelity"] = "the endpoints report no emulator figures (real vLLM)"
+        bpt = run.bytes_per_token
+        if bpt:
+            ram_b = okc["srv_tok_store_ram"].fillna(0).to_numpy(float) * bpt
+            disk_b = okc["srv_tok_store_disk"].fillna(0).to_numpy(float) * bpt
+            rate = disk_rate_estimate(ram_b, disk_b, okc["srv_load_s"].to_numpy(float))
+            if isinstance(rate, str):
+                missing["disk_read_rate_Bps"] = rate
+                rate = None
+            out["disk_read_rate_Bps"] = rate
+    _store(out, run, missing)
+    return out
+
+
+def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
+    bpb = run.profile.bytes_per_block if run.profile else None
+    ram = disk = 0.0
+    seen = False
+    for name, ss in run.scrapes.items():
+        if name == "master":
+            continue
+        rows = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in ss]
+        r = _delta(rows, K.EMU_HIT_BLOCKS, {"tier": "ram"})
+        d = _delta(rows, K.EMU_HIT_BLOCKS, {"tier": "disk"})
+        if r is not None or d is not None:
+            seen = True
+            ram += r or 0.0
+            disk += d or 0.0
+    if seen and bpb:
+        out["store_load_bytes"] = (ram + disk) * bpb
+        out["physical_read_bytes"] = disk * bpb
+        out["store_load_blocks"] = ram + disk
+        out["physical_read_blocks"] = disk
+    else:
+        out["store_load_bytes"] = out["physical_read_bytes"] = None
+        missing["store_loads"] = "no store hit-block counters scraped (no store, or real vLLM)"
+    master = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in run.scrapes.get("master", [])]
+    out["evictions"] = _delta(master, K.EVICTIONS_OK)
+    eb = _delta(master, K.EVICTED_BYTES)
+    out["evicted_bytes"] = eb * run.payload_scale if eb is not None and run.payload_scale \
+        else None
+    if out["evictions"] is None:
+        missing["evictions"] = "no master eviction counters scraped (no store in this run)"

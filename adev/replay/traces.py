@@ -1,0 +1,170 @@
+"""``adev trace``: import traces into the adev trace format, export runs, print statistics.
+
+    adev trace import mooncake|openai|sharegpt IN --out TRACE.jsonl
+    adev trace export RUN --out TRACE.jsonl       # an adev run (calls.jsonl + reuse ledger)
+    adev trace stats TRACE.jsonl [--json]
+
+The format is described in :mod:`adev.replay.format` (and docs/replay.md); importers in
+:mod:`adev.replay.importers`.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from .format import Trace, TraceError, read_trace, write_trace
+from .importers import IMPORTERS, import_adev_run
+
+GROUPS = ((0, 32768, "<=32K"), (32768, 65536, "32-64K"), (65536, 98304, "64-96K"),
+          (98304, None, ">96K"))
+"""Prompt-length groups (tokens): (lower bound exclusive, upper bound inclusive, label)."""
+
+
+def length_group(prompt_tokens: int) -> str:
+    """The prompt-length group of a prompt: <=32K, 32-64K, 64-96K or >96K (K = 1024 tokens)."""
+    for lo, hi, label in GROUPS:
+        if prompt_tokens > lo and (hi is None or prompt_tokens <= hi):
+            return label
+    return GROUPS[0][2]
+
+
+def _q(a: np.ndarray, q: float) -> float | None:
+    return float(np.percentile(a, q)) if len(a) else None
+
+
+@dataclass
+class TraceStats:
+    """Figures of one trace. ``growth_per_turn``: prompt_tokens[k+1] - prompt_tokens[k] within a
+    session (tokens, p50 and mean over all consecutive pairs); ``gap``: t[k+1] - t[k] within a
+    session (seconds, where both calls have a time); ``interarrival``: consecutive call times
+    over the whole trace (seconds)."""
+
+    sessions: int
+    calls: int
+    turns_p50: float | None
+    turns_max: int
+    prompt_tokens_p50: float | None
+    prompt_tokens_p99: float | None
+    prompt_tokens_mean: float | None
+    output_tokens_mean: float | None
+    groups: dict[str, int]
+    growth_per_turn_p50: float | None
+    growth_per_turn_mean: float | None
+    gap_p50_s: float | None
+    gap_p90_s: float | None
+    gap_p99_s: float | None
+    interarrival_mean_s: float | None
+    duration_s: float | None
+    block_tokens: int
+
+
+def trace_stats(trace: Trace) -> TraceStats:
+    sess = trace.sessions()
+    pt = np.array([c.prompt_tokens for c in trace.calls], dtype=float)
+    ot = np.array([c.output_tokens for c in trace.calls], dtype=float)
+    groups = {label: 0 for _, _, label in GROUPS}
+    for c in trace.calls:
+        groups[length_group(c.prompt_tokens)] += 1
+    growth, gaps = [], []
+    for cs in sess.values():
+        for a, b in zip(cs, cs[1:]):
+            growth.append(b.prompt_tokens - a.prompt_tokens)
+            if a.t is not None and b.t is not None:
+                gaps.append(b.t - a.t)
+    g, gp = np.array(growth, dtype=float), np.array(gaps, dtype=float)
+    ts = np.sort(np.array([c.t for c in trace.calls if c.t is not None], dtype=float))
+    turns = np.array([len(cs) for cs in sess.values()], dtype=float)
+    return TraceStats(
+        sessions=len(sess), calls=len(trace.calls), turns_p50=_q(turns, 50),
+        turns_max=int(turns.max()) if len(turns) else 0,
+        prompt_tokens_p50=_q(pt, 50), prompt_tokens_p99=_q(pt, 99),
+        prompt_tokens_mean=float(pt.mean()) if len(pt) else None,
+        output_tokens_mean=float(ot.mean()) if len(ot) else None, groups=groups,
+        growth_per_turn_p50=_q(g, 50), growth_per_turn_mean=float(g.mean()) if len(g) else None,
+        gap_p50_s=_q(gp, 50), gap_p90_s=_q(gp, 90), gap_p99_s=_q(gp, 99),
+        interarrival_mean_s=float(np.diff(ts).mean()) if len(ts) > 1 else None,
+        duration_s=float(ts[-1] - ts[0]) if len(ts) > 1 else None,
+        block_tokens=trace.block_tokens)
+
+
+def format_stats(s: TraceStats) -> str:
+    def f(v: Any, nd: int = 0) -> str:
+        return "n/a" if v is None else (f"{v:,.{nd}f}" if isinstance(v, float) else f"{v:,}")
+    lines = [f"sessions {f(s.sessions)}, calls {f(s.calls)} (turns per session p50 "
+             f"{f(s.turns_p50)}, max {f(s.turns_max)}); {s.block_tokens} tokens per block",
+             f"prompt tokens: p50 {f(s.prompt_tokens_p50)}, p99 {f(s.prompt_tokens_p99)}, mean "
+             f"{f(s.prompt_tokens_mean)}; output tokens mean {f(s.output_tokens_mean)}",
+             "prompt-length groups: " + ", ".join(f"{k} {v:,}" for k, v in s.groups.items()),
+             f"context growth per turn: p50 {f(s.growth_per_turn_p50)}, mean "
+             f"{f(s.growth_per_turn_mean)} tokens",
+             f"gap between a session's turns: p50 {f(s.gap_p50_s, 2)} s, p90 {f(s.gap_p90_s, 2)}"
+             f" s, p99 {f(s.gap_p99_s, 2)} s; mean inter-arrival {f(s.interarrival_mean_s, 3)} s"
+             f" over {f(s.duration_s, 1)} s"]
+    return "\n".join(lines)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def _fail(msg: str) -> int:
+    print(f"adev trace: {msg}", file=sys.stderr)
+    return 2
+
+
+def _write(trace: Trace, out: str) -> int:
+    p = Path(out)
+    if p.exists():
+        return _fail(f"--out {p}: file exists; choose another name (nothing was overwritten)")
+    write_trace(trace, p)
+    print(f"wrote {p}: {len(trace.calls):,} calls, {len(trace.sessions()):,} sessions")
+    return 0
+
+
+def _cmd_import(args: argparse.Namespace) -> int:
+    try:
+        trace = IMPORTERS[args.kind](args.input)
+    except TraceError as e:
+        return _fail(str(e))
+    return _write(trace, args.out)
+
+
+def _cmd_export(args: argparse.Namespace) -> int:
+    try:
+        trace = import_adev_run(args.run)
+    except TraceError as e:
+        return _fail(str(e))
+    return _write(trace, args.out)
+
+
+def _cmd_stats(args: argparse.Namespace) -> int:
+    try:
+        s = trace_stats(read_trace(args.trace))
+    except TraceError as e:
+        return _fail(str(e))
+    print(json.dumps(asdict(s), indent=2) if args.json else format_stats(s))
+    return 0
+
+
+def register(subparsers: Any) -> None:
+    p = subparsers.add_parser("trace", help="import, export and describe replay traces")
+    sub = p.add_subparsers(dest="trace_cmd", metavar="CMD", required=True)
+    i = sub.add_parser("import", help="convert a Mooncake / OpenAI-message / ShareGPT trace")
+    i.add_argument("kind", choices=sorted(IMPORTERS))
+    i.add_argument("input")
+    i.add_argument("--out", required=True, help="the adev trace file to write (JSONL)")
+    i.set_defaults(func=_cmd_import)
+    e = sub.add_parser("export", help="an adev run (calls + reuse ledger) as a trace")
+    e.add_argument("run")
+    e.add_argument("--out", required=True)
+    e.set_defaults(func=_cmd_export)
+    s = sub.add_parser("stats", help="sessions, calls, prompt lengths, growth and gaps")
+    s.add_argument("trace")
+    s.add_argument("--json", action="store_true")
+    s.set_defaults(func=_cmd_stats)

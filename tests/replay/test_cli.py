@@ -1,0 +1,46 @@
+"""``adev replay`` argument errors: one line, exit 2, nothing started."""
+from __future__ import annotations
+
+import pytest
+
+from adev.cli import main
+from adev.replay.cli import _names, _seeds, default_stack
+from adev.replay.experiment import CONFIGURATIONS, stack_for
+from adev.replay.format import Call, Trace, write_trace
+
+
+def test_configurations_and_seeds():
+    assert _names("all") == list(CONFIGURATIONS) and len(CONFIGURATIONS) == 6
+    assert _names("recompute, disk-only") == ["recompute", "disk-only"]
+    assert _seeds("2") == [0, 1] and _seeds("3,5") == [3, 5]
+
+
+def test_stack_for_each_configuration(tmp_path):
+    base = default_stack()
+    s = stack_for(base, "store-ram+nvmeof", tmp_path)
+    assert (s.configuration, s.store.disk_tier) == ("store-ram+disk", "remote-nvmeof")
+    assert s.state_dir == str(tmp_path / "store-ram+nvmeof")
+    assert stack_for(base, "store-ram+raid0", tmp_path).store.disk_tier == "local-raid0"
+    assert stack_for(base, "recompute", tmp_path).configuration == "recompute"
+    assert [e.name for e in base.endpoints][:2] == ["p0", "p1"]
+
+
+@pytest.mark.parametrize("args, msg", [
+    (["--configurations", "ram-only"], "--configurations: ['ram-only'] not allowed"),
+    (["--seeds", "x"], "--seeds: 'x' is not allowed"),
+])
+def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
+    assert main(["replay", str(p), *args, "--out", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err
+    assert msg in err and err.count("\n") == 1
+
+
+def test_bad_trace_and_no_sessions_exit_2(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"timestamp": 0}\n')
+    assert main(["replay", str(bad)]) == 2
+    assert "bad.jsonl:1: field 'format'" in capsys.readouterr().err
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1)]), tmp_path / "t.jsonl")
+    assert main(["replay", str(p), "--min-turns", "2"]) == 2
+    assert "no session" in capsys.readouterr().err

@@ -1,0 +1,67 @@
+"""Replay figures from hand-made records, worked by hand."""
+from __future__ import annotations
+
+import pytest
+
+from adev.config import load_model_profile
+from adev.manifest import build_manifest
+from adev.records import CallRecord, RunDir, ScrapeRecord
+from adev.replay.cli import default_stack
+from adev.replay.experiment import ReplayRecord
+from adev.replay.summary import summarise
+
+
+def _rec(turn, **kw):
+    base = dict(run_id="r", session="s", turn=turn, call_id=f"c{turn}", prompt_tokens=1000,
+                group="<=32K", recorded_output_tokens=10, prefill="p0", decode="colocated",
+                preferred=None, initial=True, sticky=None, t_ready=0.0)
+    return ReplayRecord(**{**base, **kw})
+
+
+def test_summary_by_hand(tmp_path):
+    stack = default_stack()
+    rd = RunDir.create("r", base=tmp_path)
+    rd.write_json("manifest.json", build_manifest("r", config={"stack": stack}, time_scale=10.0))
+    rd.append(_rec(0, t_ready=0.0, t_first_token=1.0, t_end=5.0, ttft_s=1.0, itl_s=0.1,
+                   live_output_tokens=10))
+    rd.append(_rec(1, t_ready=2.0, t_first_token=5.0, t_end=10.0, ttft_s=3.0, itl_s=0.3,
+                   live_output_tokens=10, initial=False, sticky=True, preferred="p0",
+                   prompt_tokens=40000, group="32-64K"))
+    rd.append(_rec(2, t_ready=4.0, t_first_token=6.0, t_end=8.0, ttft_s=2.0, itl_s=0.2,
+                   live_output_tokens=9, initial=False, sticky=False, preferred="p1"))
+    rd.append(_rec(3, status="error", error="HTTP 500"))
+    srv = lambda ttft, rp, host: {"ttft_s": ttft, "read_path_s": rp, "read_path_host_s": host,  # noqa: E731
+                                  "load_s": rp, "tokens": {"store_ram": 0, "store_disk": 0}}
+    rd.append(CallRecord(run_id="r", session_id="s", call_id="c0", endpoint="p0",
+                         t_scheduled=0.0, t_sent=0.01, t_first_content=1.11, t_end=5.0,
+                         server=srv(1.0, 0.1, 0.15)))
+    rd.append(CallRecord(run_id="r", session_id="s", call_id="c1", endpoint="p0",
+                         t_scheduled=1.98, t_sent=2.0, t_first_content=4.0, t_end=10.0,
+                         server=srv(2.0, 0.2, 0.2)))
+    hit = 'adev_emulator_store_hit_blocks_total{tier="%s"}'
+    for t, ram, disk, ev, evb in ((0.0, 10, 0, 3, 100), (10.0, 30, 5, 7, 600)):
+        rd.append(ScrapeRecord(run_id="r", target="p0", url="u", t=t, ok=True,
+                               samples={hit % "ram": ram, hit % "disk": disk}))
+        rd.append(ScrapeRecord(run_id="r", target="master", url="m", t=t, ok=True,
+                               samples={"master_successful_evictions_total": ev,
+                                        "master_evicted_size_bytes": evb}))
+    rd.close()
+    s = summarise(rd.path)
+    assert (s["calls"], s["ok_calls"], s["errors"]) == (4, 3, 1)
+    assert s["throughput_rps"] == pytest.approx(3 / 10.0)        # 3 OK over [0, 10]
+    assert s["ttft_p50_s"] == pytest.approx(2.0)
+    assert s["ttft_p90_s"] == pytest.approx(2.8)                 # 2 + 0.8 * (3 - 2)
+    assert s["ttft_by_group_p50_s"]["<=32K"] == pytest.approx(1.5)
+    assert s["ttft_by_group_p50_s"]["32-64K"] == pytest.approx(3.0)
+    assert s["ttft_by_group_p50_s"][">96K"] is None
+    assert s["itl_p50_s"] == pytest.approx(0.2)
+    assert s["exact_output_share"] == pytest.approx(2 / 3)
+    assert s["stickiness"] == 0.5
+    assert s["traffic"] == {"p0>colocated": 4}
+    assert s["dispatch_delay_p99_s"] == pytest.approx(0.01 + 0.99 * 0.01)
+    assert s["store_read_over_profile_p50"] == pytest.approx(1.25)   # 1.5 and 1.0
+    assert s["ttft_over_model_p50"] == pytest.approx(0.05)           # 0.1 and 0.0
+    bpb = load_model_profile(stack.profile).bytes_per_block
+    assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == 5 * bpb
+    assert s["evictions"] == 4
+    assert s["evicted_bytes"] == 500 * stack.payload_scale

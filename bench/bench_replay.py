@@ -63,6 +63,8 @@ def bench_import(path: Path, repeat: int) -> None:
 
 
 async def bench_dispatch(path: Path, sessions_n: int, gap: int, max_context: int) -> None:
+    import pandas as pd
+
     from adev.client.llm import Endpoint, LLMClient
     from adev.clock import RunClock
     from adev.records import RunDir
@@ -70,7 +72,6 @@ async def bench_dispatch(path: Path, sessions_n: int, gap: int, max_context: int
     from adev.replay.experiment import ReplayOptions, run_one, select_sessions, topology
     from adev.replay.format import prompt_ids
     from adev.stack import running_stack
-    import pandas as pd
     tr = import_mooncake(path)
     sessions = select_sessions(tr, sessions=sessions_n, min_turns=2, max_context=max_context)
     calls = [c for cs in sessions for c in cs]

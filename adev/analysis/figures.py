@@ -12,6 +12,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+
 def busy_time(starts: np.ndarray, ends: np.ndarray, t0: float, t1: float) -> float:
     """Busy time B = | U_i [s_i, e_i] ∩ [t0, t1) |: the length of the union of the intervals in
     which at least one request is outstanding (sent .. last byte), clipped to the window.
@@ -103,9 +104,9 @@ def tier_tokens_from_bytes(master_bytes: float, payload_scale: float,
 def disk_fraction(ram: float, disk: float) -> float:
     """Disk tier's share of store reads = disk / (ram + disk), from counter deltas: the
     endpoint's blocks served per tier (``adev_emulator_store_hit_blocks_total{tier}`` -
-    ``adev_emulator_store_load_failed_blocks_total{tier}``) where it exports them, else the master's ``file_cache_hit_bytes`` / (``mem_cache_hit_bytes`` +
-    ``file_cache_hit_bytes``) (global: the same share for every endpoint). Each endpoint's store
-    tokens are split RAM/disk by it."""
+    ``adev_emulator_store_load_failed_blocks_total{tier}``) where it exports them, else the master's
+    ``file_cache_hit_bytes`` / (``mem_cache_hit_bytes`` + ``file_cache_hit_bytes``) (global: the
+    same share for every endpoint). Each endpoint's store tokens are split RAM/disk by it."""
     return disk / (ram + disk)
 
 

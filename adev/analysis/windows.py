@@ -1,10 +1,11 @@
 """Window analytics (docs/design.md §5.1): per endpoint and window W = [t0, t1).
 
 Each figure is defined once in :mod:`adev.analysis.figures`, as a function with its formula in
-the docstring (re-exported here); :func:`analyse_window` assembles them into one :class:`WindowFigures` per (window, endpoint),
-plus an ``ALL`` row that pools the endpoints (tokens and busy times summed, ratios recomputed
-from the sums, percentiles over all calls). :func:`window_table` returns every window of a run
-as a pandas DataFrame. A figure whose inputs are missing is NaN and ``missing[figure]`` says why.
+the docstring (re-exported here); :func:`analyse_window` assembles them into one
+:class:`WindowFigures` per (window, endpoint), plus an ``ALL`` row that pools the endpoints
+(tokens and busy times summed, ratios recomputed from the sums, percentiles over all calls).
+:func:`window_table` returns every window of a run as a pandas DataFrame. A figure whose inputs
+are missing is NaN and ``missing[figure]`` says why.
 
 Attribution: call-level figures (TTFT, dispatch delay, keys per call, refusals) use the calls
 *sent* in W. Counter figures use the counter span (the boundary scrapes nearest t0 and t1, see
@@ -30,12 +31,29 @@ import numpy as np
 import pandas as pd
 
 from . import counters as C
-from .figures import (busy_time, disk_fraction, disk_rate_estimate, dispatch_delay,  # noqa: F401
-                      effective_read_rate, gross_saving, hit_share, in_flight, net_saving,
-                      net_saving_full, pct, recompute_rate, refusal_share, rel_diff,
-                      served_store_tokens, store_hit_rate, store_read_over_profile,
-                      tier_tokens_from_bytes, ttft_from_schedule, ttft_from_send,
-                      ttft_model_error)
+from .figures import (  # noqa: F401
+    busy_time,
+    disk_fraction,
+    disk_rate_estimate,
+    dispatch_delay,
+    effective_read_rate,
+    gross_saving,
+    hit_share,
+    in_flight,
+    net_saving,
+    net_saving_full,
+    pct,
+    recompute_rate,
+    refusal_share,
+    rel_diff,
+    served_store_tokens,
+    store_hit_rate,
+    store_read_over_profile,
+    tier_tokens_from_bytes,
+    ttft_from_schedule,
+    ttft_from_send,
+    ttft_model_error,
+)
 from .run import Run
 
 GiB = 1024 ** 3
@@ -258,7 +276,7 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
             setattr(fig, name, d.value)
         else:
             fig.missing[name] = d.reason
-    ref = next((d for d in (d_ext, d_gpu, d_prompt) if d.ok), None)
+    ref = next((d for d in (d_ext, d_gpu, d_prompt) if isinstance(d, C.Delta)), None)
     if ref is not None:
         fig.span_from, fig.span_to = ref.t_from, ref.t_to
         fig.busy_span_s = busy_time(starts, ends, ref.t_from, ref.t_to)
@@ -353,7 +371,7 @@ def _master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master", idle=idle)
     d_file = C.counter_delta(ms, C.FILE_HIT_BYTES, t0, t1, target="master", idle=idle)
     if not (d_mem.ok and d_file.ok):
-        why = d_mem.reason or d_file.reason
+        why = C.why(d_mem, d_file)
         for k in ("disk_fraction", "store_ram_tokens", "store_disk_tokens"):
             fig.missing[k] = why
         return
@@ -548,7 +566,7 @@ def _master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     scale = run.payload_scale
     idle = _master_idle(run)
 
-    def d(names) -> C.Delta:
+    def d(names) -> C.Delta | C.NoDelta:
         return C.counter_delta(ms, names, t0, t1, target="master", idle=idle)
 
     for name, names in (("master_put_alloc_failures", C.PUT_ALLOC_FAILURES),
@@ -576,7 +594,7 @@ def _master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
             fig.store_disk_gib = fil.value * scale / GiB
             fig.store_gib_served = fig.store_ram_gib + fig.store_disk_gib
         else:
-            fig.missing["store_gib_served"] = mem.reason or fil.reason
+            fig.missing["store_gib_served"] = C.why(mem, fil)
     if math.isnan(fig.refused_share):
         if not math.isnan(fig.master_batch_put_items) and fig.master_batch_put_items > 0:
             fig.refused_share = refusal_share(fig.master_batch_put_failed_items,
@@ -618,7 +636,7 @@ def cross_check(run: Run) -> pd.DataFrame:
 
 def window_table(run: Run) -> pd.DataFrame:
     """Every window of the run x (endpoints + ALL) as a DataFrame (one row per figure set)."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for w in run.measurement_windows():
         rows.extend(asdict(f) for f in analyse_window(run, w))
     if not rows:

@@ -53,7 +53,7 @@ import re
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 import aiohttp
 import openai
@@ -61,6 +61,9 @@ from aiohttp.client_proto import ResponseHandler
 
 from ..clock import RunClock
 from ..records import CallRecord
+
+if TYPE_CHECKING:
+    import numpy as np
 
 __all__ = ["Endpoint", "RetryPolicy", "LLMClient", "ChatResult", "ToolCallOut", "LLMError",
            "ContextLengthError", "LedgerHook"]
@@ -315,14 +318,15 @@ class LLMClient:
                                 session_id=session_id, call_id=call_id, role=role, round=round,
                                 step=step)
 
-    async def completion(self, endpoint: str, prompt: list[int] | str, *, max_tokens: int,
+    async def completion(self, endpoint: str, prompt: list[int] | np.ndarray | str, *, max_tokens: int,
                          min_tokens: int | None = None, ignore_eos: bool = False,
                          stream: bool = True, temperature: float | None = None,
                          session_id: str = "", call_id: str = "", role: str = "",
                          round: int = 0, step: int = 0, t_scheduled: float | None = None,
                          extra_body: dict[str, Any] | None = None) -> ChatResult:
-        """One ``POST /v1/completions`` (vLLM's interface; ``prompt`` may be a list of token ids,
-        so no tokenizer round trip changes the prompt), streamed unless ``stream`` is False.
+        """One ``POST /v1/completions`` (vLLM's interface; ``prompt`` may be token ids, a list or
+        a numpy array, so no tokenizer round trip changes the prompt), streamed unless ``stream``
+        is False.
         ``min_tokens``/``ignore_eos`` are vLLM's sampling extensions (an exact output length
         when ``min_tokens == max_tokens`` and ``ignore_eos``). The result's ``content`` is the
         generated text; ``kv_transfer_params`` the answer's field of that name (vLLM's

@@ -18,7 +18,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import ROOT, ConfigError, EndpointSpec, StackConfig, load_stack, parse_cpu_list
+from ..config import ROOT, ConfigError, EndpointSpec, KvRole, StackConfig, load_stack, parse_cpu_list
 from .experiment import CONFIGURATIONS, EXPERIMENTS, ReplayOptions, run_matrix, select_sessions
 from .format import TraceError, read_trace
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
@@ -29,12 +29,13 @@ def default_stack(**overrides: Any) -> StackConfig:
     base = load_stack()
     has_role = "kv_role" in {f.name for f in dataclasses.fields(EndpointSpec)}
     if has_role:
-        eps = [EndpointSpec(n, kv_role=r) for n, r in  # type: ignore[call-arg]
-               (("p0", "producer"), ("p1", "producer"), ("d0", "consumer"), ("d1", "consumer"))]
+        roles: tuple[tuple[str, KvRole], ...] = (("p0", "producer"), ("p1", "producer"),
+                                                 ("d0", "consumer"), ("d1", "consumer"))
+        eps = [EndpointSpec(n, kv_role=r) for n, r in roles]
     else:
         eps = [EndpointSpec("p0"), EndpointSpec("p1")]
     try:
-        from ..emulator.policies import POLICIES as EMU_POLICIES  # type: ignore[attr-defined]
+        from ..emulator.policies import POLICIES as EMU_POLICIES
         policy = "replay" if "replay" in EMU_POLICIES else "length"
     except ImportError:
         policy = "length"

@@ -23,26 +23,26 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shutil
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Sequence
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from ..client.llm import Endpoint, LLMClient, LLMError
 from ..clock import RunClock
-from ..config import ConfigError, StackConfig
+from ..config import ConfigError, Configuration, StackConfig
 from ..records import RunDir
 from .format import Call, Trace, prompt_ids
-from .routing import DEFAULT_THRESHOLD_TOKENS, Route, Router
-from .schedules import (ClippedLogNormal, describe_fit, run_long_gap, run_short_gap,
-                        run_timestamps)
+from .routing import DEFAULT_THRESHOLD_TOKENS, Policy, Route, Router
+from .schedules import ClippedLogNormal, describe_fit, run_long_gap, run_short_gap, run_timestamps
 from .traces import length_group
 
 Experiment = Literal["short", "long", "timestamps"]
 EXPERIMENTS = ("short", "long", "timestamps")
 
-CONFIGURATIONS: dict[str, tuple[str, str | None]] = {
+CONFIGURATIONS: dict[str, tuple[Configuration, str | None]] = {
     "recompute": ("recompute", None),
     "gpu-only": ("gpu-only", None),
     "store-ram": ("store-ram", None),
@@ -96,7 +96,7 @@ class ReplayRecord:
 @dataclass
 class ReplayOptions:
     experiment: Experiment = "short"
-    routing: str = "soft-sticky"
+    routing: Policy = "soft-sticky"
     threshold_tokens: int = DEFAULT_THRESHOLD_TOKENS
     active: int = 16
     stagger_s: float = 30.0
@@ -229,7 +229,7 @@ class Replayer:
     async def _send(self, call: Call, ids: np.ndarray, out: int, route: Route, t_ready: float,
                     call_id: str):
         c, t = self.client, self.topo
-        common = dict(session_id=call.session, round=call.turn, role="replay")
+        common: dict[str, Any] = {"session_id": call.session, "round": call.turn, "role": "replay"}
         pre = t.prefill[route.prefill]
         if not t.disaggregated:
             try:

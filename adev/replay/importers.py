@@ -24,8 +24,9 @@ file, the line (or item) and the field.
 from __future__ import annotations
 
 import math
+from collections.abc import Iterator
 from pathlib import Path
-from typing import Any, Iterator
+from typing import Any
 
 import numpy as np
 import orjson
@@ -90,13 +91,14 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS)
             raise TraceError(f"{w}: field 'hash_ids': {len(ids)} ids for input_length {n_in}; "
                              f"expected ceil({n_in}/{block_tokens}) = {need}")
         # walk the trie: the deepest node (> 1 block deep) where an earlier call ended
-        node, best, path = 0, None, []
+        node, best = 0, None
+        nodes: list[int] = []  # the trie nodes of this request's blocks
         for k, b in enumerate(ids):
             nxt = trie.get((node, b))
             if nxt is None:
                 break
             node = nxt
-            path.append(node)
+            nodes.append(node)
             if k >= 1 and node in ends:
                 best = ends[node]
         if best is not None:
@@ -105,14 +107,14 @@ def import_mooncake(path: str | Path, block_tokens: int = MOONCAKE_BLOCK_TOKENS)
             s = len(turns)
             turns.append(0)
         # insert the rest of the path
-        for b in ids[len(path):]:
+        for b in ids[len(nodes):]:
             nxt = len(trie) + 1
             trie[(node, b)] = nxt
             node = nxt
-            path.append(node)
-        ends[path[-1]] = len(calls)
-        if n_in % block_tokens and len(path) > 1:
-            ends[path[-2]] = len(calls)  # the complete blocks (a partial last block changes)
+            nodes.append(node)
+        ends[nodes[-1]] = len(calls)
+        if n_in % block_tokens and len(nodes) > 1:
+            ends[nodes[-2]] = len(calls)  # the complete blocks (a partial last block changes)
         sess_of.append(s)
         calls.append(Call(session=f"s{s:05d}", turn=turns[s], t=ts / 1000.0, blocks=ids,
                           prompt_tokens=n_in, output_tokens=n_out))
@@ -139,7 +141,7 @@ def import_adev_run(run: str | Path) -> Trace:
         led = read_ledger(rd.path)
     except FileNotFoundError as e:
         raise TraceError(f"{rd.path}: {e}; the run was made without a reuse ledger") from None
-    out_len: dict[tuple[str, str], int] = {}
+    out_len: dict[tuple[Any, Any], int] = {}  # (session_id, call_id) -> completion tokens
     for no, r in enumerate(rd.iter_records("calls"), 1):
         if r.get("status") == "ok":
             ct = r.get("completion_tokens")
@@ -154,7 +156,7 @@ def import_adev_run(run: str | Path) -> Trace:
     bs = int(led.meta.get("block_size", 16))
     per_session: dict[str, list[Call]] = {}
     skipped = 0
-    for i, lc in enumerate(sorted(led.calls, key=lambda c: (c["t"], c["call"]))):
+    for lc in sorted(led.calls, key=lambda c: (c["t"], c["call"])):
         key = (lc.get("session_id"), lc.get("call_id"))
         if key not in out_len:
             skipped += 1
@@ -218,7 +220,8 @@ class _Tokenised:
             if m["role"] != "assistant" or i == 0:
                 continue
             ids = self.tok.apply_chat_template(msgs[:i], None, True)
-            text = m.get("content") if isinstance(m.get("content"), str) else ""
+            content = m.get("content")
+            text = content if isinstance(content, str) else ""
             keys = block_keys(ids, self.bt).tolist()
             nfull = len(keys) * self.bt
             for j, k in enumerate(keys):
@@ -269,9 +272,9 @@ def import_sharegpt(path: str | Path, block_tokens: int = CHAT_BLOCK_TOKENS) -> 
             raise TraceError(f"{w}: field 'conversations': expected a non-empty list")
         msgs = []
         for i, m in enumerate(conv):
-            role = _SHAREGPT_ROLES.get(m.get("from")) if isinstance(m, dict) else None
+            got = m.get("from") if isinstance(m, dict) else m
+            role = _SHAREGPT_ROLES.get(got) if isinstance(got, str) else None  # untrusted: any JSON
             if role is None:
-                got = m.get("from") if isinstance(m, dict) else m
                 raise TraceError(f"{w}: field 'conversations[{i}].from': {got!r} is not allowed; "
                                  "allowed values: human, gpt, system, tool")
             v = m.get("value")

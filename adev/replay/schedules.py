@@ -27,8 +27,8 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Awaitable, Callable, Sequence
 
 import numpy as np
 
@@ -71,7 +71,7 @@ class ClippedLogNormal:
 
     @classmethod
     def fit(cls, mean: float = TARGET_MEAN_S, p50: float = TARGET_P50_S, p90: float = TARGET_P90_S,
-            p99: float = TARGET_P99_S, cap: float = CAP_S) -> "ClippedLogNormal":
+            p99: float = TARGET_P99_S, cap: float = CAP_S) -> ClippedLogNormal:
         """Least squares over the log-ratios of the four targets (mean, p50, p90, p99)."""
         from scipy.optimize import minimize
 

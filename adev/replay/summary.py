@@ -33,8 +33,14 @@ from typing import Any
 import numpy as np
 
 from ..analysis import counters as K
-from ..analysis.windows import (disk_rate_estimate, dispatch_delay, pct, store_read_over_profile,
-                                ttft_from_send, ttft_model_error)
+from ..analysis.windows import (
+    disk_rate_estimate,
+    dispatch_delay,
+    pct,
+    store_read_over_profile,
+    ttft_from_send,
+    ttft_model_error,
+)
 from ..records import RunDir
 from .traces import GROUPS
 
@@ -110,7 +116,7 @@ def summarise(path: str | Path) -> dict[str, Any]:
         if bpt:
             ram_b = okc["srv_tok_store_ram"].fillna(0).to_numpy(float) * bpt
             disk_b = okc["srv_tok_store_disk"].fillna(0).to_numpy(float) * bpt
-            rate = disk_rate_estimate(ram_b, disk_b, okc["srv_load_s"].to_numpy(float))
+            rate: float | str | None = disk_rate_estimate(ram_b, disk_b, okc["srv_load_s"].to_numpy(float))
             if isinstance(rate, str):
                 missing["disk_read_rate_Bps"] = rate
                 rate = None

@@ -10,6 +10,7 @@ The format is described in :mod:`adev.replay.format` (and docs/replay.md); impor
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import sys
 from dataclasses import asdict, dataclass
@@ -73,7 +74,7 @@ def trace_stats(trace: Trace) -> TraceStats:
         groups[length_group(c.prompt_tokens)] += 1
     growth, gaps = [], []
     for cs in sess.values():
-        for a, b in zip(cs, cs[1:]):
+        for a, b in itertools.pairwise(cs):
             growth.append(b.prompt_tokens - a.prompt_tokens)
             if a.t is not None and b.t is not None:
                 gaps.append(b.t - a.t)

@@ -15,7 +15,7 @@ class FakeVLLM:
         self.runner = None
         self.url = ""
 
-    async def start(self) -> "FakeVLLM":
+    async def start(self) -> FakeVLLM:
         app = web.Application(client_max_size=64 * 1024 * 1024)
         app.router.add_post("/v1/completions", self.completions)
         app.router.add_get("/v1/models", self.models)

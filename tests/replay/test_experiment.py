@@ -8,10 +8,9 @@ import json
 
 from adev.client.llm import Endpoint, LLMClient
 from adev.clock import RunClock
-from adev.config import from_dict, StackConfig
+from adev.config import StackConfig, from_dict
 from adev.records import RunDir
-from adev.replay.experiment import (PREFILL_PARAMS, ReplayOptions, Replayer, Topology, run_one,
-                                    select_sessions)
+from adev.replay.experiment import PREFILL_PARAMS, Replayer, ReplayOptions, Topology, run_one, select_sessions
 from adev.replay.format import Call, Trace, prompt_ids
 from adev.replay.schedules import run_long_gap
 from tests.replay.fake_vllm import FakeVLLM

@@ -5,8 +5,18 @@ import numpy as np
 import orjson
 import pytest
 
-from adev.replay.format import (NUM_PLAIN, Call, Trace, TraceError, filler, prompt_ids,
-                                read_trace, synth_block, synth_blocks, write_trace)
+from adev.replay.format import (
+    NUM_PLAIN,
+    Call,
+    Trace,
+    TraceError,
+    filler,
+    prompt_ids,
+    read_trace,
+    synth_block,
+    synth_blocks,
+    write_trace,
+)
 
 
 def test_synth_block_is_deterministic_and_distinct():

@@ -11,8 +11,7 @@ from adev.analysis.ledger import LedgerWriter, block_keys
 from adev.emulator.tokenizer import Tokenizer
 from adev.records import CallRecord, RunDir
 from adev.replay.format import TraceError, prompt_ids, read_trace, write_trace
-from adev.replay.importers import (import_adev_run, import_mooncake, import_openai,
-                                   import_sharegpt)
+from adev.replay.importers import import_adev_run, import_mooncake, import_openai, import_sharegpt
 
 
 def _jsonl(tmp_path, rows, name="in.jsonl"):
@@ -89,7 +88,7 @@ def test_openai_each_assistant_message_is_a_call(tmp_path):
     t = import_openai(_jsonl(tmp_path, [{"id": "x", "messages": CONV}]), block_tokens=8)
     tok = Tokenizer()
     assert [(c.session, c.turn) for c in t.calls] == [("x", 0), ("x", 1)]
-    for c, k in zip(t.calls, (2, 4)):
+    for c, k in zip(t.calls, (2, 4), strict=True):
         want = tok.apply_chat_template(CONV[:k], None, True)
         assert prompt_ids(t, c).tolist() == want
         assert c.prompt_tokens == len(want)
@@ -119,6 +118,11 @@ def test_sharegpt_json_array_and_bad_item(tmp_path):
                              {"id": "c2", "conversations": [{"from": "bot", "value": "x"}]}]))
     with pytest.raises(TraceError, match=r"sg\.json: item 1: field 'conversations\[0\]\.from': "
                                          r"'bot' is not allowed"):
+        import_sharegpt(p)
+    # a "from" that is no string (a list is not even hashable) is named the same way
+    p.write_text(json.dumps([{"id": "c1", "conversations": [{"from": ["gpt"], "value": "x"}]}]))
+    with pytest.raises(TraceError, match=r"sg\.json: item 0: field 'conversations\[0\]\.from': "
+                                         r"\['gpt'\] is not allowed"):
         import_sharegpt(p)
 
 

@@ -10,8 +10,14 @@ import pytest
 
 from adev.clock import RunClock
 from adev.replay.format import Call
-from adev.replay.schedules import (ClippedLogNormal, LongGapPolicy, describe_fit, run_long_gap,
-                                   run_short_gap, run_timestamps)
+from adev.replay.schedules import (
+    ClippedLogNormal,
+    LongGapPolicy,
+    describe_fit,
+    run_long_gap,
+    run_short_gap,
+    run_timestamps,
+)
 
 
 def test_fit_matches_published_distribution():

@@ -210,7 +210,32 @@ def _default(o: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(o).__name__}")
 
 
-def _ends_torn(p: Path) -> bool:
+def complete_lines(p: Path) -> Iterator[tuple[int, bytes]]:
+    """``(line number, raw line)`` for every complete line of JSONL file ``p`` (none when it does
+    not exist); a last line without its newline was torn by a crash mid-write and is not
+    yielded. The one reader of append-only JSONL files: records, the ledger's call index."""
+    if not p.exists():
+        return
+    with p.open("rb") as fh:
+        for lineno, raw in enumerate(fh, 1):
+            if not raw.endswith(b"\n"):
+                return
+            yield lineno, raw
+
+
+def read_jsonl(p: Path) -> Iterator[dict[str, Any]]:
+    """The JSON objects of the complete lines of ``p``; a line that is not a JSON object (a
+    fragment a resume closed with a newline) is skipped."""
+    for _, raw in complete_lines(p):
+        try:
+            obj = json.loads(raw)
+        except (json.JSONDecodeError, UnicodeDecodeError, RecursionError):
+            continue
+        if isinstance(obj, dict):
+            yield obj
+
+
+def ends_torn(p: Path) -> bool:
     """True when file ``p`` is non-empty and does not end with a newline."""
     try:
         with p.open("rb") as fh:
@@ -325,7 +350,7 @@ class RunDir:
             fh = self._files.get(kind)
             if fh is None:
                 fh = self._files[kind] = open(self.path / f"{kind}.jsonl", "a", encoding="utf-8")
-                if _ends_torn(self.path / f"{kind}.jsonl"):
+                if ends_torn(self.path / f"{kind}.jsonl"):
                     fh.write("\n")  # close a line torn by a crash so this record stays whole
             fh.write(line + "\n")
             fh.flush()
@@ -358,17 +383,12 @@ class RunDir:
         (not UTF-8, JSON that is not an object, an object without the record's fields) raises
         :class:`RecordError` naming the file and line; without, it is skipped too."""
         p = self.path / f"{kind}.jsonl"
-        if not p.exists():
-            return
-        with p.open("rb") as fh:
-            for lineno, raw in enumerate(fh, 1):
-                if not raw.endswith(b"\n"):
-                    break  # torn by a crash mid-write
-                rec, why = _parse_line(raw, kind)
-                if rec is not None:
-                    yield rec
-                elif strict and why is not None:
-                    raise RecordError(f"{p}: line {lineno}: {why}")
+        for lineno, raw in complete_lines(p):
+            rec, why = _parse_line(raw, kind)
+            if rec is not None:
+                yield rec
+            elif strict and why is not None:
+                raise RecordError(f"{p}: line {lineno}: {why}")
 
     def read(self, kind: str, strict: bool = False) -> list[dict[str, Any]]:
         return list(self.iter_records(kind, strict))

@@ -161,3 +161,12 @@ def test_write_json_is_atomic_and_manifest_reads_back(tmp_path):
     rd.write_json("manifest.json", {"run_id": "x", "seeds": {"fleet": 1}})
     assert rd.manifest() == {"run_id": "x", "seeds": {"fleet": 1}}
     assert not list(tmp_path.glob("*.tmp"))
+
+
+def test_read_jsonl_skips_a_torn_tail_and_closed_fragments(tmp_path):
+    from adev.records import complete_lines, read_jsonl
+    p = tmp_path / "x.jsonl"
+    p.write_bytes(b'{"a": 1}\n{"a": 2, "b\n[1, 2]\n{"a": 3}\n{"a": 4')
+    assert [n for n, _ in complete_lines(p)] == [1, 2, 3, 4]      # line 5 is torn
+    assert list(read_jsonl(p)) == [{"a": 1}, {"a": 3}]             # fragment and array skipped
+    assert list(read_jsonl(tmp_path / "missing.jsonl")) == []

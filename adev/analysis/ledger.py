@@ -40,13 +40,14 @@ import json
 import os
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
+from ..records import read_jsonl
 from .hashing import (
     ALGOS,
     Algo,
@@ -142,7 +143,7 @@ class LedgerWriter:
         self.blocks_touched = 0
 
     def _resume(self) -> None:
-        for rec in _read_jsonl(self.dir / "calls.jsonl"):
+        for rec in read_jsonl(self.dir / "calls.jsonl"):
             self._n_calls = max(self._n_calls, int(rec["call"]) + 1)
             self._sessions.setdefault(rec["session_id"], int(rec["session"]))
 
@@ -246,19 +247,6 @@ def _truncate_torn(path: Path, itemsize: int) -> None:
                 fh.truncate(size - size % itemsize)
 
 
-def _read_jsonl(path: Path) -> Iterable[dict[str, Any]]:
-    if not path.exists():
-        return
-    with path.open(encoding="utf-8") as fh:
-        for line in fh:
-            if not line.endswith("\n"):
-                break
-            try:
-                yield json.loads(line)
-            except json.JSONDecodeError:
-                continue
-
-
 # -----------------------------------------------------------------------------------------------
 # The reader
 
@@ -310,7 +298,7 @@ def read_ledger(run_dir: Any) -> Ledger:
     t = rec["t"]
     if len(t) > 1 and not bool(np.all(t[1:] >= t[:-1])):
         rec = rec[np.argsort(t, kind="stable")]
-    calls = list(_read_jsonl(d / "calls.jsonl"))
+    calls = list(read_jsonl(d / "calls.jsonl"))
     sessions = {int(c["session"]): c["session_id"] for c in calls}
     return Ledger(d, meta, rec, calls, sessions, torn)
 

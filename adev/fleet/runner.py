@@ -41,6 +41,7 @@ from ..records import (
     SessionRecord,
     WindowRecord,
     create_run_path,
+    ends_torn,
 )
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
@@ -116,14 +117,10 @@ def repair_torn_tails(run_path: Path) -> dict[str, int]:
     fixed: dict[str, int] = {}
     for kind in RECORD_TYPES:
         p = run_path / f"{kind}.jsonl"
-        if not p.exists() or p.stat().st_size == 0:
-            continue
-        with p.open("rb+") as fh:
-            fh.seek(-1, os.SEEK_END)
-            if fh.read(1) != b"\n":
-                fh.seek(0, os.SEEK_END)
+        if ends_torn(p):
+            with p.open("ab") as fh:
                 fh.write(b"\n")
-                fixed[kind] = 1
+            fixed[kind] = 1
     return fixed
 
 

@@ -199,6 +199,21 @@ async def test_stream_parse_stamps_usage_ledger(server, tmp_path):
     assert SECRET not in repr(c.endpoints)
 
 
+async def test_first_byte_stamp_guard_of_the_aiohttp_protocol_patch(server, tmp_path):
+    """The chat pool swaps aiohttp's private ``TCPConnector._factory`` for the stamped protocol
+    (aiohttp has no public hook at the socket read; pyproject pins the tested range). This fails
+    when an aiohttp release stops honouring the swap: no stamped protocol, no socket stamp."""
+    c, rd, _ = _client(tmp_path, server.url)
+    async with c:
+        await c.chat("coder", [{"role": "user", "content": "hi"}], call_id="g")
+        conns = [p for k in c._pool().connector._conns.values() for p, _ in k]
+        assert conns and all(isinstance(p, llm_mod._StampedHandler) for p in conns)
+        assert all(p.t_first_rx is not None for p in conns)
+    assert server.client_rx.is_set()                # the stamped data_received ran
+    (rec,) = rd.read("calls")
+    assert rec["t_sent"] <= rec["t_first_byte"] < rec["t_first_content"]
+
+
 async def test_retry_503_then_ok_records_each_attempt(server, tmp_path):
     server.behaviours = ["503", "503", "ok"]
     c, rd, _ = _client(tmp_path, server.url)

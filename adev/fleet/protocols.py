@@ -78,7 +78,7 @@ class Fleet:
         :mod:`adev.analysis.faults`: an invalidating fault makes it invalid)."""
         names: list[str] = []
         if self.faults is not None:
-            ok, why, names = verdict(self.faults.touching(t0, t1))
+            ok, why, names = verdict(self.faults.touching(t0, t1), self.faults.calls_sent(t0, t1))
             if valid and not ok:
                 valid, reason = False, why
         return WindowRecord(run_id=self.run_id, index=index, t0=t0, t1=t1, valid=valid,

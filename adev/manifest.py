@@ -1,7 +1,9 @@
 """Run manifests: what produced a run (config, package versions, git commit, host, seeds).
 
 Secrets never land here: any key whose name contains ``key``, ``token``, ``secret`` or
-``password`` is replaced by ``"<redacted>"`` before writing.
+``password`` is replaced by ``"<redacted>"`` before writing, and so are credentials inside any
+string (the command line included): the user-info part of a URL (``http://user:secret@host`` ->
+``http://<redacted>@host``) and secret-named query parameters (``?api_key=...``).
 """
 from __future__ import annotations
 
@@ -9,6 +11,7 @@ import datetime
 import importlib.metadata as md
 import os
 import platform
+import re
 import socket
 import sys
 from typing import Any
@@ -20,16 +23,29 @@ PACKAGES = ("adev", "mooncake-transfer-engine-non-cuda", "openai", "httpx", "aio
             "pyarrow", "numpy", "asyncssh", "libvirt-python", "gitpython", "rich", "matplotlib",
             "prometheus_client", "uvloop", "orjson")
 _SECRET_MARKERS = ("key", "token", "secret", "password", "passwd")
+_URL_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^/?#@\s]+@")
+_SECRET_QUERY = re.compile(
+    r"(?i)([?&;][^=&#\s]*(?:key|token|secret|password|passwd|sig)[^=&#\s]*=)[^&#\s]+")
+
+
+def redact_text(text: str) -> str:
+    """``text`` with URL credentials and secret-named query values replaced by <redacted>."""
+    if "@" not in text and "=" not in text:
+        return text
+    return _SECRET_QUERY.sub(r"\1<redacted>", _URL_USERINFO.sub(r"\1<redacted>@", text))
 
 
 def redact(obj: Any) -> Any:
-    """Copy of ``obj`` with secret-looking keys redacted (recursively)."""
+    """Copy of ``obj`` with secret-looking keys and credentials in strings redacted
+    (recursively)."""
     if isinstance(obj, dict):
         return {k: ("<redacted>" if isinstance(k, str) and any(m in k.lower() for m in _SECRET_MARKERS)
                     and v not in (None, "") and not isinstance(v, (int, float, bool)) else redact(v))
                 for k, v in obj.items()}
     if isinstance(obj, list | tuple):
         return [redact(v) for v in obj]
+    if isinstance(obj, str):
+        return redact_text(obj)
     return obj
 
 

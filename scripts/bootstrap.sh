@@ -15,6 +15,8 @@ APT_PACKAGES=(
   # the gate VM (libvirt + qemu under TCG) and its guest image
   qemu-system-x86 qemu-utils libvirt-daemon libvirt-daemon-driver-qemu libvirt-clients
   libvirt-daemon-system mmdebstrap e2fsprogs openssh-client
+  # the local gate's sandbox
+  bubblewrap
   # storage characterisation
   fio
 )

@@ -49,3 +49,22 @@ def test_git_state_outside_a_repo_is_null_with_reason(monkeypatch, tmp_path):
     monkeypatch.setattr(manifest, "ROOT", tmp_path)
     g = git_state()
     assert g["commit"] is None and g["why"]
+
+
+def test_redacts_credentials_in_urls_in_command_and_config():
+    cfg = {"session": {"endpoints": {"coder": "http://alice:s3cr3t@gpu1:8000/v1",
+                                     "reasoner": "https://tok-XYZ@gpu2/v1?api_key=k-987&x=1"}},
+           "stack": {"endpoints": [{"name": "c", "base_url": "http://bob:pw-42@h:1/v1"}]}}
+    cmd = ["adev", "session", "--endpoint", "coder=http://alice:s3cr3t@gpu1:8000/v1"]
+    m = build_manifest("run-3", config=cfg, command=cmd)
+    text = json.dumps(m)
+    for s in ("alice", "s3cr3t", "tok-XYZ", "k-987", "bob", "pw-42"):
+        assert s not in text
+    eps = m["config"]["session"]["endpoints"]
+    assert eps["coder"] == "http://<redacted>@gpu1:8000/v1"
+    assert eps["reasoner"] == "https://<redacted>@gpu2/v1?api_key=<redacted>&x=1"
+    assert m["config"]["stack"]["endpoints"][0]["base_url"] == "http://<redacted>@h:1/v1"
+    assert m["command"][-1] == "coder=http://<redacted>@gpu1:8000/v1"
+    # what is not a credential stays
+    assert redact(["a@b.c", "http://h:8000/v1?x=1", "--rpc=127.0.0.1:1"]) == \
+        ["a@b.c", "http://h:8000/v1?x=1", "--rpc=127.0.0.1:1"]

@@ -133,6 +133,12 @@ class RunSummary:
         return d
 
 
+REUSE_KEYS = ("owner_share_same_session", "owner_share_cross_session", "share_same_session",
+              "share_cross_session", "aged_share")
+"""Reuse shares carried into sweep tables and nightly figures: both views of
+:func:`adev.analysis.ledger.classify` (``owner_*``: ownership; the others: last toucher)."""
+
+
 def summarise(run: Run, table: pd.DataFrame | None = None, with_reuse: bool = True) -> RunSummary:
     table = window_table(run) if table is None else table
     a = table[table["endpoint"] == ALL] if len(table) else table
@@ -220,7 +226,7 @@ def sweep_table(summaries: Sequence[RunSummary]) -> pd.DataFrame:
                   "gpu_hit_share", "store_hit_share", "store_hit_rate", "refused_share",
                   "ttft_send_p50", "ttft_send_p99"):
             row[f] = _nanmean(s.mean(f) for s in ss)
-        for k in ("share_same_session", "share_cross_session", "aged_share"):
+        for k in REUSE_KEYS:
             vals = [(s.reuse or {}).get(k) for s in ss]
             vals = [v for v in vals if v is not None]
             row["reuse_" + k] = float(np.mean(vals)) if vals else math.nan

@@ -37,7 +37,16 @@ same files), so parsing and hashing never hold up the sessions' event loop.
 
 The reader (:func:`read_ledger`, :func:`classify`, :func:`reuse_profile`) classifies every touch
 as new, same-session reuse or cross-session reuse with its reuse distance (model seconds since the
-last touch of that block, by anyone) and flags aged reuse (distance > lease TTL).
+last touch of that block, by anyone) and flags aged reuse (distance > lease TTL). Reuse is
+classified in two named views (:class:`Classified`):
+
+- *last toucher*: same-session when the block's previous touch (by anyone) was by this session,
+  cross-session otherwise. It says how often the cache serves a block last used by someone else.
+- *ownership*: same-session when this session had touched the block before (its own earlier
+  context), cross-session when it had not and another session had (content sessions share).
+  This is the view in which the source study reports its 4-5% cross-session reuse ("how much
+  content sessions share with each other") and about 60% reuse of each session's own context.
+
 """
 from __future__ import annotations
 
@@ -480,21 +489,26 @@ def read_ledger(run_dir: Any) -> Ledger:
 class Classified:
     """Per-touch classification, aligned with ``Ledger.touches``.
 
-    ``cls``: 0 new (first touch of that key), 1 same-session reuse (the previous touch of the key
-    was by the same session), 2 cross-session reuse; ``distance``: reuse distance in model seconds,
-    ``t - t_prev_touch_of_key`` (NaN for new touches); ``aged``: reuse with distance > lease TTL
-    (all False when no TTL is given).
+    ``cls`` (last-toucher view): 0 new (first touch of that key), 1 same-session reuse (the
+    previous touch of the key was by the same session), 2 cross-session reuse (it was by another
+    session); ``owner_cls`` (ownership view): 0 new, 1 same-session reuse (this session touched the
+    key before), 2 cross-session reuse (it had not, another session had); ``distance``: reuse
+    distance in model seconds, ``t - t_prev_touch_of_key`` by anyone (NaN for new touches);
+    ``aged``: reuse with distance > lease TTL (all False when no TTL is given).
     """
 
     cls: np.ndarray
     distance: np.ndarray
     aged: np.ndarray
+    owner_cls: np.ndarray
 
 
 def classify(touches: np.ndarray, lease_ttl_s: float | None = None) -> Classified:
-    """Classify touches (sorted by time) as new / same-session / cross-session reuse."""
+    """Classify touches (sorted by time) as new / same-session / cross-session reuse, in both
+    views (:class:`Classified`)."""
     n = len(touches)
     cls = np.zeros(n, dtype=np.int8)
+    owner = np.zeros(n, dtype=np.int8)
     dist = np.full(n, np.nan)
     if n:
         # stable sort by key keeps time order (then write order) within each key
@@ -512,17 +526,32 @@ def classify(touches: np.ndarray, lease_ttl_s: float | None = None) -> Classifie
         d[1:] = np.where(rep[1:], t[1:] - t[:-1], np.nan)
         cls[order] = c
         dist[order] = d
+        # ownership: sorted by (key, session), time order kept within each pair (lexsort is
+        # stable); a touch whose pair occurred before is this session's own reuse
+        order2 = np.lexsort((np.ascontiguousarray(touches["session"]), key))
+        k2 = key[order2]
+        s2 = np.ascontiguousarray(touches["session"])[order2]
+        mine = np.zeros(n, dtype=bool)
+        mine[1:] = (k2[1:] == k2[:-1]) & (s2[1:] == s2[:-1])
+        seen_before = np.zeros(n, dtype=bool)
+        seen_before[order] = rep
+        own = np.zeros(n, dtype=bool)
+        own[order2] = mine
+        owner = np.where(own, SAME_SESSION, np.where(seen_before, CROSS_SESSION, NEW)).astype(np.int8)
     aged = (dist > lease_ttl_s) if lease_ttl_s is not None else np.zeros(n, dtype=bool)
     aged = np.asarray(aged & ~np.isnan(dist), dtype=bool)
-    return Classified(cls, dist, aged)
+    return Classified(cls, dist, aged, owner)
 
 
 @dataclass
 class ReuseProfile:
     """Shares of touches by class and reuse-distance percentiles (model seconds).
 
-    share_X = touches of class X / all touches; aged_share = reuse touches with distance > lease
-    TTL / all touches (None without a TTL); p50/p99/max over all reuse touches (None if none).
+    share_X = touches of class X / all touches, in the last-toucher view
+    (``share_same_session``, ``share_cross_session``) and the ownership view
+    (``owner_share_same_session``, ``owner_share_cross_session``), see :class:`Classified`;
+    aged_share = reuse touches with distance > lease TTL / all touches (None without a TTL);
+    p50/p99/max over all reuse touches (None if none).
     """
 
     touches: int
@@ -538,6 +567,8 @@ class ReuseProfile:
     distance_p99_s: float | None
     distance_max_s: float | None
     by_class: dict[str, dict[str, float | None]] = field(default_factory=dict)
+    owner_share_same_session: float | None = None
+    owner_share_cross_session: float | None = None
 
 
 def _pct(x: np.ndarray, q: float) -> float | None:
@@ -557,8 +588,8 @@ def reuse_profile(ledger: Ledger, lease_ttl_s: float | None = None,
     if t1 is not None:
         sel &= tc["t"] < t1
     n = int(sel.sum())
-    cls, dist, aged = (c.cls, c.distance, c.aged) if whole else (c.cls[sel], c.distance[sel],
-                                                                 c.aged[sel])
+    cls, dist, aged, owner = ((c.cls, c.distance, c.aged, c.owner_cls) if whole else
+                              (c.cls[sel], c.distance[sel], c.aged[sel], c.owner_cls[sel]))
     reuse = dist[cls != NEW]
 
     def share(mask: np.ndarray) -> float | None:
@@ -583,4 +614,6 @@ def reuse_profile(ledger: Ledger, lease_ttl_s: float | None = None,
         share_cross_session=share(cls == CROSS_SESSION),
         aged_share=share(aged) if lease_ttl_s is not None else None, lease_ttl_s=lease_ttl_s,
         distance_p50_s=_pct(reuse, 50), distance_p99_s=_pct(reuse, 99),
-        distance_max_s=float(reuse.max()) if len(reuse) else None, by_class=by_class)
+        distance_max_s=float(reuse.max()) if len(reuse) else None, by_class=by_class,
+        owner_share_same_session=share(owner == SAME_SESSION),
+        owner_share_cross_session=share(owner == CROSS_SESSION))

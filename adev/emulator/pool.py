@@ -145,6 +145,15 @@ class PrefixPool:
             held.append(h)
         return held
 
+    def reset(self) -> bool:
+        """Drop every cached block, as vLLM's ``reset_prefix_cache``: refused (False) while any
+        request holds blocks."""
+        if self.used_blocks:
+            return False
+        self._ref.clear()
+        self._free.clear()
+        return True
+
     def release(self, hashes: list[int], anon: int) -> None:
         """Free a request's blocks: cached ones go to the LRU tail in reverse order."""
         for h in reversed(hashes):

@@ -10,7 +10,7 @@ used to attribute store hits to RAM or disk; without it, ``stack.store.metrics_u
 
 Routes: ``POST /v1/chat/completions`` (stream and not, tools, streaming tool-call deltas,
 ``usage.prompt_tokens_details.cached_tokens``, ``stream_options.include_usage``, ``return_token_ids``),
-``POST /tokenize``, ``POST /detokenize``, ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
+``POST /tokenize``, ``POST /detokenize``, ``POST /reset_prefix_cache``, ``GET /metrics``, ``GET /health``, ``GET /v1/models``.
 Every chat completion carries the contract-1 ``"adev"`` extension field.
 """
 from __future__ import annotations
@@ -490,6 +490,14 @@ class Endpoint:
             return error_response("tokens: expected a list of integers", param="tokens")
         return _json_response({"prompt": self.tok.decode(ids)})
 
+    async def reset_prefix_cache(self, request: web.Request) -> web.Response:
+        """vLLM's ``POST /reset_prefix_cache`` (served there with ``VLLM_SERVER_DEV_MODE=1``):
+        drops the GPU prefix cache (not the store); 200 with an empty body, like vLLM, which does
+        not report a refused reset (here: while requests hold blocks; logged)."""
+        if not self.engine.pool.reset():
+            log.warning("reset_prefix_cache refused: %d blocks in use", self.engine.pool.used_blocks)
+        return web.Response(status=200)
+
     async def metrics_route(self, request: web.Request) -> web.Response:
         running, waiting = self.engine.counts()
         m = self.metrics
@@ -515,6 +523,7 @@ class Endpoint:
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_post("/tokenize", self.tokenize)
         app.router.add_post("/detokenize", self.detokenize)
+        app.router.add_post("/reset_prefix_cache", self.reset_prefix_cache)
         app.router.add_get("/metrics", self.metrics_route)
         app.router.add_get("/health", self.health)
         app.router.add_get("/v1/models", self.models)

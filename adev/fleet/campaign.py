@@ -89,13 +89,13 @@ def point_figures(run_path: Path) -> tuple[dict[str, float], str | None]:
     (:func:`adev.analysis.aggregate.summarise`): the mean over valid windows of each key figure
     and the reuse shares. A figure that is missing (NaN) is left out. (figures, why missing)."""
     try:
-        from ..analysis.aggregate import KEY_FIGURES, summarise
+        from ..analysis.aggregate import KEY_FIGURES, REUSE_KEYS, summarise
         from ..analysis.run import load_run
         s = summarise(load_run(run_path))
     except Exception as e:
         return {}, f"{type(e).__name__}: {e}"
     figs = {f: s.mean(f) for f in KEY_FIGURES}
-    for k in ("share_same_session", "share_cross_session", "aged_share"):
+    for k in REUSE_KEYS:
         figs[f"reuse_{k}"] = (s.reuse or {}).get(k)
     return _flatten(figs), (None if s.stats else "no figures")
 
@@ -120,6 +120,23 @@ def compare(new: dict[str, dict[str, float]], old: dict[str, dict[str, float]],
                 row["flag"] = big and (o == 0 or abs(d) / abs(o) > threshold)
             rows.append(row)
     return rows
+
+
+def source_beside_markdown(runs: list[str]) -> str:
+    """The source study's figures beside this night's (:mod:`adev.analysis.source`)."""
+    from ..analysis.aggregate import summarise
+    from ..analysis.run import load_run
+    from ..analysis.source import beside, beside_markdown
+    summaries, failed = [], []
+    for r in runs:
+        try:
+            summaries.append(summarise(load_run(r)))
+        except Exception as e:  # a point whose run cannot be read is listed, not fatal
+            failed.append(f"- `{r}`: {type(e).__name__}: {e}")
+    txt = "## The source study beside this night\n\n" + beside_markdown(beside(summaries))
+    if failed:
+        txt += "\nRuns that could not be read:\n\n" + "\n".join(failed) + "\n"
+    return txt
 
 
 def previous_night(root: Path, current: str) -> Path | None:
@@ -209,6 +226,7 @@ def run_campaign(path: str | Path | None = None, *, quick: bool = False, date: s
                                        "threshold": camp.threshold, "abs_floor": camp.abs_floor,
                                        "rows": rows})
     md = comparison_markdown(rows, prev.name if prev else None, night.name, camp.threshold)
+    md += "\n" + source_beside_markdown([v["run"] for v in doc["points"].values() if v.get("run")])
     (night / "comparison.md").write_text(md)
     flagged = [r for r in rows if r["flag"]]
     print(f"\nnight {night}: {len(doc['points'])} point(s); compared with "

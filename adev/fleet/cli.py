@@ -1,6 +1,8 @@
 """``adev fleet``: run one fleet (``fleets/default.toml`` plus command-line overrides)."""
 from __future__ import annotations
 
+from ..gate.registry import GATES
+
 import argparse
 import sys
 
@@ -10,7 +12,7 @@ OVERRIDES = {  # CLI option dest -> dotted fleet key
     "time_scale": "time_scale", "gate": "gate", "stagger": "stagger_s", "seed": "seed",
     "stack": "stack", "warmup_max": "warmup.max_s", "scrape_interval": "scrape_interval_s",
     "results_dir": "results_dir", "drain": "drain_s", "min_completed": "warmup.min_completed",
-    "client_realtime": "client_realtime",
+    "client_realtime": "client_realtime", "allow_unconfined_gate": "allow_unconfined_gate",
 }
 
 
@@ -30,7 +32,10 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="modelled gate duration (0 = the real gate duration)")
     p.add_argument("--time-scale", type=float, metavar="S",
                    help="embedded stack: model seconds per wall second")
-    p.add_argument("--gate", choices=["local", "vm"])
+    p.add_argument("--gate", choices=list(GATES), help="gate executor: local (sandboxed, default), "
+                   "local-unconfined (development only) or vm")
+    p.add_argument("--allow-unconfined-gate", action="store_true", default=None,
+                   help="let gate local-unconfined run code from external endpoints")
     p.add_argument("--stagger", type=float, metavar="S", help="steady: start-to-start offset")
     p.add_argument("--seed", type=int)
     p.add_argument("--tasks", help="comma-separated task names (default: every built-in task)")

@@ -79,7 +79,9 @@ class FleetConfig:
     seed: int = field(default=0, metadata={"min": 0})
     stack: str | StackConfig = "stacks/embedded.toml"
     time_scale: float | None = field(default=None, metadata={"positive": True})
-    gate: Literal["local", "vm"] = "local"
+    gate: str = "local"  # a name from adev.gate.registry.GATES
+    # let the development gate "local-unconfined" run a real model's code (external endpoints)
+    allow_unconfined_gate: bool = False
     roles: dict[str, str] = field(default_factory=dict)  # role -> logical endpoint
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
     drain_s: float = field(default=300.0, metadata={"min": 0, "help":
@@ -101,6 +103,8 @@ class FleetConfig:
 
     def validate(self, where: str) -> None:
         check_cpus(self.client_cpus, f"{where}.client_cpus")
+        from ..gate.registry import gate_kind
+        gate_kind(self.gate, f"{where}.gate")
         if self.protocol == "steady" and self.runs != 1:
             raise ConfigError(f"{where}.runs: {self.runs} applies to protocol 'batch' only "
                               "(steady state cuts windows from one run)")
@@ -118,9 +122,13 @@ class FleetConfig:
                                       ("cpus", self.stack_cpus)) if v is not None}
             if over:
                 st = from_dict(StackConfig, {**_asdict(st), **over}, "stack")
-            return st
-        path = resolve_path(self.stack, base)
-        return load_stack(path, time_scale=self.time_scale, cpus=self.stack_cpus)
+        else:
+            st = load_stack(resolve_path(self.stack, base), time_scale=self.time_scale,
+                            cpus=self.stack_cpus)
+        from ..gate.registry import check_gate_policy
+        check_gate_policy(self.gate, external=st.mode == "external",
+                          allow_unconfined=self.allow_unconfined_gate, where="fleet.gate")
+        return st
 
 
 def _asdict(obj: Any) -> Any:

@@ -1,6 +1,6 @@
 """The real stages a fleet runs on (the only place the fleet touches them):
 the stack (:func:`adev.stack.running_stack`, contract 3), the gate executors
-(:mod:`adev.gate.local`, :mod:`adev.gate.vm`), the sessions (:func:`adev.session.loop.run_session`,
+(:mod:`adev.gate.registry`), the sessions (:func:`adev.session.loop.run_session`,
 contract 4) with the one LLM client and the reuse ledger (contract 5), and the measurement
 stage's summary and report.
 """
@@ -33,12 +33,8 @@ def list_tasks() -> list[str]:
 @contextlib.asynccontextmanager
 async def open_gate(kind: str) -> AsyncIterator[Any]:
     """The fleet's gate executor, started once for the whole fleet and closed at the end."""
-    if kind == "vm":
-        from ..gate.vm import VmGate
-        gate = VmGate()
-    else:
-        from ..gate.local import LocalGate
-        gate = LocalGate()
+    from ..gate.registry import make_gate
+    gate = make_gate(kind, where="fleet.gate")
     await gate.start()
     try:
         yield gate

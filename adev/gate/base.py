@@ -11,6 +11,7 @@ both durations land in the :class:`~adev.records.GateRecord`.
 """
 from __future__ import annotations
 
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -106,3 +107,13 @@ def summarise(tests: list[TestResult], exit_code: int | None, output_tail: str,
                       errors=counts["error"], skipped=counts["skipped"], exit_code=exit_code,
                       real_duration_s=real_duration_s, error=error, output_tail=output_tail,
                       tests=tests)
+
+
+def parse_markers(stdout: str) -> dict[str, str]:
+    """``ADEV_KEY=value`` lines printed by the guest scripts."""
+    out: dict[str, str] = {}
+    for line in stdout.splitlines():
+        m = re.match(r"ADEV_([A-Z_]+)=(.*)$", line.strip())
+        if m:
+            out[m.group(1)] = m.group(2)
+    return out

@@ -1,15 +1,18 @@
-"""The local gate executor: pytest in a subprocess on this host.
+"""The local gate executor: pytest in a subprocess on this host, confined by default.
 
-**Trusted/dev use only.** It runs agent-written (model-written) code on the host with the user's
-privileges; the only isolation is a throw-away copy of the workspace, a scrubbed environment, a
-process group that is killed on timeout, and a cap on captured output. Use the VM gate
-(``--gate vm``) for anything you would not run yourself; it is the isolated executor.
+``LocalGate()`` (gate ``local``) runs the tests in the sandbox of :mod:`adev.gate.confine`: an
+unprivileged user, no network, writes only in its copy of the workspace, memory, process and
+file-size limits, every descendant killed at the end. It refuses to start (``start()`` raises
+:class:`~adev.gate.confine.SandboxError`) where the sandbox cannot be built, rather than run the
+tests unconfined. ``LocalGate(confined=False)`` (gate ``local-unconfined``) is for development
+only: it runs model-written code with the user's privileges, its only protections being the
+throw-away copy, a scrubbed environment and a process group killed on timeout.
 
-Per run: the session's workspace is copied to a temporary folder (regular files only, symlinks
-skipped), ``GateRequest.overlay`` files (hidden acceptance tests) are written into the copy, and
+Per run: the session's workspace is copied to a temporary folder (regular files only; symlinks
+and files with more than one hard link skipped), ``GateRequest.overlay`` files (hidden acceptance tests) are written into the copy, and
 ``python -m pytest -q -p no:cacheprovider --junitxml=...`` runs there with the copy on
 ``PYTHONPATH``. Block-device tasks get ``ADEV_BLOCK_DEVICE`` = a sparse file of
-``block_device_bytes`` in the temp folder. Per-test results come from the JUnit XML
+``block_device_bytes`` in the run's output folder. Per-test results come from the JUnit XML
 (:func:`adev.gate.base.parse_junit`); the verdict from :func:`adev.gate.base.summarise`.
 """
 from __future__ import annotations
@@ -24,6 +27,7 @@ import tempfile
 import time
 from pathlib import Path, PurePosixPath
 
+from . import confine
 from .base import GateRequest, GateResult, parse_junit, summarise
 
 _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git"}
@@ -32,17 +36,20 @@ _SKIP_DIRS = {"__pycache__", ".pytest_cache", ".git"}
 class LocalGate:
     """Gate executor running pytest as a local subprocess (see the module docstring)."""
 
-    name = "local"
-
     def __init__(self, python: str | None = None, tmp_root: str | Path | None = None,
-                 block_device_bytes: int = 1 << 30, max_concurrent: int | None = None):
+                 block_device_bytes: int = 1 << 30, max_concurrent: int | None = None,
+                 confined: bool = True, limits: confine.Limits | None = None):
+        self.confined = confined
+        self.name = "local" if confined else "local-unconfined"
+        self.limits = limits or confine.Limits()
         self.python = python or sys.executable
         self.tmp_root = str(tmp_root) if tmp_root else None
         self.block_device_bytes = block_device_bytes
         self._sem = asyncio.Semaphore(max_concurrent) if max_concurrent else None
 
     async def start(self) -> None:
-        return None
+        if self.confined:
+            confine.check()
 
     async def setup(self, session_id: str) -> None:
         return None
@@ -62,6 +69,7 @@ class LocalGate:
     async def _run(self, req: GateRequest) -> GateResult:
         tmp = Path(tempfile.mkdtemp(prefix=f"adev-gate-{_safe(req.session_id)}-",
                                     dir=self.tmp_root))
+        cgroup: confine.Cgroup | None = None
         try:
             work = tmp / "ws"
             await asyncio.to_thread(_copy_tree, Path(req.workspace), work)
@@ -75,32 +83,47 @@ class LocalGate:
                 if dest.is_symlink():
                     dest.unlink()
                 dest.write_bytes(data)
-            junit = tmp / "junit.xml"
-            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp),
-                   "LANG": "C.UTF-8", "PYTHONPATH": str(work), "PYTHONDONTWRITEBYTECODE": "1",
-                   "PYTHONHASHSEED": "0", "TMPDIR": str(tmp)}
+            out_dir = tmp / "out"
+            out_dir.mkdir()
+            junit = out_dir / "junit.xml"
+            inner = (confine.WS, confine.OUT) if self.confined else (str(work), str(out_dir))
+            env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": inner[1],
+                   "LANG": "C.UTF-8", "PYTHONPATH": inner[0], "PYTHONDONTWRITEBYTECODE": "1",
+                   "PYTHONHASHSEED": "0", "TMPDIR": "/tmp" if self.confined else str(tmp)}
             if req.needs_nvme:
-                dev = tmp / "block.img"
-                with open(dev, "wb") as fh:
+                with open(out_dir / "block.img", "wb") as fh:
                     fh.truncate(self.block_device_bytes)
-                env["ADEV_BLOCK_DEVICE"] = str(dev)
+                env["ADEV_BLOCK_DEVICE"] = f"{inner[1]}/block.img"
             paths = [p for p in req.test_paths if (work / p).exists()]
             if not paths:
                 return GateResult(verdict="error", error="no test files: "
                                   + ", ".join(req.test_paths) + " not found in the workspace")
             argv = [self.python, "-m", "pytest", "-q", "-p", "no:cacheprovider",
-                    "-o", "addopts=", "--rootdir", str(work), f"--junitxml={junit}", *paths]
+                    "-o", "addopts=", "--rootdir", inner[0], f"--junitxml={inner[1]}/junit.xml",
+                    *paths]
+            preexec = None
+            if self.confined:
+                await asyncio.to_thread(confine.chown_tree, tmp, self.limits)
+                argv = confine.bwrap_argv(argv, work=work, out=out_dir, limits=self.limits,
+                                          env=env, python=self.python)
+                cgroup = await asyncio.to_thread(confine.Cgroup, self.limits,
+                                                 _safe(req.session_id)[:16])
+                lim = self.limits
+                preexec = lambda: confine.child_setup(cgroup, lim)  # noqa: E731
             t0 = time.monotonic()
             proc = await asyncio.create_subprocess_exec(
                 *argv, cwd=work, env=env, stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT,
-                start_new_session=True)
+                start_new_session=True, preexec_fn=preexec)
             tail = bytearray()
             timed_out = False
 
+            stdout = proc.stdout
+            assert stdout is not None
+
             async def pump() -> None:
                 while True:
-                    chunk = await proc.stdout.read(65536)
+                    chunk = await stdout.read(65536)
                     if not chunk:
                         break
                     tail.extend(chunk)
@@ -122,12 +145,28 @@ class LocalGate:
                 await proc.wait()
             real = time.monotonic() - t0
             out = tail.decode("utf-8", "replace")
-            tests = parse_junit(junit.read_bytes()) if junit.exists() else []
+            tests = parse_junit(_read_capped(junit))
             err = f"timed out after {req.timeout_s:g} s (process group killed)" if timed_out \
                 else None
+            if cgroup is not None and err is None and cgroup.oom_kills():
+                err = (f"out of memory: the sandbox's limit is {self.limits.memory_bytes} bytes "
+                       "and the kernel killed a test process")
             return summarise(tests, proc.returncode, out, real, error=err)
         finally:
+            if cgroup is not None:
+                await asyncio.to_thread(cgroup.kill_all)
+                await asyncio.to_thread(cgroup.remove)
             await asyncio.to_thread(shutil.rmtree, tmp, True)
+
+
+def _read_capped(path: Path, limit: int = 16 << 20) -> bytes:
+    """The JUnit XML the tests wrote, never through a symlink they planted, at most ``limit``."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
+        return b""
+    with os.fdopen(fd, "rb") as f:
+        return f.read(limit) if stat.S_ISREG(os.fstat(fd).st_mode) else b""
 
 
 def _kill_group(pid: int) -> None:
@@ -142,7 +181,8 @@ def _safe(s: str) -> str:
 
 
 def _copy_tree(src: Path, dst: Path) -> None:
-    """Copy regular files and folders only (symlinks and special files are skipped)."""
+    """Copy regular files and folders only (symlinks, hard-linked files and special files are
+    skipped)."""
     dst.mkdir(parents=True, exist_ok=True)
     if not src.is_dir():
         return
@@ -154,5 +194,5 @@ def _copy_tree(src: Path, dst: Path) -> None:
         for f in filenames:
             sp = Path(dirpath) / f
             st = os.lstat(sp)
-            if stat.S_ISREG(st.st_mode):
-                shutil.copyfile(sp, dst / rel / f, follow_symlinks=False)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink == 1:  # a hard link may name a file
+                shutil.copyfile(sp, dst / rel / f, follow_symlinks=False)  # outside: skipped

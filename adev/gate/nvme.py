@@ -10,6 +10,8 @@ from __future__ import annotations
 
 from typing import Awaitable, Protocol
 
+from .base import parse_markers
+
 
 class ScriptRunner(Protocol):
     def __call__(self, script: str, cmd: str, session_id: str, *extra: str) -> Awaitable[str]: ...
@@ -21,7 +23,6 @@ class NvmeError(RuntimeError):
 
 async def create_device(run_script: ScriptRunner, session_id: str, user: str, size_mb: int) -> str:
     """Create the session's device; returns its path in the guest (e.g. ``/dev/nvme0n1``)."""
-    from .ssh import parse_markers
     out = await run_script("adev-nvme.sh", "create", session_id, user, str(int(size_mb)))
     m = parse_markers(out)
     if "DEVICE" not in m:
@@ -31,7 +32,6 @@ async def create_device(run_script: ScriptRunner, session_id: str, user: str, si
 
 async def remove_device(run_script: ScriptRunner, session_id: str) -> None:
     """Disconnect and remove everything ``create_device`` made (idempotent)."""
-    from .ssh import parse_markers
     out = await run_script("adev-nvme.sh", "remove", session_id)
     if parse_markers(out).get("NVME_REMOVED") != "ok":
         raise NvmeError(f"NVMe teardown did not confirm: {out[-300:]}")

@@ -28,7 +28,7 @@ from pathlib import Path, PurePosixPath
 from typing import Awaitable, Callable
 
 from ..config import ROOT
-from .base import GateRequest, GateResult, parse_junit, summarise
+from .base import GateRequest, GateResult, parse_junit, parse_markers, summarise
 from .nvme import NvmeError, create_device, remove_device
 
 log = logging.getLogger("adev.gate.ssh")
@@ -99,7 +99,8 @@ def _check_relpath(rel: str, what: str) -> str:
 
 
 def build_upload(workspace: Path, overlay: dict[str, bytes], max_bytes: int) -> bytes:
-    """The workspace (regular files only; symlinks and caches skipped) plus overlay files, as tar."""
+    """The workspace (regular files only; symlinks, hard-linked files and caches skipped) plus
+    overlay files, as tar."""
     overlay = {_check_relpath(k, "overlay"): v for k, v in overlay.items()}
     buf, total = io.BytesIO(), 0
     with tarfile.open(fileobj=buf, mode="w") as tar:
@@ -110,7 +111,8 @@ def build_upload(workspace: Path, overlay: dict[str, bytes], max_bytes: int) -> 
                 for name in sorted(filenames):
                     path = Path(dirpath, name)
                     rel = path.relative_to(workspace).as_posix()
-                    if rel in overlay or path.is_symlink() or not path.is_file():
+                    if rel in overlay or path.is_symlink() or not path.is_file() \
+                            or path.stat().st_nlink > 1:  # a hard link may name a file outside
                         continue
                     total += path.stat().st_size
                     if total > max_bytes:
@@ -129,16 +131,6 @@ def build_upload(workspace: Path, overlay: dict[str, bytes], max_bytes: int) -> 
             info.size, info.mode, info.mtime = len(data), 0o644, int(time.time())
             tar.addfile(info, io.BytesIO(data))
     return buf.getvalue()
-
-
-def parse_markers(stdout: str) -> dict[str, str]:
-    """``ADEV_KEY=value`` lines printed by the guest scripts."""
-    out: dict[str, str] = {}
-    for line in stdout.splitlines():
-        m = re.match(r"ADEV_([A-Z_]+)=(.*)$", line.strip())
-        if m:
-            out[m.group(1)] = m.group(2)
-    return out
 
 
 def compose_result(req: GateRequest, markers: dict[str, str], junit: bytes | None, output: str,

@@ -18,6 +18,8 @@ import json
 import sys
 from typing import Any
 
+from ..gate.registry import GATES
+
 
 def register(sub: Any) -> None:
     p = sub.add_parser("session", help="run one agent session end to end",
@@ -33,9 +35,11 @@ def register(sub: Any) -> None:
                    help="environment variable holding the endpoints' API key (never recorded)")
     p.add_argument("--policy", choices=["oracle", "length", "replay"],
                    help="emulator policy (embedded stack only; overrides the stack file)")
-    p.add_argument("--gate", choices=["local", "vm"], default="local",
-                   help="gate executor: local (trusted/dev use: runs agent code on this host) "
-                        "or vm (isolated)")
+    p.add_argument("--gate", default="local", choices=list(GATES),
+                   help="gate executor: local (sandboxed on this host, default), "
+                        "local-unconfined (development only) or vm")
+    p.add_argument("--allow-unconfined-gate", action="store_true",
+                   help="let --gate local-unconfined run code from external endpoints")
     p.add_argument("--gate-pause", type=float, metavar="S", default=None,
                    help="delayed run: the gate takes S model seconds on the session's timeline")
     p.add_argument("--max-rounds", type=int, default=3, choices=[1, 2, 3])
@@ -58,15 +62,6 @@ def _parse_endpoints(items: list[str]) -> dict[str, str]:
     return out
 
 
-def make_gate(name: str) -> Any:
-    """The gate executor named ``name``: ``local`` (trusted/dev use) or ``vm`` (isolated)."""
-    if name == "vm":
-        from ..gate.vm import VmGate
-        return VmGate()
-    from ..gate.local import LocalGate
-    return LocalGate()
-
-
 def main(args: argparse.Namespace) -> int:
     from .. import event_loop
     summary = event_loop.run(run(args))
@@ -83,6 +78,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     from ..clock import RunClock
     from ..client.llm import Endpoint, LLMClient
     from ..config import load_stack
+    from ..gate.registry import check_gate_policy, make_gate
     from ..manifest import build_manifest
     from ..records import RunDir, new_run_id
     from .loop import SessionContext, run_session
@@ -92,6 +88,10 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     task = load_task(args.task)
     roles = load_roles(args.roles)
     key = os.environ.get(args.api_key_env) or "EMPTY"
+    stack_file = None if args.endpoint else load_stack(args.stack, policy=args.policy)
+    external = stack_file is None or stack_file.mode == "external"
+    check_gate_policy(args.gate, external=external, allow_unconfined=args.allow_unconfined_gate,
+                      where="--gate")
     run_dir = RunDir.create(new_run_id("session"), base=args.runs_dir)
     session_id = f"{task.name}-s{args.seed}"
 
@@ -104,6 +104,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         run_dir.write_json("manifest.json", build_manifest(
             run_dir.run_id, config={"stack": stack_cfg, "session": {
                 "task": task.name, "seed": args.seed, "gate": args.gate,
+                "allow_unconfined_gate": args.allow_unconfined_gate,
                 "gate_pause_s": args.gate_pause, "max_rounds": args.max_rounds,
                 "endpoints": endpoints, "endpoint_map": emap}},
             seeds={"session": args.seed}, time_scale=time_scale))
@@ -116,7 +117,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         llm = LLMClient([Endpoint(n, u, api_key=key) for n, u in endpoints.items()],
                         clock=clock, run_dir=run_dir, ledger=ledger, pool_size=16,
                         seed=args.seed)
-        gate = make_gate(args.gate)
+        gate = make_gate(args.gate, external=external, allow_unconfined=args.allow_unconfined_gate,
+                         where="--gate")
         try:
             await llm.discover()
             await gate.start()
@@ -140,9 +142,8 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
         if args.endpoint:
             return await go(_parse_endpoints(args.endpoint), 1.0, None)
         from ..stack import running_stack
-        cfg = load_stack(args.stack, policy=args.policy)
-        async with running_stack(cfg) as info:
-            return await go(dict(info.endpoints), info.time_scale, cfg)
+        async with running_stack(stack_file) as info:
+            return await go(dict(info.endpoints), info.time_scale, stack_file)
     finally:
         run_dir.close()
 

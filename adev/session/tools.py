@@ -1,9 +1,13 @@
 """Workspace tools the roles call through real OpenAI tool calls.
 
 Every path a model names is confined to the session's workspace: absolute paths, ``..``
-components, NUL bytes, backslashes and any existing symlink on the way are refused; writes never
-follow a symlink (``O_NOFOLLOW``). Files over ``max_file_bytes`` are refused in both directions,
-listings are capped at ``max_list_entries``. Model output is untrusted: malformed JSON arguments,
+components, NUL bytes, backslashes and any existing symlink on the way are refused. A file with
+more than one hard link (its inode may lie outside the workspace: code run by a gate can link
+one in) is not read. A write never goes through an existing file (hard link or not): the content
+goes to a new file in the same folder, which then replaces the old name atomically. Files over
+``max_file_bytes`` are refused in both directions, a write that would bring the workspace's
+regular files over ``max_total_bytes`` in all is refused, listings are capped at
+``max_list_entries``. Model output is untrusted: malformed JSON arguments,
 missing or mistyped arguments, unknown tools and tools the role may not use all come back as a
 :class:`ToolOutcome` with ``ok=False`` whose text is answered to the model as the tool's result.
 Nothing here raises on bad model input.
@@ -59,10 +63,11 @@ class Workspace:
     """A session's workspace folder and the tools that act on it."""
 
     def __init__(self, root: str | Path, *, max_file_bytes: int = 256 * 1024,
-                 max_list_entries: int = 500):
+                 max_list_entries: int = 500, max_total_bytes: int = 32 << 20):
         self.root = Path(root).resolve()
         self.root.mkdir(parents=True, exist_ok=True)
         self.max_file_bytes = max_file_bytes
+        self.max_total_bytes = max_total_bytes
         self.max_list_entries = max_list_entries
         self._tools: dict[str, Callable[[dict[str, Any]], ToolOutcome]] = {
             "write_file": self._write_file, "read_file": self._read_file,
@@ -133,11 +138,24 @@ class Workspace:
         p = self.resolve(args["path"])
         # create parents one by one, refusing symlinks (resolve() checked existing ones)
         p.parent.mkdir(parents=True, exist_ok=True)
-        if p.exists() and not p.is_file():
-            raise ToolError(f"{args['path']!r} exists and is not a regular file")
-        fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o644)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
+        old = _lstat(p)
+        if old is not None:
+            if not stat.S_ISREG(old.st_mode):
+                raise ToolError(f"{args['path']!r} exists and is not a regular file")
+        total = self.total_bytes() - (old.st_size if old is not None else 0) + len(data)
+        if total > self.max_total_bytes:
+            raise ToolError(f"workspace full: this write would bring its files to {total} bytes; "
+                            f"the limit is {self.max_total_bytes} bytes in all. Shorten or empty "
+                            "files you no longer need")
+        tmp = p.parent / f".adev-write-{os.getpid()}-{os.urandom(4).hex()}"
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+        try:
+            with os.fdopen(fd, "wb") as fh:
+                fh.write(data)
+            os.replace(tmp, p)  # a new inode under the old name; nothing written through
+        except BaseException:
+            tmp.unlink(missing_ok=True)
+            raise
         return ToolOutcome(True, f"wrote {len(data)} bytes to {self.rel(p)}",
                            summary=f"{self.rel(p)} ({len(data)} B)")
 
@@ -146,13 +164,18 @@ class Workspace:
         p = self.resolve(args["path"])
         if not p.exists():
             raise ToolError(f"no such file: {args['path']!r}")
-        if not p.is_file():
-            raise ToolError(f"{args['path']!r} is not a regular file")
-        size = p.stat().st_size
-        if size > self.max_file_bytes:
-            raise ToolError(f"{args['path']!r} is {size} bytes; the limit is "
-                            f"{self.max_file_bytes}")
-        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW)
+        fd = os.open(p, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        try:
+            st = os.fstat(fd)  # the inode actually opened, not the name checked before
+            if not stat.S_ISREG(st.st_mode):
+                raise ToolError(f"{args['path']!r} is not a regular file")
+            _check_links(args["path"], st)
+            if st.st_size > self.max_file_bytes:
+                raise ToolError(f"{args['path']!r} is {st.st_size} bytes; the limit is "
+                                f"{self.max_file_bytes}")
+        except BaseException:
+            os.close(fd)
+            raise
         with os.fdopen(fd, "rb") as fh:
             raw = fh.read(self.max_file_bytes + 1)
         text = raw.decode("utf-8", "replace")
@@ -197,11 +220,16 @@ class Workspace:
         return ToolOutcome(True, "ok", finished=True, summary=summary[:4000])
 
     # ---- helpers for the loop ---------------------------------------------------------
-    def files(self) -> dict[str, int]:
+    def total_bytes(self) -> int:
+        """Bytes in the workspace's regular files (what ``max_total_bytes`` caps)."""
+        return sum(self.files(skip_caches=False).values())
+
+    def files(self, skip_caches: bool = True) -> dict[str, int]:
         """Regular files in the workspace -> size (for summaries and tests)."""
         out: dict[str, int] = {}
         for dirpath, dirnames, filenames in os.walk(self.root, followlinks=False):
-            dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".pytest_cache")]
+            if skip_caches:
+                dirnames[:] = [d for d in dirnames if d not in ("__pycache__", ".pytest_cache")]
             for f in filenames:
                 fp = Path(dirpath) / f
                 st = os.lstat(fp)
@@ -213,6 +241,19 @@ class Workspace:
 def schemas(names: list[str]) -> list[dict[str, Any]]:
     """The OpenAI ``tools`` list for these tool names (unknown names -> KeyError)."""
     return [SCHEMAS[n] for n in names]
+
+
+def _lstat(p: Path) -> os.stat_result | None:
+    try:
+        return os.lstat(p)
+    except FileNotFoundError:
+        return None
+
+
+def _check_links(path: str, st: os.stat_result) -> None:
+    if st.st_nlink > 1:
+        raise ToolError(f"{path!r} is a hard link ({st.st_nlink} names for one file, which may "
+                        "lie outside the workspace); not read")
 
 
 def _err(msg: str) -> ToolOutcome:

@@ -29,6 +29,7 @@ from urllib.parse import urlsplit, urlunsplit
 
 from ..config import HOST_CPUS, ROOT, ConfigError, StackConfig, \
     check_cpus, from_dict, load_model_profile, load_stack
+from .loopback import bind_env, warn_host
 from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, StackError,
                     check_master_binary, find_master_binary, free_port, library_error_in_log,
                     listening, missing_library_message, port_in_use, spawn, stop_process,
@@ -111,10 +112,19 @@ def endpoint_command(module: str, stack_json: Path, name: str, port: int, master
     return cmd
 
 
-def endpoint_env(config: StackConfig, disk_dir: Path | None) -> dict[str, str]:
-    """Environment of an endpoint process: Mooncake's client bound to the stack host and, with a
-    disk tier, the file-per-key offload backend in the endpoint's own directory (mooncake.md)."""
+def master_env(config: StackConfig) -> dict[str, str]:
+    """Environment of the master: every listener on ``stack.host`` (:mod:`.loopback`)."""
     env = dict(os.environ)
+    env.update(bind_env(config.host, env))
+    return env
+
+
+def endpoint_env(config: StackConfig, disk_dir: Path | None) -> dict[str, str]:
+    """Environment of an endpoint process: Mooncake's client bound to the stack host (its
+    wildcard listeners too: :mod:`.loopback`) and, with a disk tier, the file-per-key offload
+    backend in the endpoint's own directory (mooncake.md)."""
+    env = dict(os.environ)
+    env.update(bind_env(config.host, env))
     env["MC_TCP_BIND_ADDRESS"] = config.host
     env["PYTHONUNBUFFERED"] = "1"
     if disk_dir is not None:
@@ -239,6 +249,7 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
     if config.mode == "external":
         return external_info(config)
     sdir = state_dir_path(config.state_dir)
+    warn_host(config.host)
     with _locked(sdir):
         st = read_state(sdir)
         if st is not None:
@@ -371,6 +382,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
             flags = master_flags(config, rpc_port=rpc_port, metrics_port=metrics_port,
                                  lease_ms=lease_ms)
             proc = spawn("master", [*pin, str(binary), *flags], logs / "master.log", cwd=sdir,
+                         env=master_env(config),
                          ports={"rpc": rpc_port, "metrics": metrics_port})
             started.append(proc)
             metrics_url = f"http://{host}:{metrics_port}/metrics"
@@ -738,6 +750,7 @@ def restart_master(target: StackInfo | StackConfig | str | Path | None = None, *
             deadline = time.monotonic() + timeout_s
             while True:  # the old sockets may linger for a moment after a kill
                 proc = spawn("master", m.cmd, Path(m.log), cwd=sdir,
+                             env=master_env(st.stack_config()),
                              ports={"rpc": m.port, "metrics": m.metrics_port or 0})
                 try:
                     wait_until(lambda: tcp_open(host, m.port) and _http_ok(m.metrics_url), proc,

@@ -114,6 +114,38 @@ def test_classification_and_distances(tmp_path):
     assert reuse_profile(led).aged_share is None
 
 
+def test_ownership_view_differs_from_last_toucher(tmp_path):
+    """Ownership: same-session when this session touched the block before, cross-session when it
+    had not and another had. Last toucher: by whoever touched the block last."""
+    blk = [np.arange(i * 16, i * 16 + 16, dtype=np.uint32) for i in range(4)]
+    w = LedgerWriter(tmp_path)
+    w.add(10.0, "A", "a1", np.concatenate(blk[:2]))       # b0 b1 new
+    w.add(15.0, "A", "a2", np.concatenate(blk[:3]))       # b0 b1 same/same; b2 new
+    w.add(16.0, "B", "b1", np.concatenate(blk[:1]))       # b0: B never had it, A had: cross/cross
+    w.add(100.0, "A", "a3", np.concatenate(blk[:4]))      # b0: A had it (own), last toucher B
+    w.add(120.0, "B", "b2", np.concatenate(blk[:2]))      # b0: B had it, last A; b1: B never
+    w.close()
+    led = read_ledger(tmp_path)
+    c = classify(led.touches)
+    assert c.owner_cls.tolist() == [NEW, NEW, SAME_SESSION, SAME_SESSION, NEW, CROSS_SESSION,
+                                    SAME_SESSION, SAME_SESSION, SAME_SESSION, NEW,
+                                    SAME_SESSION, CROSS_SESSION]
+    assert c.cls.tolist() == [NEW, NEW, SAME_SESSION, SAME_SESSION, NEW, CROSS_SESSION,
+                              CROSS_SESSION, SAME_SESSION, SAME_SESSION, NEW,
+                              CROSS_SESSION, CROSS_SESSION]
+    p = reuse_profile(led)
+    # 12 touches: ownership same 6, cross 2; last toucher same 4, cross 4
+    assert p.owner_share_same_session == pytest.approx(6 / 12)
+    assert p.owner_share_cross_session == pytest.approx(2 / 12)
+    assert p.share_same_session == pytest.approx(4 / 12)
+    assert p.share_cross_session == pytest.approx(4 / 12)
+    # a slice keeps whole-history ownership: from t=100, 6 touches, b0 of a3 and b2 own
+    q = reuse_profile(led, t0=100.0)
+    assert q.touches == 6
+    assert q.owner_share_same_session == pytest.approx(4 / 6)
+    assert q.owner_share_cross_session == pytest.approx(1 / 6)
+
+
 def test_crash_tail_and_resume(tmp_path):
     w = LedgerWriter(tmp_path)
     w.add(1.0, "s", "c0", np.arange(48, dtype=np.uint32))

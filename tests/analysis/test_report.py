@@ -29,7 +29,17 @@ def test_report_one_folder(night, tmp_path):
     assert "src='http" not in html and "<script" not in html    # self-contained
     # no width-12 run: the operating-point figure is missing, with the reason
     assert re.search(r"Missing:.*no run at width 12", md)
-    assert "Per-window figures" in md and "| window | endpoint |" in md
+    assert "Per-window figures" in md and "| Window | Endpoint |" in md
+    # headline figures with intervals first, then the source beside ours, then the tables
+    assert md.index("## Headline figures") < md.index("## The source study beside adev") \
+        < md.index("## Width sweep")
+    assert re.search(r"- Gross saving: \d+\.\d\d% \(CV", md)
+    # the width-1 run sits beside the source's 45.0% GPU / 38.0% store hit share at one session
+    assert re.search(r"\| 1 session \| GPU hit share \| 45\.00% \| \d+\.\d\d% \|", md)
+    assert re.search(r"\| 1 session \| Store hit share \| 38\.00% \|", md)
+    # HTML: headings in words, no snake_case column names, every table scrolls inside the page
+    assert "gross_saving_lo" not in html and "Gross saving, 95% low" in html
+    assert html.count("<table>") == html.count("<div class='tw'><table>") > 0
     for png in re.findall(r"\((rep_files/[^)]+\.png)\)", md):
         assert (tmp_path / png).exists()
 
@@ -65,7 +75,7 @@ def test_compare_two_nights(night, tmp_path):
 def test_summarise_run(night):
     run = sorted(night.iterdir())[1]
     s = summarise_run(run)
-    assert s.startswith("run ") and "gross saving:" in s and "reuse: same-session" in s
+    assert s.startswith("run ") and "gross saving:" in s and "reuse, ownership view: same-session" in s and "last-toucher view" in s
     assert "max rel. diff" in s
     # the synthetic host read 3x slower than the tier profile: said, with where to look next
     assert re.search(r"real store reads / tier profile, p50 \(x\): 3(\.0+)? ", s), s

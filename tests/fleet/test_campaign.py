@@ -49,6 +49,12 @@ def test_point_configs_apply_fleet_and_stack_keys(tmp_path):
     assert pts["w12-remote"].stack.store.disk_tier == "remote-nvmeof"
     assert pts["w12-lease300"].stack.store.lease_ttl_s == 300.0
     assert pts["w12"].stack.store.lease_ttl_s < 300.0
+    # the source's protocol: 1, 2, 6 in batch without pause; 6, 12, 18 steady with 300 s pause
+    assert [(pts[n].width, pts[n].protocol, pts[n].pause_s) for n in ("b01", "b02", "b06")] == \
+        [(1, "batch", 0.0), (2, "batch", 0.0), (6, "batch", 0.0)]
+    assert all(pts[n].runs == 3 for n in ("b01", "b02", "b06"))
+    assert [(pts[n].width, pts[n].protocol, pts[n].pause_s) for n in ("w06", "w12", "w18")] == \
+        [(6, "steady", 300.0), (12, "steady", 300.0), (18, "steady", 300.0)]
     q = C.point_fleet(real, rbase, real.points[4], quick=True)
     assert q.width == real.quick.width_cap
 
@@ -72,7 +78,19 @@ def test_two_nights_and_comparison(tmp_path, monkeypatch):
     assert cmp["previous"] == "2026-01-01"
     rows = {r["figure"]: r for r in cmp["rows"]}
     assert rows["saving.gross"]["flag"] and not rows["hit"]["flag"]
-    assert "MOVED" in (n2 / "comparison.md").read_text()
+    md = (n2 / "comparison.md").read_text()
+    assert "MOVED" in md
+    # no point of this campaign is one the source measured (width 2 in steady state): said so
+    assert "## The source study beside this night" in md
+    assert "No run of this report was made at a point the source measured" in md
+
+
+def test_source_beside_a_night_at_a_source_point(tmp_path):
+    from tests.analysis.synth import make_run
+    run = make_run(tmp_path, width=1, windows=2, window_s=120, seed=1, max_prompt=20000)
+    md = C.source_beside_markdown([str(run), str(tmp_path / "missing-run")])
+    assert "| 1 session | GPU hit share | 45.00% |" in md
+    assert "Runs that could not be read:" in md and "missing-run" in md
 
 
 def test_compare_rules():

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import os
 import time
+import uuid
 
 import pytest
 
@@ -62,27 +63,37 @@ async def test_block_device_and_scrubbed_env(tmp_path, monkeypatch):
     assert res.verdict == "fail"  # no device without needs_nvme
 
 
-async def test_timeout_kills_process_group(tmp_path):
-    marker = tmp_path / "child.pid"
-    test = ("import os, subprocess, sys, time\n\ndef test_hang():\n"
-            "    p = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)'])\n"
-            f"    open({str(marker)!r}, 'w').write(str(p.pid))\n    time.sleep(60)\n")
+def procs_with(token: str) -> list[int]:
+    """Live (not zombie) processes whose command line holds ``token``."""
+    out = []
+    for d in os.listdir("/proc"):
+        if not d.isdigit():
+            continue
+        try:
+            with open(f"/proc/{d}/cmdline", "rb") as fh:
+                if token.encode() not in fh.read():
+                    continue
+            with open(f"/proc/{d}/stat") as fh:
+                if fh.read().split(")")[-1].split()[0] != "Z":
+                    out.append(int(d))
+        except (FileNotFoundError, ProcessLookupError):
+            pass
+    return out
+
+
+@pytest.mark.parametrize("confined", [True, False])
+async def test_timeout_kills_process_group(tmp_path, confined):
+    token = f"adev-probe-{uuid.uuid4().hex}"
+    test = ("import subprocess, time\n\ndef test_hang():\n"
+            f"    subprocess.Popen(['/bin/sh', '-c', 'sleep 60; :', {token!r}])\n"
+            "    time.sleep(60)\n")
     ws = _ws(tmp_path, {"tests/test_hang.py": test})
     t0 = time.monotonic()
-    res = await LocalGate().run(GateRequest("s1", ws, timeout_s=12))
+    res = await LocalGate(confined=confined).run(GateRequest("s1", ws, timeout_s=12))
     assert time.monotonic() - t0 < 40
     assert res.verdict == "error" and "timed out" in res.error
-    pid = int(marker.read_text())
     for _ in range(50):  # the grandchild died with its group
-        try:
-            os.kill(pid, 0)
-        except ProcessLookupError:
-            break
-        try:
-            with open(f"/proc/{pid}/stat") as fh:
-                if fh.read().split(")")[-1].split()[0] == "Z":
-                    break
-        except FileNotFoundError:
+        if not procs_with(token):
             break
         time.sleep(0.1)
     else:
@@ -99,12 +110,16 @@ async def test_output_limit_and_no_tests(tmp_path):
     assert res.verdict == "error" and "no test files" in res.error
 
 
-async def test_symlinks_not_copied(tmp_path):
+async def test_symlinks_and_hard_links_not_copied(tmp_path):
     secret = tmp_path / "secret.txt"
     secret.write_text("top secret")
     test = ("import os\n\ndef test_link():\n    assert not os.path.exists('tests/leak.txt')\n")
     ws = _ws(tmp_path, {"tests/test_link.py": test})
     os.symlink(secret, ws / "tests" / "leak.txt")
+    res = await LocalGate().run(GateRequest("s1", ws))
+    assert res.verdict == "pass", res.output_tail
+    (ws / "tests" / "leak.txt").unlink()
+    os.link(secret, ws / "tests" / "leak.txt")  # a hard link is not copied either
     res = await LocalGate().run(GateRequest("s1", ws))
     assert res.verdict == "pass", res.output_tail
 

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import io
+import os
 import tarfile
 from pathlib import Path
 
@@ -179,6 +180,7 @@ def test_upload_skips_symlinks_and_caches(tmp_path):
     secret.write_text("host secret")
     (ws / "leak").symlink_to(secret)
     (ws / "dirleak").symlink_to(tmp_path)
+    os.link(secret, ws / "hardleak")
     data = build_upload(ws, {"acc/t.py": b"2", "a.py": b"override"}, 10_000)
     with tarfile.open(fileobj=io.BytesIO(data)) as tar:
         names = {m.name: tar.extractfile(m).read() for m in tar.getmembers()}

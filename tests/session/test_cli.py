@@ -48,3 +48,14 @@ async def test_summary_per_round(tmp_path):
     text = format_summary(s)
     assert "round 1:" in text and "round 2:" in text and "prompt tokens per call" in text
     assert "gate round 2 acceptance: pass" in text
+
+
+def test_unconfined_gate_refused_against_external_endpoints(tmp_path, capsys):
+    from adev.cli import main
+    argv = ["session", "--task", "kvblock-store", "--endpoint", "coder=http://127.0.0.1:9/v1",
+            "--gate", "local-unconfined", "--runs-dir", str(tmp_path)]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert "'local-unconfined' runs model-written code unconfined" in err
+    assert "--allow-unconfined-gate" in err
+    assert list(tmp_path.iterdir()) == []  # refused before anything was written

@@ -89,3 +89,33 @@ def test_schemas():
         ["read_file", "finish"]
     for s in SCHEMAS.values():
         assert s["type"] == "function" and s["function"]["parameters"]["type"] == "object"
+
+
+def test_hard_link_target_outside_never_written_or_read(ws, tmp_path):
+    """A hard link made by gate code: write_file replaces the name (the outside file keeps its
+    bytes), read_file refuses to read through it."""
+    outside = tmp_path / "outside.txt"
+    outside.write_text("original")
+    os.link(outside, ws.root / "linked.txt")
+    out = ws.call("read_file", j(path="linked.txt"))
+    assert not out.ok and "hard link" in out.error
+    out = ws.call("write_file", j(path="linked.txt", content="pwned"))
+    assert out.ok
+    assert outside.read_text() == "original" and os.stat(outside).st_nlink == 1
+    assert (ws.root / "linked.txt").read_text() == "pwned"
+    assert ws.call("read_file", j(path="linked.txt")).text == "pwned"
+    assert sorted(os.listdir(ws.root)) == ["linked.txt"]  # no temp file left behind
+
+
+def test_total_size_capped(tmp_path):
+    w = Workspace(tmp_path / "w", max_file_bytes=1000, max_total_bytes=2500)
+    for i in range(2):
+        assert w.call("write_file", j(path=f"f{i}.txt", content="x" * 1000)).ok
+    out = w.call("write_file", j(path="f2.txt", content="x" * 600))
+    assert not out.ok and "workspace full" in out.error and "2600 bytes" in out.error \
+        and "2500" in out.error
+    assert not (w.root / "f2.txt").exists()
+    assert w.call("write_file", j(path="f2.txt", content="x" * 500)).ok  # exactly 2500
+    assert w.call("write_file", j(path="f0.txt", content="")).ok  # shrinking always fits
+    assert w.call("write_file", j(path="f2.txt", content="x" * 1000)).ok  # 0+1000+1000
+    assert w.total_bytes() == 2000

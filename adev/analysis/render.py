@@ -1,0 +1,153 @@
+"""Rendering of reports: values formatted for reading, columns labelled in words with units,
+markdown tables, and a document written as markdown (+ PNG files) and as one self-contained HTML
+page (markdown rendered by the ``markdown`` library, plots inlined as base64 PNG)."""
+from __future__ import annotations
+
+import base64
+import html
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Sequence
+
+import markdown as _markdown
+import pandas as pd
+
+from .plots import Figure
+
+PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full", "gpu_hit_share",
+            "store_hit_share", "store_hit_rate", "refused_share", "disk_share_of_saving",
+            "busy_share", "gross_saving_quiet", "gross_saving_lo", "gross_saving_hi",
+            "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
+            "reuse_owner_share_same_session", "reuse_owner_share_cross_session",
+            "ttft_model_err_p50", "ttft_model_err_p99"}
+"""Columns that hold shares (0..1), printed as percentages."""
+
+LABELS = {
+    "window": "Window", "endpoint": "Endpoint", "valid": "Valid", "calls": "Calls",
+    "busy_s": "Busy (s)", "busy_share": "Busy share", "gpu_hit_share": "GPU hit share",
+    "store_hit_share": "Store hit share", "gross_saving": "Gross saving",
+    "gross_saving_disk": "Gross saving, disk tier", "net_saving": "Net saving",
+    "net_saving_full": "Net saving, fully charged", "store_hit_rate": "Store hit rate",
+    "refused_share": "Refused writes", "preemptions": "Preemptions",
+    "ttft_send_p50": "TTFT p50 (s)", "ttft_send_p99": "TTFT p99 (s)",
+    "ttft_model_err_p50": "TTFT over model, p50", "ttft_model_err_p99": "TTFT over model, p99",
+    "store_read_over_p50": "Store reads / profile, p50 (×)",
+    "store_read_over_p99": "Store reads / profile, p99 (×)",
+    "counter_resets": "Counter resets", "scrape_gaps": "Scrape gaps",
+    "xcheck_gpu_rel": "Cross-check GPU (rel.)", "xcheck_store_rel": "Cross-check store (rel.)",
+    "xcheck_disk_rel": "Cross-check disk (rel.)",
+    "store_load_failed_tokens": "Store-hit tokens failed to load",
+    "operating_point": "Operating point", "width": "Width (sessions)", "runs": "Runs",
+    "interval_basis": "Interval over", "gross_saving_lo": "Gross saving, 95% low",
+    "gross_saving_hi": "Gross saving, 95% high", "gross_saving_quiet": "Gross saving, quiet",
+    "disk_share_of_saving": "Disk tier's part of saving", "label": "Run",
+    "burst_windows": "Burst windows", "windows": "Windows",
+    "reuse_share_same_session": "Same-session reuse (last toucher)",
+    "reuse_share_cross_session": "Cross-session reuse (last toucher)",
+    "reuse_owner_share_same_session": "Same-session reuse (ownership)",
+    "reuse_owner_share_cross_session": "Cross-session reuse (ownership)",
+    "reuse_aged_share": "Aged reuse", "store_gib_served": "Store served (GiB)",
+    "dispatch_p50": "Dispatch delay p50 (s)",
+}
+"""Column name -> heading in words, with its unit where it has one."""
+
+
+def label(col: str) -> str:
+    """The heading of column ``col`` (the column name itself when it has none)."""
+    return LABELS.get(col, col)
+
+
+def fmt(v: Any, pctg: bool = False) -> str:
+    """A value for reading: percentages with 2 decimals, other floats with 4 significant
+    digits, missing values as an em dash."""
+    if v is None or (isinstance(v, float) and math.isnan(v)):
+        return "—"
+    if isinstance(v, float):
+        if pctg:
+            return f"{v * 100:.2f}%"
+        return f"{v:.4g}"
+    return str(v)
+
+
+def md_table(df: pd.DataFrame, cols: Sequence[str] | None = None) -> str:
+    """``df`` as a markdown table with headings in words (:func:`label`)."""
+    if df is None or not len(df):
+        return "_(no rows)_\n"
+    cols = [c for c in (cols or list(df.columns)) if c in df.columns]
+    lines = ["| " + " | ".join(label(c) for c in cols) + " |", "|" + "---|" * len(cols)]
+    for _, r in df[cols].iterrows():
+        lines.append("| " + " | ".join(fmt(r[c], c in PCT_COLS) for c in cols) + " |")
+    return "\n".join(lines) + "\n"
+
+
+CSS = ("body{font-family:system-ui,sans-serif;max-width:1100px;margin:auto;padding:1em;"
+       "line-height:1.4;color:#222}"
+       ".tw{overflow-x:auto;max-width:100%}"
+       "table{border-collapse:collapse;font-size:12px;margin:.5em 0}"
+       "td,th{border:1px solid #ccc;padding:2px 6px;text-align:right}"
+       "th{background:#f4f4f4;text-align:center;white-space:normal;max-width:9em}"
+       "td:first-child,th:first-child{text-align:left}"
+       "img{max-width:100%}.missing{color:#a00}code{font-size:90%}")
+
+
+@dataclass
+class Doc:
+    """A report: a title and blocks, each markdown text or a :class:`Figure`."""
+
+    title: str
+    blocks: list[Any] = field(default_factory=list)
+
+    def md(self, fig_dir: Path | None = None, rel: str = "") -> str:
+        out = [f"# {self.title}\n"]
+        for b in self.blocks:
+            if isinstance(b, Figure):
+                out.append(f"### {b.title}\n")
+                if b.png is None:
+                    out.append(f"**Missing:** {b.reason}\n")
+                elif fig_dir is not None:
+                    fig_dir.mkdir(parents=True, exist_ok=True)
+                    (fig_dir / f"{b.key}.png").write_bytes(b.png)
+                    out.append(f"![{b.title}]({rel}{b.key}.png)\n")
+                if b.caption:
+                    out.append(f"_{b.caption}_\n")
+            else:
+                out.append(b)
+        return "\n".join(out)
+
+    def html(self) -> str:
+        parts = [f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(self.title)}"
+                 f"</title><style>{CSS}</style></head><body>",
+                 f"<h1>{html.escape(self.title)}</h1>"]
+        for b in self.blocks:
+            if isinstance(b, Figure):
+                parts.append(f"<h3>{html.escape(b.title)}</h3>")
+                if b.png is None:
+                    parts.append(f"<p class='missing'><b>Missing:</b> {html.escape(b.reason or '')}</p>")
+                else:
+                    parts.append("<img alt='%s' src='data:image/png;base64,%s'>"
+                                 % (html.escape(b.title), base64.b64encode(b.png).decode()))
+                if b.caption:
+                    parts.append(f"<p><i>{html.escape(b.caption)}</i></p>")
+            else:
+                parts.append(md_to_html(b))
+        parts.append("</body></html>")
+        return "\n".join(parts)
+
+
+def md_to_html(md: str) -> str:
+    """Markdown (tables included) to HTML; raw HTML in the text is escaped, every table is
+    wrapped so that a wide one scrolls inside the page instead of overflowing it."""
+    out = _markdown.markdown(html.escape(md, quote=False), extensions=["tables"],
+                             output_format="html")
+    return out.replace("<table>", "<div class='tw'><table>").replace("</table>", "</table></div>")
+
+
+def write(doc: Doc, out: Path) -> Path:
+    """Write ``out``.md (+ ``out``_files/ PNGs) and the self-contained ``out``.html."""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    fig_dir = out.parent / f"{out.name}_files"
+    (out.parent / f"{out.name}.md").write_text(doc.md(fig_dir, f"{out.name}_files/"))
+    h = out.parent / f"{out.name}.html"
+    h.write_text(doc.html())
+    return h

@@ -1,0 +1,155 @@
+"""The source study's figures beside adev's own (``source_figures.toml``).
+
+Each source figure names an adev figure and the point it was measured at (width, protocol,
+pause, configuration, disk tier, lease). :func:`beside` finds, for every source figure, the runs
+of a report at that point and sets the source's value next to the mean of theirs, so a reader
+sees the fidelity at a glance. The source's values are only ever printed, never used in a
+computation of adev's own figures.
+"""
+from __future__ import annotations
+
+import math
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from .aggregate import RunSummary
+
+SOURCE_FILE = Path(__file__).with_name("source_figures.toml")
+LONG_LEASE_S = 300.0
+"""``lease = "short"`` in the data file matches runs whose lease is under this."""
+
+POINT_KEYS = ("width", "protocol", "pause_s", "configuration", "disk_tier", "lease")
+
+
+@dataclass(frozen=True)
+class SourceFigure:
+    """One figure the source measured: adev figure name, point, value or range, where."""
+
+    figure: str
+    point: dict[str, Any]
+    where: str
+    value: float | None = None
+    lo: float | None = None
+    hi: float | None = None
+
+    def text(self) -> str:
+        if self.value is not None:
+            return f"{self.value * 100:.2f}%"
+        return f"{(self.lo or 0) * 100:.2f}-{(self.hi or 0) * 100:.2f}%"
+
+    def point_text(self) -> str:
+        p = self.point
+        bits = [f"{p['width']} session{'s' if p['width'] != 1 else ''}"] if "width" in p else []
+        if "protocol" in p:
+            bits.append(p["protocol"])
+        if "pause_s" in p:
+            bits.append(f"pause {p['pause_s']:g} s")
+        if "configuration" in p:
+            bits.append(p["configuration"])
+        if "disk_tier" in p:
+            bits.append(p["disk_tier"])
+        if "lease" in p:
+            bits.append("short lease" if p["lease"] == "short" else f"lease {p['lease']:g} s")
+        return ", ".join(bits)
+
+    def matches(self, s: RunSummary) -> bool:
+        """Whether run ``s`` was made at this figure's point."""
+        p = self.point
+        if "width" in p and s.width != p["width"]:
+            return False
+        if "protocol" in p and s.protocol != p["protocol"]:
+            return False
+        if "pause_s" in p and (s.pause_s or 0.0) != float(p["pause_s"]):
+            return False
+        if "configuration" in p and s.configuration != p["configuration"]:
+            return False
+        if "disk_tier" in p and s.disk_tier != p["disk_tier"]:
+            return False
+        if "lease" in p:
+            lease = s.lease_ttl_s
+            if lease is None:
+                return False
+            if p["lease"] == "short":
+                return lease < LONG_LEASE_S
+            return lease == float(p["lease"])
+        return True
+
+
+def load(path: Path = SOURCE_FILE) -> list[SourceFigure]:
+    """Read the data file; a malformed entry raises ValueError naming its index and field."""
+    doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    out = []
+    for i, f in enumerate(doc.get("figure", [])):
+        where = f"{path.name}: figure[{i}]"
+        for k in ("figure", "point", "where"):
+            if k not in f:
+                raise ValueError(f"{where}: missing field {k!r}")
+        bad = set(f["point"]) - set(POINT_KEYS)
+        if bad:
+            raise ValueError(f"{where}.point: unknown key(s) {sorted(bad)}; allowed: {POINT_KEYS}")
+        if f.get("value") is None and (f.get("lo") is None or f.get("hi") is None):
+            raise ValueError(f"{where}: needs 'value' or both 'lo' and 'hi'")
+        out.append(SourceFigure(f["figure"], dict(f["point"]), f["where"], f.get("value"),
+                                f.get("lo"), f.get("hi")))
+    return out
+
+
+def ours(s: RunSummary, figure: str) -> float:
+    """adev's value of ``figure`` for run ``s``: the mean over valid windows, or the reuse
+    ledger's share for ``reuse_*`` figures (NaN when missing)."""
+    if figure.startswith("reuse_"):
+        v = (s.reuse or {}).get(figure[len("reuse_"):])
+        return math.nan if v is None else float(v)
+    return s.mean(figure)
+
+
+@dataclass
+class Beside:
+    """One row of the comparison: the source's figure and ours at the same point."""
+
+    source: SourceFigure
+    ours: float | None        # mean over the matching runs; None when no run matches
+    runs: int
+    why_missing: str | None
+
+    @property
+    def within(self) -> bool | None:
+        """Whether ours lies in the source's range (or within 1.5 points of its value)."""
+        if self.ours is None:
+            return None
+        if self.source.value is not None:
+            return abs(self.ours - self.source.value) <= 0.015
+        return (self.source.lo or 0) <= self.ours <= (self.source.hi or 0)
+
+
+def beside(summaries: Sequence[RunSummary],
+           figures: Sequence[SourceFigure] | None = None) -> list[Beside]:
+    """For each source figure, the mean of ours over the runs at its point."""
+    rows = []
+    for f in figures if figures is not None else load():
+        runs = [s for s in summaries if f.matches(s)]
+        vals = [v for v in (ours(s, f.figure) for s in runs) if not math.isnan(v)]
+        why = None
+        if not runs:
+            why = "no run at this point"
+        elif not vals:
+            why = "not measured in the runs at this point"
+        rows.append(Beside(f, sum(vals) / len(vals) if vals else None, len(runs), why))
+    return rows
+
+
+def beside_markdown(rows: Sequence[Beside], only_matched: bool = True) -> str:
+    """A markdown table: point, figure, the source's value, ours, where in the source."""
+    from .render import label
+    shown = [r for r in rows if r.runs or not only_matched]
+    if not shown:
+        return ("_No run of this report was made at a point the source measured (widths 1, 2, "
+                "6, 12, 18; see `adev nightly`)._\n")
+    lines = ["| Point | Figure | Source | adev | Where in the source |", "|---|---|---:|---:|---|"]
+    for r in shown:
+        o = r.why_missing if r.ours is None else f"{r.ours * 100:.2f}%"
+        lines.append(f"| {r.source.point_text()} | {label(r.source.figure)} | {r.source.text()} "
+                     f"| {o} | {r.source.where} |")
+    return "\n".join(lines) + "\n"

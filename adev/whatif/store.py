@@ -1,0 +1,256 @@
+"""The store tiers below the endpoints: Mooncake's RAM tier (its own rules) and a disk tier.
+
+RAM tier, as ``mooncake_master`` (``mooncake-store/src/master_service.cpp``) runs it:
+
+- **capacity** in objects (blocks): a put is allocated while space is left; when the segments are
+  full the put is **refused** (``NO_AVAILABLE_HANDLE``, -200) and the master flags that an
+  eviction is needed;
+- **leases**: every lookup of a present key (``batch_is_exist``, also the existence check a save
+  makes before its puts) sets its lease timeout to ``max(timeout, now + TTL)``; a put sets it to
+  the put time (``PutEnd`` grants a zero lease). An object whose lease has not expired cannot be
+  evicted;
+- **eviction**: an eviction thread wakes every 10 ms (real); when the used share exceeds the high
+  watermark (default 0.90) or a put was refused, it evicts
+  ``ceil(evictable objects x max(ratio, used - watermark + ratio))`` objects (ratio default
+  0.05), choosing among lease-expired objects those with the oldest lease timeout (objects never
+  looked up: their put time; others: last lookup + TTL). Leased objects count in the evictable
+  base but are skipped, so a store full of leased objects evicts nothing and refuses puts.
+
+Disk tier (``offload_on_evict``): an object chosen for eviction with no disk copy is queued for
+offload and stays in RAM (pinned, still readable, not evictable) until the endpoint's offload
+heartbeat writes it (``offload_delay_s`` later). It then has a disk copy and is evictable again
+by the same rule: an object leased meanwhile keeps its memory until its lease ends; chosen again,
+its memory is freed at once. A key with a memory copy is served from RAM, a key on disk only
+from disk; a key in either is never put again. Disk capacity in objects (None: unbounded); when
+full, the oldest offloaded objects are dropped.
+
+Per call, a save mirrors the emulator's and vLLM's connector: an existence check over the blocks
+to write (leases on those present), then puts of the missing ones in batches of ``batch_keys``;
+a batch with a refused put ends the save (the batch's refused puts count as refused, later
+batches are never offered).
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from dataclasses import dataclass
+
+import numpy as np
+
+NEVER = -np.inf
+
+
+@dataclass
+class StoreRules:
+    capacity_blocks: int
+    lease_s: float
+    high_watermark: float = 0.90
+    eviction_ratio: float = 0.05
+    tick_s: float = 0.1               # eviction thread period, model seconds
+    disk: bool = False
+    disk_capacity_blocks: int | None = None
+    offload_delay_s: float = 10.0     # offload heartbeat, model seconds
+    batch_keys: int = 128
+
+
+class _Log:
+    """Append-only id log with lazy deletion (an entry is live while ``stamp[id]`` is its
+    position)."""
+
+    def __init__(self, stamp: np.ndarray) -> None:
+        self.stamp = stamp
+        self.buf = np.empty(1024, dtype=np.int64)
+        self.n = 0
+        self.head = 0
+
+    def append(self, ids: np.ndarray) -> None:
+        k = len(ids)
+        if self.n + k > len(self.buf):
+            live = self.buf[self.head:self.n]
+            live = live[self.stamp[live] == np.arange(self.head, self.n)]
+            buf = np.empty(max(1024, 2 * (len(live) + k)), dtype=np.int64)
+            buf[:len(live)] = live
+            self.stamp[live] = np.arange(len(live))
+            self.buf, self.head, self.n = buf, 0, len(live)
+        self.buf[self.n:self.n + k] = ids
+        self.stamp[ids] = np.arange(self.n, self.n + k)
+        self.n += k
+
+    def peek(self, k: int, ok, ordered: bool = True) -> np.ndarray:
+        """Up to ``k`` live ids from the head that pass ``ok``; an ordered log stops at the first
+        live id failing it, an unordered one skips it (nothing is removed; leading dead entries
+        are skipped for good)."""
+        out = []
+        pos_hi = self.head
+        while k > 0 and pos_hi < self.n:
+            hi = min(self.n, pos_hi + 2 * k + 64)
+            chunk = self.buf[pos_hi:hi]
+            pos = (self.stamp[chunk] == np.arange(pos_hi, hi)).nonzero()[0]
+            if not out and pos_hi == self.head:
+                self.head += int(pos[0]) if len(pos) else hi - pos_hi
+            stop = False
+            if len(pos):
+                good = ok(chunk[pos])
+                if not good.all():
+                    if ordered:
+                        pos = pos[:int(good.argmin())]
+                        stop = True
+                    else:
+                        pos = pos[good]
+            ids = chunk[pos[:k]]
+            out.append(ids)
+            k -= len(ids)
+            if stop:
+                break
+            pos_hi = hi
+        return np.concatenate(out) if out else np.empty(0, dtype=np.int64)
+
+
+class StoreModel:
+    """RAM (+ disk) tier state over dense block ids."""
+
+    def __init__(self, rules: StoreRules, n_ids: int) -> None:
+        self.r = rules
+        self.in_ram = np.zeros(n_ids, dtype=bool)
+        self.on_disk = np.zeros(n_ids, dtype=bool)
+        self.pinned = np.zeros(n_ids, dtype=bool)         # queued for offload
+        self.lease_to = np.full(n_ids, NEVER)
+        # eviction order (lease timeout): never looked up, by put time; looked up, by last lookup
+        self._unread = _Log(np.full(n_ids, -1, dtype=np.int64))
+        self._read = _Log(np.full(n_ids, -1, dtype=np.int64))
+        # back in the order after an offload (their timeouts are not in log order)
+        self._back = _Log(np.full(n_ids, -1, dtype=np.int64))
+        self._disk = _Log(np.full(n_ids, -1, dtype=np.int64))    # on disk, by offload time
+        self._pending: deque[tuple[float, np.ndarray]] = deque()
+        self.n_ram = 0
+        self.n_pinned = 0
+        self.n_disk = 0
+        self.need_eviction = False
+        self._last_tick = -math.inf
+        # counters
+        self.put_blocks = 0
+        self.refused_blocks = 0
+        self.evicted_blocks = 0
+        self.offloaded_blocks = 0
+        self.eviction_cycles = 0
+
+    # ------------------------------------------------------------------ time
+    def advance(self, now: float) -> None:
+        """Complete offloads due by ``now`` and run the eviction thread's latest wake-up."""
+        while self._pending and self._pending[0][0] <= now:
+            _, ids = self._pending.popleft()
+            self._offloaded(ids)
+        if now - self._last_tick >= self.r.tick_s:
+            self._last_tick = now
+            cap = self.r.capacity_blocks
+            used = self.n_ram / cap if cap else 0.0
+            if used > self.r.high_watermark or self.need_eviction:
+                self._batch_evict(now, used)
+
+    def _batch_evict(self, now: float, used: float) -> None:
+        r = self.r
+        self.eviction_cycles += 1
+        base = self.n_ram - self.n_pinned
+        if base <= 0:
+            self.need_eviction = False
+            return
+        target = max(r.eviction_ratio, used - r.high_watermark + r.eviction_ratio)
+        k = math.ceil(base * target)
+        lease = self.lease_to
+
+        def expired(ids: np.ndarray) -> np.ndarray:
+            return lease[ids] <= now
+        logs = (self._back, self._unread, self._read)
+        victims = np.concatenate([q.peek(k, expired, ordered=q is not self._back) for q in logs])
+        if len(victims) > k:   # the k oldest lease timeouts of the three orders
+            victims = victims[np.argsort(lease[victims], kind="stable")[:k]]
+        if not len(victims):
+            return
+        for q in logs:
+            q.stamp[victims] = -1
+        self.need_eviction = False
+        if r.disk:   # a copy on disk already: memory freed now; else queued for offload
+            done = self.on_disk[victims]
+            self._free(victims[done])
+            queue = victims[~done]
+            if len(queue):
+                self.pinned[queue] = True
+                self.n_pinned += len(queue)
+                self._pending.append((now + r.offload_delay_s, queue))
+        else:
+            self._free(victims)
+
+    def _free(self, ids: np.ndarray) -> None:
+        self.in_ram[ids] = False
+        self.n_ram -= len(ids)
+        self.evicted_blocks += len(ids)
+
+    def _offloaded(self, ids: np.ndarray) -> None:
+        """Offload written: the object is on disk too, and evictable from RAM again (by its lease
+        timeout) -- an object leased meanwhile keeps its memory until the lease ends."""
+        ids = ids[self.in_ram[ids] & self.pinned[ids]]
+        self.pinned[ids] = False
+        self.n_pinned -= len(ids)
+        cap = self.r.disk_capacity_blocks
+        new = ids[~self.on_disk[ids]]
+        if cap is not None and self.n_disk + len(new) > cap:
+            drop = self._disk.peek(self.n_disk + len(new) - cap, lambda x: np.ones(len(x), bool))
+            self._disk.stamp[drop] = -1
+            self.on_disk[drop] = False
+            self.n_disk -= len(drop)
+            if self.n_disk + len(new) > cap:   # more than the whole disk: keep the newest
+                new = new[len(new) - max(0, cap - self.n_disk):]
+        self.on_disk[new] = True
+        self.n_disk += len(new)
+        self.offloaded_blocks += len(new)
+        self._disk.append(new)
+        self._back.append(ids)
+
+    # ------------------------------------------------------------------ operations
+    def _grant(self, ids: np.ndarray, now: float) -> None:
+        """Leases on present keys; RAM keys move to the tail of the last-lookup order."""
+        if not len(ids):
+            return
+        # max(timeout, now + TTL) is now + TTL: events come in time order, TTL is constant
+        self.lease_to[ids] = now + self.r.lease_s
+        ram = ids[self.in_ram[ids] & ~self.pinned[ids]]
+        if len(ram):
+            self._unread.stamp[ram] = -1
+            self._back.stamp[ram] = -1
+            self._read.append(ram)
+
+    def lookup(self, ids: np.ndarray, now: float) -> tuple[int, int]:
+        """``batch_is_exist`` over ``ids``: (leading hits, of which on disk only)."""
+        if not len(ids):
+            return 0, 0
+        ram = self.in_ram[ids]
+        present = ram | self.on_disk[ids]
+        self._grant(ids[present], now)
+        n = len(ids) if present.all() else int(present.argmin())
+        return n, int(n - ram[:n].sum())
+
+    def save(self, ids: np.ndarray, now: float) -> tuple[int, int]:
+        """Existence check, then puts of the missing blocks: (put, refused)."""
+        if not len(ids):
+            return 0, 0
+        present = self.in_ram[ids] | self.on_disk[ids]
+        self._grant(ids[present], now)
+        missing = ids[~present]
+        if not len(missing):
+            return 0, 0
+        room = max(0, self.r.capacity_blocks - self.n_ram)
+        put = missing[:room]
+        refused = 0
+        if len(missing) > room:
+            b = self.r.batch_keys
+            refused = min(len(missing), (room // b + 1) * b) - room
+            self.need_eviction = True
+        if len(put):   # PutEnd: GrantReadLease(0), the lease timeout is the put time
+            self.in_ram[put] = True
+            self.lease_to[put] = now
+            self._read.stamp[put] = -1
+            self._unread.append(put)
+            self.n_ram += len(put)
+        self.put_blocks += len(put)
+        self.refused_blocks += refused
+        return len(put), refused

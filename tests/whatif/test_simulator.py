@@ -1,0 +1,144 @@
+"""The simulator on hand-made workloads (4-token blocks; figures worked out by hand)."""
+import math
+
+import numpy as np
+import pytest
+
+from adev.analysis.windows import gross_saving
+from adev.whatif.simulator import Params, figures, simulate
+from adev.whatif.workload import Workload
+
+BS = 4
+
+
+def workload(calls):
+    """calls: (endpoint, t_admit, t_save, t_end, prompt_tokens, output_tokens, ids)"""
+    ids = [np.array(c[6], dtype=np.int64) for c in calls]
+    off = np.zeros(len(calls) + 1, dtype=np.int64)
+    np.cumsum([len(x) for x in ids], out=off[1:])
+    flat = np.concatenate(ids)
+    eps = sorted({c[0] for c in calls})
+    return Workload("test", BS, eps, np.array([eps.index(c[0]) for c in calls], dtype=np.int32),
+                    np.array([c[1] for c in calls], float), np.array([c[2] for c in calls], float),
+                    np.array([c[3] for c in calls], float),
+                    np.array([c[4] for c in calls], dtype=np.int64),
+                    np.array([c[5] for c in calls], dtype=np.int64), off, flat,
+                    int(flat.max()) + 1, [str(i) for i in range(len(calls))])
+
+
+def params(**kw):
+    base = {"gpu_pool_tokens": 400, "ram_gb": 0.0, "lease_s": 5.0, "disk": False,
+            "bytes_per_block": 1, "tick_s": 0.1, "prefill_tokens_per_s": 4.0}
+    base.update(kw)
+    return Params(**base)
+
+
+# one session, two turns: 16 tokens (blocks 0..3), then 20 tokens (blocks 0..4)
+TWO_TURNS = [("a", 0.0, 0.5, 1.0, 16, 0, [0, 1, 2, 3]),
+             ("a", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]
+
+
+def test_gpu_hits_are_capped_at_prompt_length_minus_one():
+    w = workload(TWO_TURNS)
+    r = simulate(w, params())
+    # turn 1: nothing cached. turn 2: 4 blocks cached, cap = (20 - 1) // 4 = 4 -> 16 tokens
+    assert r.per_call["gpu_hit_blocks"].tolist() == [0, 4]
+    assert r.total.gpu_hit_share == pytest.approx(16 / 36)
+    assert r.total.store_hit_share == 0.0
+
+
+def test_store_serves_what_the_gpu_pool_lost():
+    w = workload(TWO_TURNS)
+    r = simulate(w, params(gpu_pool_tokens=0, ram_capacity_blocks=100, ram_gb=1.0))
+    # no GPU pool: turn 1 puts 4 blocks; turn 2 looks up blocks 0..3 (cap 4): all present
+    assert r.per_call["store_hit_blocks"].tolist() == [0, 4]
+    # turn 2 saves the blocks it did not load: block 4
+    assert r.per_call["put_blocks"].tolist() == [4, 1]
+    assert r.total.store_hit_share == pytest.approx(16 / 36)
+    assert r.total.offered_blocks == 5 and r.total.refused_blocks == 0
+
+
+def test_endpoints_have_their_own_gpu_pools_and_share_the_store():
+    calls = [("a", 0.0, 0.5, 1.0, 16, 0, [0, 1, 2, 3]),
+             ("b", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]
+    r = simulate(workload(calls), params(ram_capacity_blocks=100, ram_gb=1.0))
+    assert r.per_call["gpu_hit_blocks"].tolist() == [0, 0]
+    assert r.per_call["store_hit_blocks"].tolist() == [0, 4]
+
+
+def test_a_long_lease_refuses_more_writes():
+    # RAM of 5 blocks, below the 0.9 watermark with 4. A puts 0..3; B reads them (leases);
+    # C puts 10..13: one fits, the rest of its batch is refused; D reads 10 (lease); E puts
+    # 20..23 after the eviction thread's next wake-up (needed: a put was refused).
+    calls = [("a", 0.0, 0.5, 0.6, 16, 0, [0, 1, 2, 3]),
+             ("b", 0.8, 0.85, 0.86, 17, 0, [0, 1, 2, 3]),
+             ("c", 1.0, 1.5, 1.52, 16, 0, [10, 11, 12, 13]),
+             ("d", 1.55, 1.56, 1.57, 5, 0, [10]),
+             ("e", 2.0, 2.5, 2.6, 16, 0, [20, 21, 22, 23])]
+    kw = {"gpu_pool_tokens": 0, "ram_gb": 1.0, "ram_capacity_blocks": 5}
+    long = simulate(workload(calls), params(lease_s=100.0, **kw))
+    short = simulate(workload(calls), params(lease_s=0.1, **kw))
+    assert long.per_call["store_hit_blocks"].tolist() == [0, 4, 0, 1, 0]
+    # long lease: every object is leased, nothing is evicted, E's four puts are refused
+    assert long.per_call["put_blocks"].tolist() == [4, 0, 1, 0, 0]
+    assert long.per_call["refused_blocks"].tolist() == [0, 0, 3, 0, 4]
+    # short lease: B's leases ended at 0.9, so the wake-up at 1.6 evicts ceil(5 x 0.15) = 1
+    # object, the oldest read (block 0), and E gets one block in
+    assert short.per_call["put_blocks"].tolist() == [4, 0, 1, 0, 1]
+    assert short.per_call["refused_blocks"].tolist() == [0, 0, 3, 0, 3]
+    assert long.total.refused_share == pytest.approx(7 / 12)
+    assert short.total.refused_share == pytest.approx(6 / 12)
+
+
+def test_window_figures_and_gross_saving_reuse_the_analysis_formula():
+    w = workload(TWO_TURNS)
+    r = figures(w, simulate(w, params(gpu_pool_tokens=0, ram_gb=1.0, ram_capacity_blocks=100)),
+                [(1, 0.0, 1.5), (2, 1.5, 4.0)])
+    w1, w2 = r.windows
+    assert (w1.calls, w2.calls) == (1, 1)
+    assert w1.store_hit_share == 0.0
+    assert w2.store_hit_share == pytest.approx(16 / 20)
+    # busy time of window 2: call 2 from 2.0 to 3.0 = 1 s; 16 store tokens at 4 tokens/s
+    assert w2.busy_s == pytest.approx(1.0)
+    assert w2.gross_saving == pytest.approx(gross_saving(16, 4.0, 1.0)) == pytest.approx(4.0)
+    assert r.total.busy_s == pytest.approx(2.0)
+
+
+def test_empty_window_is_nan_with_a_reason():
+    w = workload(TWO_TURNS)
+    r = figures(w, simulate(w, params()), [(1, 10.0, 20.0)])
+    f = r.windows[0]
+    assert f.calls == 0 and math.isnan(f.store_hit_share)
+    assert "hit_share" in f.missing
+
+
+def test_output_blocks_take_gpu_capacity():
+    # pool of 5 blocks. Call 1: 16 prompt + 8 output tokens = 4 prompt blocks, then 2 output
+    # blocks while decoding: one block over capacity (admitted: the recorded run did), taken
+    # back at the free by evicting the last output block; call 2 (same prefix + 1 block) evicts
+    # the other output block and hits the whole prompt
+    calls = [("a", 0.0, 0.5, 1.0, 16, 8, [0, 1, 2, 3]),
+             ("a", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]
+    r = simulate(workload(calls), params(gpu_pool_tokens=20, decode_chunks=1))
+    assert r.counters["gpu_overflow_blocks"] == 1
+    assert r.counters["gpu_evicted_blocks"] == 2
+    assert r.per_call["gpu_hit_blocks"].tolist() == [0, 4]
+
+
+def test_recorded_preemption_frees_blocks_until_the_next_free():
+    # pool of 8 blocks. A (blocks 0..3) is preempted during its decode at t=0.75 and waits;
+    # B (10..13) is admitted at 0.8 and takes the 4 empty blocks; C (20..23) at 0.85 evicts A's
+    # freed blocks (all 4). B ends at 0.9: A comes back with a new lookup (0 hits)
+    # (evicting B's 4 freed blocks). D at 2.0 repeats A's prompt + 1 block: A's recomputed
+    # blocks are hits; its new block does not fit (C and D hold all 8) and is taken back at the
+    # frees at t=3.0: 4 + 4 + 1 evictions.
+    calls = [("a", 0.0, 0.5, 1.0, 16, 0, [0, 1, 2, 3]),
+             ("a", 0.8, 0.81, 0.9, 16, 0, [10, 11, 12, 13]),
+             ("a", 0.85, 0.86, 3.0, 16, 0, [20, 21, 22, 23]),
+             ("a", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]
+    w = workload(calls)
+    w.preemptions = np.array([1, 0, 0, 0])
+    r = simulate(w, params(gpu_pool_tokens=32))
+    assert r.counters["gpu_evicted_blocks"] == 4 + 4 + 1
+    assert r.counters["gpu_overflow_blocks"] == 1
+    assert r.per_call["gpu_hit_blocks"].tolist() == [0, 0, 0, 4]

@@ -1,0 +1,120 @@
+"""Mooncake RAM tier model: capacity, leases, watermark eviction, refusals, disk tier (values
+worked out by hand from master_service.cpp's rules)."""
+import numpy as np
+
+from adev.whatif.store import StoreModel, StoreRules
+
+
+def ids(*x):
+    return np.array(x, dtype=np.int64)
+
+
+def rng(a, b):
+    return np.arange(a, b, dtype=np.int64)
+
+
+def test_watermark_eviction_takes_never_read_objects_first():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1), 100)
+    assert s.save(rng(0, 10), 0.0) == (10, 0)
+    s.lookup(ids(5), 0.05)            # 5 is read: leased until 5.05, and no longer "never read"
+    s.advance(0.1)                     # used 1.0 > 0.9: ceil(10 * (1.0 - 0.9 + 0.05)) = 2
+    assert s.evicted_blocks == 2
+    assert s.lookup(ids(0), 0.2) == (0, 0)
+    assert s.lookup(ids(1), 0.2) == (0, 0)
+    assert s.lookup(rng(2, 10), 0.2) == (8, 0)
+    s.advance(0.25)                    # 8/10 = 0.8 <= 0.9 and no refused put: nothing
+    assert s.evicted_blocks == 2
+
+
+def test_eviction_below_the_ratio_floor_uses_the_ratio():
+    s = StoreModel(StoreRules(capacity_blocks=100, lease_s=5.0, tick_s=0.1), 200)
+    s.save(rng(0, 91), 0.0)           # 0.91 > 0.9: max(0.05, 0.91 - 0.9 + 0.05) = 0.06
+    s.advance(0.1)
+    assert s.evicted_blocks == 6       # ceil(91 * 0.06) = ceil(5.46)
+
+
+def test_leased_objects_block_eviction_and_puts_are_refused():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1), 100)
+    s.save(rng(0, 10), 0.0)
+    assert s.lookup(rng(0, 10), 0.05) == (10, 0)   # every object leased until 5.05
+    s.advance(0.1)
+    assert s.evicted_blocks == 0
+    assert s.save(ids(10), 0.2) == (0, 1)           # full of leased objects: refused
+    assert s.need_eviction
+    s.advance(5.1)                                   # leases expired: the two oldest lookups go
+    assert s.evicted_blocks == 2
+    assert s.lookup(ids(0, 1), 5.2) == (0, 0)
+    assert s.save(ids(10), 5.2) == (1, 0)
+
+
+def test_lookup_order_decides_which_leased_out_object_goes_first():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=1.0, tick_s=0.1), 100)
+    s.save(rng(0, 10), 0.0)
+    s.lookup(rng(0, 10), 0.0)
+    s.lookup(ids(0, 1, 2), 0.5)       # 0,1,2 read again later
+    s.advance(1.2)                     # 3..9 expired at 1.0; 0..2 leased until 1.5
+    assert s.evicted_blocks == 2
+    assert s.lookup(ids(3), 1.3) == (0, 0)
+    assert s.lookup(ids(4), 1.3) == (0, 0)
+    assert s.lookup(ids(0, 1, 2, 5), 1.3) == (4, 0)
+
+
+def test_refused_puts_end_the_save_at_the_batch():
+    s = StoreModel(StoreRules(capacity_blocks=5, lease_s=5.0, batch_keys=2, tick_s=100.0), 100)
+    # batches [0,1] [2,3] [4,5] [6,7] [8]: 0..4 fit, 5 is refused in batch 3, 6..8 never offered
+    assert s.save(rng(0, 9), 0.0) == (5, 1)
+    assert (s.put_blocks, s.refused_blocks) == (5, 1)
+
+
+def test_save_existence_check_grants_leases():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1), 100)
+    s.save(rng(0, 10), 0.0)
+    assert s.save(rng(0, 10), 1.0) == (0, 0)        # all present: leases until 6.0, no puts
+    s.advance(1.1)
+    assert s.evicted_blocks == 0
+    s.advance(6.1)
+    assert s.evicted_blocks == 2
+
+
+def disk_store(**kw):
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=1.0, disk=True,
+                              offload_delay_s=0.5, **kw), 100)
+    s.save(ids(0, 1), 0.0)
+    s.save(rng(2, 10), 0.05)
+    s.advance(0.1)          # full: ceil(10 x 0.15) = 2, the oldest puts 0, 1, queued for offload
+    return s
+
+
+def test_disk_tier_offloads_after_the_heartbeat_and_serves_hits():
+    s = disk_store()
+    assert s.lookup(ids(0), 0.2) == (1, 0)          # still in RAM while queued; leased to 5.2
+    assert (s.n_ram, s.n_pinned) == (10, 2)
+    s.advance(0.7)                                   # written to disk, memory kept (no wake-up)
+    assert (s.n_ram, s.n_disk, s.evicted_blocks) == (10, 2, 0)
+    # next wake-up: oldest lease timeouts first -- 1 (put at 0, on disk: memory freed at once),
+    # then 2 (put at 0.05, queued); 0 is leased
+    s.advance(1.1)
+    assert (s.n_ram, s.evicted_blocks, s.n_pinned) == (9, 1, 1)
+    assert s.lookup(ids(1), 1.2) == (1, 1)           # from disk
+    assert s.lookup(ids(0, 1, 2), 1.2) == (3, 1)
+    assert s.save(ids(1), 1.3) == (0, 0)             # on disk: present, not put again
+
+
+def test_disk_capacity_drops_the_oldest_offloads():
+    s = disk_store(disk_capacity_blocks=1)
+    s.advance(0.7)          # two offloads, room for one: the newest (1) is kept
+    assert s.n_disk == 1
+    s.advance(1.1)          # 0 (no disk copy) queued again, 1 (disk copy) freed
+    assert s.lookup(ids(1), 1.2) == (1, 1)
+    s.advance(1.7)          # 0 written: the disk drops 1
+    assert s.n_disk == 1
+    assert s.lookup(ids(1), 1.8) == (0, 0)
+    assert s.lookup(ids(0), 1.8) == (1, 0)           # 0 keeps its memory copy (lease)
+
+
+def test_leading_run_counts_only_until_the_first_miss():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0), 100)
+    s.save(ids(0, 1, 3), 0.0)
+    assert s.lookup(ids(0, 1, 2, 3), 0.1) == (2, 0)
+    # the miss does not stop the leases: 3 was leased too
+    assert s.lease_to[3] == 5.1

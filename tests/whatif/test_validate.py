@@ -1,0 +1,77 @@
+"""A run's own configuration as simulator parameters (segment sizes worked out by hand), the
+end-of-call time on the endpoint's clock, and the lease-ranking check."""
+import math
+
+import pandas as pd
+import pytest
+
+from adev.config import ConfigError
+from adev.whatif.validate import Validation, lease_ranking, stack_params, with_overrides
+from adev.whatif.workload import _engine_end
+
+
+def stack(**kw):
+    base = {"profile": "qwen3-coder-30b-a3b", "configuration": "store-ram+disk",
+            "payload_scale": 256, "time_scale": 10.0,
+            "endpoints": [{"name": "coder"}, {"name": "reasoner"}],
+            "store": {"ram_gb": 32.0, "lease_ttl_s": 5.0, "ram_tier": "ram",
+                      "disk_tier": "local-raid0"}}
+    store = kw.pop("store", {})
+    base.update(kw)
+    base["store"].update(store)
+    return base
+
+
+def test_default_stack_segments():
+    p = stack_params(stack())
+    # 32e9 / 256 / 2 = 62,500,000 bytes per segment; 1,572,864 / 256 = 6,144 bytes per block
+    assert p.ram_capacity_blocks == 2 * (62_500_000 // 6144) == 20344
+    assert p.lease_s == 5.0 and p.disk
+    assert p.tick_s == pytest.approx(0.1) and p.offload_delay_s == pytest.approx(10.0)
+    assert p.gpu_pool_tokens == 166512 and p.bytes_per_block == 1572864
+
+
+def test_small_segments_are_raised_to_mooncakes_minimum():
+    # 2e9 / 64 / 2 = 15.6 MB < 16 MiB: each segment is 16,777,216 bytes of 24,576-byte blocks
+    p = stack_params(stack(payload_scale=64, store={"ram_gb": 2.0}))
+    assert p.ram_capacity_blocks == 2 * (16_777_216 // 24_576) == 1364
+    p = stack_params(stack(payload_scale=64, store={"ram_gb": 4.0, "lease_ttl_s": 300.0}))
+    assert p.ram_capacity_blocks == 2 * (31_250_000 // 24_576) == 2542
+    assert p.lease_s == 300.0
+
+
+def test_configurations():
+    assert not stack_params(stack(configuration="store-ram")).disk
+    assert stack_params(stack(configuration="gpu-only")).ram_gb == 0.0
+    r = stack_params(stack(configuration="recompute"))
+    assert r.ram_gb == 0.0 and r.gpu_pool_tokens == 0
+    with pytest.raises(ConfigError, match="disk-only"):
+        stack_params(stack(configuration="disk-only"))
+
+
+def test_trace_blocks_and_swept_ram():
+    p = stack_params(stack(), block_size=512)
+    assert p.bytes_per_block == 98304 * 512 and p.ram_capacity_blocks is None
+    q = with_overrides(stack_params(stack()), ram_gb=8.0)
+    assert q.ram_capacity_blocks is None
+    assert q.ram_blocks() == int(8e9 // 1572864) == 5086
+
+
+def test_end_on_the_endpoints_clock():
+    r = {"srv_ttft_s": 2.0, "srv_queue_s": 1.0, "srv_t_first_token_mono": 100.0,
+         "srv_t_end_mono": 101.5, "t_end": 99.0}
+    # admitted at 10 after 1 s of queue: arrival 9, first token 11, decode 1.5 s wall x 10
+    assert _engine_end(pd.Series(r), 10.0, 10.0) == pytest.approx(26.0)
+    r["srv_t_end_mono"] = math.nan
+    assert _engine_end(pd.Series(r), 10.0, 10.0) == 99.0
+
+
+def test_lease_ranking():
+    def v(width, lease, pred, meas):
+        t = pd.DataFrame({"store_hit_share_pred": pred, "store_hit_share_meas": meas})
+        return Validation("r", width, lease, t, None, 32.0)
+    rank = lease_ranking([v(6, 5.0, [0.2, 0.4], [0.3, 0.3]), v(6, 300.0, [0.1, 0.1], [0.2, 0.2]),
+                          v(12, 5.0, [0.2], [0.2]), v(12, 300.0, [0.3], [0.1]),
+                          v(18, 5.0, [0.2], [0.2])])
+    assert rank["width"].tolist() == [6, 12]
+    assert rank["ranking_kept"].tolist() == [True, False]

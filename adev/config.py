@@ -313,6 +313,11 @@ class StackConfig:
     # CPU cores the stack's processes run on (Linux affinity, via taskset); [] = any core. Keep
     # the fleet's client (fleet.client_cpus) on other cores so the two never wait for each other.
     cpus: list[int] = field(default_factory=list)
+    # Embedded stack: "held" = model time waits while a real store read is behind its tier
+    # profile (a clock shared by the stack's processes, adev/clock.py), so the host's read speed
+    # never reaches a modelled figure; "free" = model time is wall time x time_scale, and a
+    # slow read delays its request (the host's lag shows up in TTFT and in what follows).
+    model_clock: Literal["held", "free"] = "held"
 
     def validate(self, where: str) -> None:
         check_cpus(self.cpus, f"{where}.cpus")

@@ -229,6 +229,10 @@ class Endpoint:
                 lease_s=stack.store.lease_ttl_s / stack.time_scale))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
         S = stack.time_scale
+        # the stack's held clock (model time waits for slow store reads), when it has one
+        from adev.clock import open_held_clock
+        from adev.stack.state import state_dir_path
+        held = open_held_clock(state_dir_path(stack.state_dir)) if stack.model_clock == "held" else None
         self.engine = Engine(EngineConfig(
             block_size=p.block_size, capacity_blocks=p.gpu_pool_blocks,
             prefill_tokens_per_s=p.prefill_tokens_per_s, decode_step_base_s=p.decode_step_base_s,
@@ -237,7 +241,8 @@ class Endpoint:
             bytes_per_block=p.bytes_per_block, prefix_caching=conf != "recompute",
             ram_tier=TierCost(ram.name, ram.lookup_latency_s, ram.read_bytes_per_s),
             disk_tier=TierCost(disk.name, disk.lookup_latency_s, disk.read_bytes_per_s),
-            disk_only=conf == "disk-only"), self.metrics, self.store)
+            disk_only=conf == "disk-only"), self.metrics, self.store,
+            **({"clock": held, "slot": [e.name for e in stack.endpoints].index(name)} if held else {}))
         self.created = int(time.time())
 
     async def start(self) -> None:
@@ -321,7 +326,7 @@ class Endpoint:
 
     # ------------------------------------------------------------------ routes
     async def chat(self, request: web.Request) -> web.StreamResponse:
-        t_arrival = time.monotonic()
+        t_arrival = self.engine.clock()
         body = await _json_object(request)
         if isinstance(body, web.Response):
             return body
@@ -368,8 +373,8 @@ class Endpoint:
             if n == 0:
                 break
             if t_first is None:
-                t_first = time.monotonic()
-        t_end = time.monotonic()
+                t_first = self.engine.clock()
+        t_end = self.engine.clock()
         k = r.n_gen
         reasoning = "".join(p for p, s in zip(plan.pieces[:k], plan.kinds[:k]) if plan.segments[s][0] == "reasoning")
         content = "".join(p for p, s in zip(plan.pieces[:k], plan.kinds[:k]) if plan.segments[s][0] == "content")
@@ -406,7 +411,7 @@ class Endpoint:
 
         first = {"role": "assistant", "content": ""}
         first_event = chunk(first, **({"prompt_token_ids": r.prompt} if want_ids else {}))
-        t_byte_sent = time.monotonic()  # before the headers go: no byte of the answer precedes it
+        t_byte_sent = self.engine.clock()  # before the headers go: no byte of the answer precedes it
         await resp.prepare(request)
         await resp.write(first_event)
         t_token_sent = None
@@ -420,7 +425,7 @@ class Endpoint:
             a, b = sent, min(sent + n, len(plan.ids))
             sent = b
             if t_first is None:
-                t_first = time.monotonic()
+                t_first = self.engine.clock()
             ds = deltas(plan, a, b, started)
             done_now = b >= r.n_out
             parts = []
@@ -436,9 +441,9 @@ class Endpoint:
                 parts.append(chunk(d, r.finish_reason if (last and done_now) else None, **kw))
             if parts:
                 if t_token_sent is None:
-                    t_token_sent = time.monotonic()
+                    t_token_sent = self.engine.clock()
                 await resp.write(b"".join(parts))
-        t_end = time.monotonic()
+        t_end = self.engine.clock()
         tail = []
         if sent < r.n_out or r.finish_reason in ("abort",) or sent == 0:
             # ended early (preempted past the pool, aborted) or nothing emitted: close the choice

@@ -29,10 +29,11 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import event_loop
-from ..clock import RunClock
+from ..clock import RunClock, mono, stack_run_clock, use_held_clock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
 from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
+from ..stack.state import state_dir_path
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
 from .protocols import Fleet, FleetAborted
@@ -255,7 +256,7 @@ class FleetRun:
 
     def _make_clock(self, info: Any) -> RunClock:
         if self.clock is None:
-            self.clock = RunClock(time_scale=float(info.time_scale))
+            self.clock = stack_run_clock(info)
         return self.clock
 
     def _detector(self, info: Any) -> RegimeDetector:
@@ -404,10 +405,12 @@ class FleetRun:
         # the clock continues the interrupted run's timeline (CLOCK_MONOTONIC is host-wide);
         # after a reboot it is shifted so that new stamps follow the last recorded one
         ck = st["clock"]
+        if self.stack_cfg.mode == "embedded" and self.stack_cfg.model_clock == "held":
+            use_held_clock(state_dir_path(self.stack_cfg.state_dir))
         clock = RunClock(time_scale=float(ck["time_scale"]), t0=float(ck["t0_mono"]))
         if clock.now() <= t_last:
             clock = RunClock(time_scale=clock.time_scale,
-                             t0=time.monotonic() - (t_last + 1.0) / clock.time_scale)
+                             t0=mono() - (t_last + 1.0) / clock.time_scale)
         self.clock = clock
         for w in plan.interrupted:
             self.run_dir.append(WindowRecord(run_id=self.run_id, **w))

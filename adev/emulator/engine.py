@@ -28,7 +28,8 @@ first the end of the modelled lookup, then, once the tiers of the hits are known
 ready time (lookup + load, :meth:`Scheduler.read_path_s`). A read slower than its profile stops
 model time for every process of the run until it ends, so the request joins at its modelled ready
 time and no modelled request, client stamp or busy time sees the host's slowness; the run only
-takes longer on the wall. How far the real reads were from the profile stays reported per request
+takes longer on the wall. The endpoint also holds the clock while it prepares an arriving request
+(:meth:`Engine.hold_now`: reading, parsing, tokenizing, the policy's reply). How far the real reads were from the profile stays reported per request
 (``read_host_s``: real wall seconds x S). Without a held clock (``stack.model_clock = "free"``, or
 a plain ``clock``) a late read joins late, the lag is visible to the client and counted in
 ``adev_emulator_read_path_overrun_seconds``.
@@ -311,6 +312,15 @@ class Engine:
         if at != self._hold_at:
             self._hold_at = at
             self.held.set_hold(self.slot, at)
+
+    def hold_now(self, key: object) -> None:
+        """Hold the shared clock where it is until :meth:`release` (``key``): the endpoint's own
+        work on an arriving request (reading and parsing it, tokenizing, the policy's reply) takes
+        no model time, as the profile has no term for it. No-op without a held clock."""
+        self._hold(id(key), self.now())
+
+    def release(self, key: object) -> None:
+        self._hold(id(key), None)
 
     async def _read_path(self, r: Request, t_admit: float, hit: int) -> None:
         """Store lookup + load of one request (first admission only): the real I/O here, the

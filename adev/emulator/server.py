@@ -327,6 +327,29 @@ class Endpoint:
     # ------------------------------------------------------------------ routes
     async def chat(self, request: web.Request) -> web.StreamResponse:
         t_arrival = self.engine.clock()
+        self.engine.hold_now(request)  # preparing it takes no model time (on a held clock)
+        try:
+            got = await self._prepare(request, t_arrival)
+        finally:
+            self.engine.release(request)
+        if isinstance(got, web.Response):
+            return got
+        r, plan, body = got
+        stream = bool(body.get("stream"))
+        want_ids = bool(body.get("return_token_ids"))
+        so = body.get("stream_options") or {}
+        include_usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
+        try:
+            if stream:
+                return await self._stream(request, r, plan, want_ids, include_usage)
+            return await self._complete(r, plan, want_ids)
+        except (asyncio.CancelledError, ConnectionResetError):
+            self.engine.abort(r)
+            raise
+
+    async def _prepare(self, request: web.Request, t_arrival: float):
+        """Read, check and tokenize a chat request, get the policy's reply and submit it to the
+        engine: (request, output plan, body), or the error response."""
         body = await _json_object(request)
         if isinstance(body, web.Response):
             return body
@@ -354,17 +377,7 @@ class Endpoint:
         plan = build_output(self.tok, reply, max_tokens, rid)
         r = Request(rid=rid, prompt=prompt, out_ids=plan.ids, finish_reason=plan.finish_reason)
         self.engine.submit(r, t_arrival)
-        stream = bool(body.get("stream"))
-        want_ids = bool(body.get("return_token_ids"))
-        so = body.get("stream_options") or {}
-        include_usage = bool(so.get("include_usage")) if isinstance(so, dict) else False
-        try:
-            if stream:
-                return await self._stream(request, r, plan, want_ids, include_usage)
-            return await self._complete(r, plan, want_ids)
-        except (asyncio.CancelledError, ConnectionResetError):
-            self.engine.abort(r)
-            raise
+        return r, plan, body
 
     async def _complete(self, r: Request, plan: OutputPlan, want_ids: bool) -> web.Response:
         t_first = None

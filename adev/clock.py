@@ -151,13 +151,20 @@ def open_held_clock(state_dir: str | Path | None) -> HeldClock | None:
     return HeldClock(p) if p.exists() else None
 
 
-def stack_run_clock(info) -> RunClock:
-    """The run clock of a client of the stack ``info`` (a :class:`adev.stack.state.StackInfo`):
-    on an embedded stack with a held clock, that clock becomes this process's stamp source."""
+def stack_held_dir(info) -> Path | None:
+    """The state directory of the stack ``info`` (a :class:`adev.stack.state.StackInfo`) when it
+    runs a held clock (an embedded stack with ``model_clock = "held"``), else None."""
     cfg = getattr(info, "config", None)
     if cfg is not None and getattr(cfg, "mode", None) == "embedded" and getattr(cfg, "model_clock", "") == "held":
         from adev.stack.state import state_dir_path
-        use_held_clock(state_dir_path(cfg.state_dir))
+        return state_dir_path(cfg.state_dir)
+    return None
+
+
+def stack_run_clock(info) -> RunClock:
+    """The run clock of a client of the stack ``info``: on an embedded stack with a held clock,
+    that clock becomes this process's stamp source."""
+    use_held_clock(stack_held_dir(info))
     return RunClock(time_scale=float(info.time_scale))
 
 

@@ -29,7 +29,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from .. import event_loop
-from ..clock import RunClock, mono, stack_run_clock, use_held_clock
+from ..clock import RunClock, mono, open_held_clock, stack_held_dir, stack_run_clock, use_held_clock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
 from ..records import RECORD_TYPES, EventRecord, SessionRecord, WindowRecord, new_run_id
@@ -287,9 +287,17 @@ class FleetRun:
             # (a stack that a crashed run started is reused by its --resume, which registers as
             # its user and, being the last user out, stops it: adev.stack.running_stack)
             u0, w0 = self._stack_usage(info), time.monotonic()
+            held = open_held_clock(stack_held_dir(info))
+            h0 = held.held_s() if held is not None else None
             try:
                 result = await body(info)
             finally:
+                if h0 is not None:  # wall seconds model time stood still for slow store reads
+                    wall = max(1e-9, time.monotonic() - w0)
+                    h = held.held_s() - h0
+                    self._event("model_clock_held", held_wall_s=round(h, 3), wall_s=round(wall, 3),
+                                held_share=round(h / wall, 4))
+                    held.close()
                 u1 = self._stack_usage(info) if u0 else None
                 if self.clock is not None and u0 and u1:
                     # cores = delta CPU seconds / wall seconds, per process alive at both readings

@@ -1,8 +1,8 @@
 """CPU cost and client inter-token times of the engine's stream interval (prints figures; not a test).
 
 One endpoint in this process (gpu-only, time scale S) and, in a child process, ``--width``
-concurrent streaming clients (httpx), each sending ``--requests`` requests of ``--tokens`` output tokens over its own prompt,
-once per stream interval (``EngineConfig.stream_interval``): 0 (a macro step's tokens in one
+concurrent streaming clients (httpx), each sending ``--requests`` requests of ``--tokens`` output
+tokens over its own prompt, once per stream interval (``EngineConfig.stream_interval``): 0 (a macro step's tokens in one
 event: the baseline), 1 (one event per decode step, the default, as vLLM) and 4. Per interval:
 
 - CPU: the endpoint's (this process's) CPU time per request and per 1K tokens, and its ratio to
@@ -32,8 +32,7 @@ from aiohttp import web  # noqa: E402
 from adev import event_loop  # noqa: E402
 from adev.client.scrape import parse_metrics, total  # noqa: E402
 from adev.emulator.server import Endpoint  # noqa: E402
-from tests.emulator.helpers import (free_port, make_stack, prompt_messages, tmpdir,  # noqa: E402
-                                    write_profile)
+from tests.emulator.helpers import free_port, make_stack, prompt_messages, tmpdir, write_profile  # noqa: E402
 
 
 def pct(xs: list[float], q: float) -> float:

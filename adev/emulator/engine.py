@@ -47,11 +47,9 @@ from adev.clock import HeldClock
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
 from adev.emulator.scheduler import Scheduler
-from adev.emulator.state import (DECODE, DONE, LOADING, PREFILL, WAITING, EngineConfig, Plan, Request,
-                                 StepOutput, TierCost)
+from adev.emulator.state import DECODE, DONE, EngineConfig, Plan, Request, StepOutput, TierCost
 
-__all__ = ["Engine", "EngineConfig", "Request", "TierCost", "Plan", "Scheduler", "StepOutput",
-           "WAITING", "LOADING", "PREFILL", "DECODE", "DONE"]
+__all__ = ["Engine", "EngineConfig", "Request", "TierCost", "Plan", "StepOutput", "Scheduler"]
 
 log = logging.getLogger("adev.emulator.engine")
 

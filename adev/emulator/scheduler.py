@@ -37,11 +37,7 @@ from typing import Callable
 
 from adev.emulator.metrics import Metrics, observe_n
 from adev.emulator.pool import NONE_HASH, PrefixPool, block_hashes, max_hit_blocks
-from adev.emulator.state import (DECODE, DONE, LOADING, PREFILL, WAITING, EngineConfig, Plan, Request,
-                                 StepOutput, TierCost)
-
-__all__ = ["Scheduler", "EngineConfig", "Plan", "Request", "StepOutput", "TierCost",
-           "WAITING", "LOADING", "PREFILL", "DECODE", "DONE"]
+from adev.emulator.state import DECODE, DONE, LOADING, PREFILL, WAITING, EngineConfig, Plan, Request, StepOutput
 
 
 class Scheduler:
@@ -378,7 +374,7 @@ class Scheduler:
                 for d in durations[1:n]:
                     observe_n(self.m.itl, d, 1)
                 r.t_first = plan.ends[0]
-                self._on_first_token(r)
+                self._on_first_token(r, plan.ends[0])
             tl = plan.ends[n - 1]
             r.t_last_token = tl
             if self.on_tokens is not None:
@@ -417,7 +413,7 @@ class Scheduler:
         if hs and self.on_save is not None:
             self.on_save(r, hs)
 
-    def _on_first_token(self, r: Request) -> None:
+    def _on_first_token(self, r: Request, t_first: float) -> None:
         m = self.m
         split = r.tokens_split(self.cfg.block_size)
         p = len(r.prompt)
@@ -426,10 +422,10 @@ class Scheduler:
         m.by_source("local_cache_hit").inc(split["gpu"])
         m.by_source("external_kv_transfer").inc(split["store_ram"] + split["store_disk"])
         m.prompt_tokens_cached.inc(p - split["computed"])
-        m.ttft.observe(r.t_first - r.t_arrival)
+        m.ttft.observe(t_first - r.t_arrival)
         if r.t_admit is not None:
             m.queue_time.observe(r.t_admit - r.t_arrival)
-            m.prefill_time.observe(r.t_first - r.t_admit)
+            m.prefill_time.observe(t_first - r.t_admit)
         m.kv_computed.observe(split["computed"])
 
     def _finish(self, r: Request, reason: str, t: float) -> None:

@@ -202,3 +202,59 @@ def test_free_clock_shows_the_late_read_to_the_client():
     # the same reads on a wall clock: b's first token reaches its client late (see above)
     eng, ra, ga, rb, gb = store_run(0.005)
     assert gb[0][1] - rb.t_first > 0.03
+
+
+def random_run(interval: int, seed: int = 5):
+    """60 requests over 6 growing sessions (shared prefixes), some aborted, a 700-block pool
+    (preemptions), a store holding part of the prefixes on both tiers, store calls slower than
+    the model for half the seeds (late reads); returns the requests and the /metrics text."""
+    import random
+    rng = random.Random(seed)
+    sessions = [tokens(1000 * (i + 1), rng.randint(100, 3000)) for i in range(6)]
+    work, t = [], 0.0
+    for i in range(60):
+        t += rng.expovariate(1 / 0.4)
+        k = rng.randrange(6)
+        sessions[k] = sessions[k] + [rng.randrange(1000) for _ in range(rng.randint(10, 800))]
+        work.append((t, f"r{i}", list(sessions[k]), rng.randint(1, 300), rng.random() < 0.05))
+
+    async def main(clock):
+        store = FakeStore(io_s=0.005 if seed % 2 else 0.0002)
+        for _, _, p, _, _ in work[:20]:
+            for h in block_hashes(p)[:rng.randint(0, 200)]:
+                store.tier[store.keys([h])[0]] = rng.choice(["ram", "disk"])
+        eng = make_engine(clock, store, capacity_blocks=700, max_num_batched_tokens=2048,
+                          stream_interval=interval)
+        eng.start()
+
+        async def one(at, rid, prompt, n_out, abort):
+            await asyncio.sleep(max(0.0, eng.wall(at) - clock()))
+            r = Request(rid=rid, prompt=prompt, out_ids=[7] * n_out, finish_reason="stop")
+            eng.submit(r)
+            got = 0
+            while True:
+                n, _ = await r.queue.get()
+                if n == 0:
+                    return r, got
+                got += n
+                if abort:
+                    eng.abort(r)
+                    abort = False
+        done = await asyncio.gather(*(one(*w) for w in work))
+        return done, eng.m.render()
+    return run_virtual(main)
+
+
+@pytest.mark.parametrize("seed", [5, 6])
+def test_stream_interval_changes_no_modelled_figure(seed):
+    fields = ("t_arrival", "t_admit", "t_ready", "t_prefill_done", "t_first", "t_last_token", "t_end", "n_gen",
+              "finish_reason", "gpu_hit_tokens", "ram_blocks", "disk_blocks", "store_hit_blocks", "preemptions",
+              "lookup_s", "load_s")
+    base, text = random_run(0, seed)
+    assert sum(r.preemptions for r, _ in base) > 0 and sum(r.disk_blocks for r, _ in base) > 0
+    for interval in (1, 4):
+        other, other_text = random_run(interval, seed)
+        for (r0, n0), (r1, n1) in zip(base, other, strict=True):
+            assert [getattr(r0, f) for f in fields] == [getattr(r1, f) for f in fields], r0.rid
+            assert n0 == n1 == r0.n_gen   # every generated token streamed exactly once
+        assert other_text == text

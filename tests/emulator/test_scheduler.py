@@ -133,7 +133,10 @@ def test_gpu_prefix_hits_are_not_prefilled_again():
     t = run_until_done(s, 0.0)
     # a: 64 + 36 ms prefill, first (and last) token at 0.100 + 0.012
     assert t == pytest.approx(0.112)
-    # a's 6 full blocks (96 tokens) are cached; b extends a's prompt by 50 tokens
+    # a's 6 full blocks (101 tokens // 16, 96 tokens) are cached and free (a has finished)
+    assert s.pool.cached_blocks == 6 and s.pool.used_blocks == 0
+    assert all(s.pool.contains(h) for h in a.hashes[:6])
+    # b extends a's prompt by 50 tokens
     b = request("b", shared + tokens(5000, 50), 1, t)
     s.add(b)
     out = s.step(t)
@@ -145,6 +148,9 @@ def test_gpu_prefix_hits_are_not_prefilled_again():
     # TTFT = 54 / 1000 + 0.0125 = 0.0665
     assert b.t_first - b.t_arrival == pytest.approx(0.0665)
     assert b.tokens_split(BS) == {"gpu": 96, "store_ram": 0, "store_disk": 0, "computed": 54}
+    # b's one token ended it: its 151 tokens fill 9 blocks, a's 6 and 3 new ones, all cached and
+    # free now (the 10th, partial, was anonymous and is empty again)
+    assert s.pool.cached_blocks == 9 and s.pool.used_blocks == 0
     # counted at first admission: queries = 100 + 150 prompt tokens, hits = 96
     assert value(s, "vllm:prefix_cache_queries_total") == 250
     assert value(s, "vllm:prefix_cache_hits_total") == 96
@@ -345,6 +351,8 @@ def test_preemption_frees_the_latest_request_and_recomputes_only_its_uncached_ta
     # tokens: decode(1, 80 + j), j = 0..3 = 4 x 0.011 + 0.00001 x 326 = 0.04726
     out = s.step(out.end)
     assert out.preempted == ["b"] and b.state == WAITING and b.preemptions == 1
+    # b's 4 prompt blocks stay cached (free, evictable); its 5th (generated tokens) was anonymous
+    assert all(s.pool.contains(h) for h in b.hashes[:4])
     assert out.decode == ["a"] and out.tokens == {"a": 4} and out.finished == ["a"]
     assert out.duration == pytest.approx(0.04726)
     # b comes back: its 4 prompt blocks are still cached (hit capped at (80 - 1) // 16 = 4);

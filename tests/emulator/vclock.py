@@ -35,7 +35,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
 
     def __init__(self) -> None:
         self.vt = 1000.0
-        super().__init__(_Selector(self, selectors.DefaultSelector()))
+        super().__init__(_Selector(self, selectors.DefaultSelector()))  # type: ignore[arg-type]
 
     def time(self) -> float:
         return self.vt

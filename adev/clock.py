@@ -100,12 +100,13 @@ class HeldClock:
     def _read(self) -> tuple[float, float]:
         """(D, min hold), a consistent snapshot."""
         mm = self._mm
-        while True:
+        for _ in range(100_000):  # a writer killed mid-write leaves the number odd: give up then
             s1, held = _HEAD.unpack_from(mm, 0)
             hold = min(struct.unpack_from(f"<{SLOTS}d", mm, _HEAD.size))
             s2 = _HEAD.unpack_from(mm, 0)[0]
             if s1 == s2 and not s1 & 1:
-                return held, hold
+                break
+        return held, hold
 
     def _u(self, w: float) -> float:
         held, hold = self._read()
@@ -134,10 +135,11 @@ class HeldClock:
             w = self.source()
             u = self._u(w)
             seq, held = _HEAD.unpack_from(mm, 0)
-            _HEAD.pack_into(mm, 0, seq + 1, held)               # writers at work
-            _HEAD.pack_into(mm, 0, seq + 1, max(held, w - u))   # fold the time held so far
+            seq |= 1                                       # odd: a writer at work
+            _HEAD.pack_into(mm, 0, seq, held)
+            _HEAD.pack_into(mm, 0, seq, max(held, w - u))  # fold the time held so far
             _SLOT.pack_into(mm, off, max(until, u))
-            _HEAD.pack_into(mm, 0, seq + 2, max(held, w - u))
+            _HEAD.pack_into(mm, 0, seq + 1, max(held, w - u))
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
 

@@ -76,3 +76,16 @@ def test_run_clock_on_a_held_clock_sleeps_model_time(tmp_path):
         return loop.time() - t
     took = asyncio.run(main())
     assert rc.now() >= 0.3 and took >= 0.06 + 0.02
+
+
+def test_a_writer_killed_mid_write_does_not_stop_the_clock_for_good(tmp_path):
+    import struct
+    w = Wall()
+    c = HeldClock.create(tmp_path / "clock")
+    c.source = w
+    with open(tmp_path / "clock", "r+b") as f:   # sequence number left odd, D = 2
+        f.write(struct.pack("<Qd", 7, 2.0))
+    assert c() == 98.0                          # readers give up waiting and read it
+    c.set_hold(0, math.inf)                     # the next writer makes the number even again
+    with open(tmp_path / "clock", "rb") as f:
+        assert struct.unpack("<Qd", f.read(16)) == (8, 2.0)

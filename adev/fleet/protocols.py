@@ -95,11 +95,14 @@ class Fleet:
             self.stop_event.set()
 
     async def _sleep_until(self, t: float) -> bool:
-        """Sleep until model time ``t``; False if the fleet was stopped meanwhile."""
-        delay = self.clock.model_to_wall(t - self.clock.now())
-        if delay > 0:
+        """Sleep until model time ``t``; False if the fleet was stopped meanwhile. Looks at the
+        clock again after each wait: a held model clock runs slower than the wall."""
+        while not self.stop_event.is_set():
+            delay = self.clock.model_to_wall(t - self.clock.now())
+            if delay <= 0:
+                break
             try:
-                await asyncio.wait_for(self.stop_event.wait(), timeout=delay)
+                await asyncio.wait_for(self.stop_event.wait(), timeout=max(delay, 0.0005))
             except asyncio.TimeoutError:
                 pass
         return not self.stop_event.is_set()

@@ -39,6 +39,7 @@ from .procs import (MissingLibraryError, PortInUseError, Proc, ProcessExited, St
                     check_master_binary, find_master_binary, http_ok, library_error_in_log,
                     listening, log_says_addr_in_use, missing_library_message, port_in_use, spawn,
                     stop_process, wait_until)
+from ..clock import CLOCK_FILE, HeldClock
 from .state import (ProcState, StackInfo, StackState, read_state, remove_state, state_dir_path,
                     write_state)
 from .status import process_usage, stack_status
@@ -166,6 +167,10 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
     pin = cpu_pin(config.cpus)
     logs = sdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    if config.model_clock == "held":  # before the endpoints: they open it at start-up
+        HeldClock.create(sdir / CLOCK_FILE).close()
+    else:
+        (sdir / CLOCK_FILE).unlink(missing_ok=True)
     for old in logs.glob("*.log"):  # keep the previous stack's logs once, start fresh ones
         os.replace(old, old.with_suffix(".log.prev"))
     disk = config.configuration in DISK_CONFIGURATIONS

@@ -1,39 +1,211 @@
-"""The run clock: model seconds since the run started.
+"""The run clock: model seconds since the run started, and the stack's shared held clock.
 
-Every stamp in a record is in *model seconds*: ``(time.monotonic() - t0) * time_scale``. On the
-embedded stack the emulator divides every modelled duration by ``time_scale``, so multiplying wall
-time by it gives model time; against real endpoints ``time_scale`` is 1. ``time.monotonic`` is
-CLOCK_MONOTONIC, shared by every process on the host, so stamps from the emulator and the client
-can be compared directly (``mono()``).
+Every stamp in a record is in *model seconds*: ``(mono() - t0) * time_scale``. On the embedded
+stack the emulator divides every modelled duration by ``time_scale``, so multiplying wall time by it
+gives model time; against real endpoints ``time_scale`` is 1.
+
+``mono`` is the host's CLOCK_MONOTONIC, or, on an embedded stack, the stack's *held clock*
+(:class:`HeldClock`): CLOCK_MONOTONIC minus the wall seconds during which an emulated endpoint held
+model time because a real store read outlasted its modelled duration. Every process of the run (the
+endpoints, the fleet's client) reads the same held clock, so their stamps compare directly, and no
+modelled request, client stamp or busy time sees the host's slow reads.
 """
 from __future__ import annotations
 
+import fcntl
+import math
+import mmap
+import os
+import struct
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+
+CLOCK_FILE = "clock"
+"""The held clock's file in the stack's state directory."""
+
+SLOTS = 32
+"""Hold slots in the clock file (one per endpoint of a stack)."""
+
+_HEAD = struct.Struct("<Qd")         # sequence number (odd while written), held seconds D
+_SLOT = struct.Struct("<d")
+_SIZE = _HEAD.size + SLOTS * _SLOT.size
+_POLL_S = 0.0005
+
+
+_source: Callable[[], float] = time.monotonic
 
 
 def mono() -> float:
-    """Host-wide monotonic seconds (comparable across processes on one host)."""
-    return time.monotonic()
+    """This process's stamp source: host-wide monotonic seconds (comparable across processes on
+    one host), or the stack's held clock once :func:`use_held_clock` found one."""
+    return _source()
+
+
+def use_held_clock(state_dir: str | Path | None) -> HeldClock | None:
+    """Make the held clock of the stack in ``state_dir`` (if it has one) this process's stamp
+    source (:func:`mono`, every :class:`RunClock` without its own source); returns it. Without
+    one (an external stack, a free clock), the source is CLOCK_MONOTONIC again."""
+    global _source
+    held = open_held_clock(state_dir)
+    _source = held if held is not None else time.monotonic  # no held clock: the host's
+    return held
+
+
+class HeldClock:
+    """A monotonic clock shared through a file by the processes of one stack, that stops while
+    an endpoint holds it.
+
+        u(w) = min(w - D, min over slots of H_slot)
+
+    ``w``: CLOCK_MONOTONIC; ``D``: wall seconds the clock has been held so far; ``H_slot``: the
+    held-clock time a slot's holder may not pass (an in-flight store read's modelled end), +inf
+    when it holds nothing. A holder that raises or clears its slot first folds the time held so far
+    into D (``D = w - u(w)``), under an exclusive lock, so the clock never goes back nor jumps.
+    Readers take no lock: a sequence number (odd while a writer is at work) makes them retry.
+    """
+
+    def __init__(self, path: str | Path, source: Callable[[], float] = time.monotonic) -> None:
+        self.path = Path(path)
+        self.source = source
+        self._fd = os.open(self.path, os.O_RDWR)
+        self._mm = mmap.mmap(self._fd, _SIZE)
+        self._last = -math.inf
+
+    @classmethod
+    def create(cls, path: str | Path) -> HeldClock:
+        """The clock file at ``path`` with nothing held: a new one, or an existing one with every
+        slot released (a stack restarted under a running client keeps its timeline; holds of
+        endpoints that died are dropped)."""
+        path = Path(path)
+        if path.exists() and path.stat().st_size == _SIZE:
+            c = cls(path)
+            for i in range(SLOTS):
+                c.set_hold(i, math.inf)
+            return c
+        tmp = path.with_name(path.name + f".{os.getpid()}.tmp")
+        buf = bytearray(_SIZE)
+        _HEAD.pack_into(buf, 0, 0, 0.0)
+        for i in range(SLOTS):
+            _SLOT.pack_into(buf, _HEAD.size + i * _SLOT.size, math.inf)
+        tmp.write_bytes(bytes(buf))
+        os.replace(tmp, path)
+        return cls(path)
+
+    def close(self) -> None:
+        self._mm.close()
+        os.close(self._fd)
+
+    def _read(self) -> tuple[float, float]:
+        """(D, min hold), a consistent snapshot."""
+        mm = self._mm
+        for _ in range(100_000):  # a writer killed mid-write leaves the number odd: give up then
+            s1, held = _HEAD.unpack_from(mm, 0)
+            hold = min(struct.unpack_from(f"<{SLOTS}d", mm, _HEAD.size))
+            s2 = _HEAD.unpack_from(mm, 0)[0]
+            if s1 == s2 and not s1 & 1:
+                break
+        return held, hold
+
+    def _u(self, w: float) -> float:
+        held, hold = self._read()
+        return min(w - held, hold)
+
+    def __call__(self) -> float:
+        """The held clock's time now (never less than a value this object returned before)."""
+        u = max(self._last, self._u(self.source()))
+        self._last = u
+        return u
+
+    def held_s(self) -> float:
+        """Wall seconds the clock has been held so far (D plus a hold in progress)."""
+        w = self.source()
+        return w - self._u(w)
+
+    def set_hold(self, slot: int, until: float) -> None:
+        """Slot ``slot`` holds the clock at ``until`` (held-clock time; math.inf: no hold). A hold
+        in the past holds the clock where it is now."""
+        if not 0 <= slot < SLOTS:
+            raise ValueError(f"slot: expected 0..{SLOTS - 1}, got {slot}")
+        off = _HEAD.size + slot * _SLOT.size
+        fcntl.flock(self._fd, fcntl.LOCK_EX)
+        try:
+            mm = self._mm
+            w = self.source()
+            u = self._u(w)
+            seq, held = _HEAD.unpack_from(mm, 0)
+            seq |= 1                                       # odd: a writer at work
+            _HEAD.pack_into(mm, 0, seq, held)
+            _HEAD.pack_into(mm, 0, seq, max(held, w - u))  # fold the time held so far
+            _SLOT.pack_into(mm, off, max(until, u))
+            _HEAD.pack_into(mm, 0, seq + 1, max(held, w - u))
+        finally:
+            fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def open_held_clock(state_dir: str | Path | None) -> HeldClock | None:
+    """The stack's held clock in ``state_dir`` (None when the stack has none: an external stack,
+    or one started with ``stack.model_clock = "free"``)."""
+    if state_dir is None:
+        return None
+    p = Path(state_dir) / CLOCK_FILE
+    return HeldClock(p) if p.exists() else None
+
+
+def stack_held_dir(info) -> Path | None:
+    """The state directory of the stack ``info`` (a :class:`adev.stack.state.StackInfo`) when it
+    runs a held clock (an embedded stack with ``model_clock = "held"``), else None."""
+    cfg = getattr(info, "config", None)
+    if cfg is not None and getattr(cfg, "mode", None) == "embedded" and getattr(cfg, "model_clock", "") == "held":
+        from adev.stack.state import state_dir_path
+        return state_dir_path(cfg.state_dir)
+    return None
+
+
+def stack_run_clock(info) -> RunClock:
+    """The run clock of a client of the stack ``info``: on an embedded stack with a held clock,
+    that clock becomes this process's stamp source."""
+    use_held_clock(stack_held_dir(info))
+    return RunClock(time_scale=float(info.time_scale))
 
 
 @dataclass
 class RunClock:
+    """Model seconds since ``t0`` on ``source`` (CLOCK_MONOTONIC, or a stack's :class:`HeldClock`)."""
     time_scale: float = 1.0
-    t0: float = field(default_factory=time.monotonic)
+    t0: float = math.nan  # NaN: the source's reading when the clock is made
+    source: Callable[[], float] = field(default=mono, repr=False)
+
+    def __post_init__(self) -> None:
+        if math.isnan(self.t0):
+            self.t0 = self.source()
+
+    def mono(self) -> float:
+        """A stamp on this clock's source (convert with :meth:`to_model`)."""
+        return self.source()
 
     def now(self) -> float:
         """Model seconds since the run started."""
-        return (time.monotonic() - self.t0) * self.time_scale
+        return (self.source() - self.t0) * self.time_scale
 
     def to_model(self, mono_t: float) -> float:
-        """A host monotonic stamp -> model seconds since the run started."""
+        """A stamp on this clock's source -> model seconds since the run started."""
         return (mono_t - self.t0) * self.time_scale
 
     def model_to_wall(self, seconds: float) -> float:
-        """A model duration -> the wall seconds it takes on this stack."""
+        """A model duration -> the wall seconds it takes on this stack (while nothing holds it)."""
         return seconds / self.time_scale
 
     async def sleep(self, model_seconds: float) -> None:
+        """Sleep ``model_seconds`` of model time (longer on the wall while the clock is held)."""
         import asyncio
-        await asyncio.sleep(max(0.0, model_seconds) / self.time_scale)
+        if model_seconds <= 0:
+            await asyncio.sleep(0)
+            return
+        end = self.now() + max(0.0, model_seconds)
+        while True:
+            left = end - self.now()
+            if left <= 0:
+                return
+            await asyncio.sleep(max(left / self.time_scale, _POLL_S))

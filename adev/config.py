@@ -342,6 +342,11 @@ class StackConfig:
     # Tokens per stream event, as vLLM's --stream-interval: 1 = every decode step's token is sent
     # at that step's modelled end; N = once N are pending; 0 = once per macro step (cheapest).
     stream_interval: int = field(default=1, metadata={"min": 0})
+    # Embedded stack: "held" = model time waits while a real store read is behind its tier
+    # profile (a clock shared by the stack's processes, adev/clock.py), so the host's read speed
+    # never reaches a modelled figure; "free" = model time is wall time x time_scale, and a
+    # slow read delays its request (the host's lag shows up in TTFT and in what follows).
+    model_clock: Literal["held", "free"] = "held"
 
     def validate(self, where: str) -> None:
         from adev.emulator.policies import POLICIES, unknown_policy

@@ -21,7 +21,8 @@ KEY_FIGURES = ("gross_saving", "gross_saving_disk", "net_saving", "net_saving_fu
                "gpu_hit_share", "store_hit_share", "store_hit_rate", "refused_share",
                "disk_share_of_saving", "busy_share", "store_gib_served", "preemptions",
                "ttft_send_p50", "ttft_send_p99", "dispatch_p50", "ttft_model_err_p50",
-               "ttft_model_err_p99", "store_read_over_p50", "store_read_over_p99")
+               "ttft_model_err_p99", "store_read_over_p50", "store_read_over_p99",
+               "store_late_share")
 
 BURST_FACTOR = 3.0
 BURST_MIN = 3

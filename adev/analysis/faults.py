@@ -15,12 +15,14 @@ A *fault* is named ``<kind>`` or ``<kind>:<target>``:
   ``session_error``), at the event.
 
 **The window rule.** A fault *touches* window [t0, t1) when one of its intervals overlaps
-[t0, t1]. A window touched by ``master_down``, ``endpoint_down``, ``call_errors`` or
-``store_errors`` is **invalid** (its counters and busy time do not describe the configuration
-under test: the store or an endpoint was missing for part of it), with reason ``fault: <names>``.
-A window touched only by ``sessions_llm_error`` or ``session_error`` stays **valid with the
-faults named** (sessions ended early change the mix of work, not what a token costs); every
-figure of such a window, and every figure pooled over it, carries the names.
+[t0, t1]. A window touched by ``master_down`` or ``endpoint_down`` is **invalid** (its counters
+and busy time do not describe the configuration under test: the store or an endpoint was missing
+for part of it), with reason ``fault: <names>``. So is a window in which the calls touched by one
+``call_errors:<ep>`` or ``store_errors:<ep>`` fault are more than :data:`ERROR_SHARE` of the calls
+sent in it (or any, when that count is unknown): failures on that scale are an outage, not
+noise. Otherwise the window stays **valid with the faults named** (a few failed calls or loads,
+sessions ended early: they change the mix of work, not what a token costs); every figure of such
+a window, and every figure pooled over it, carries the names.
 
 The fleet applies the rule when it closes a window (:class:`FaultTracker`, fed every record as
 it is written, which also writes ``fault`` events at each fault's begin and end); the report
@@ -38,6 +40,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 INVALIDATING = ("master_down", "endpoint_down", "call_errors", "store_errors")
+ALWAYS_INVALIDATING = ("master_down", "endpoint_down")
+ERROR_SHARE = 0.05
+"""Share of a window's calls that one ``call_errors`` / ``store_errors`` fault may touch before
+the window is invalid."""
 
 
 def kind_of(name: str) -> str:
@@ -49,10 +55,14 @@ def invalidating(names: Iterable[str]) -> list[str]:
     return [n for n in names if kind_of(n) in INVALIDATING]
 
 
-def verdict(counts: Mapping[str, int]) -> tuple[bool, str | None, list[str]]:
-    """(valid, reason, fault names) of a window touched by faults ``{name: occurrences}``."""
+def verdict(counts: Mapping[str, int],
+            calls: int | None = None) -> tuple[bool, str | None, list[str]]:
+    """(valid, reason, fault names) of a window touched by faults ``{name: occurrences}`` in
+    which ``calls`` calls were sent (None: unknown), by the rule above."""
     names = sorted(counts)
-    bad = invalidating(names)
+    bad = [n for n in invalidating(names)
+           if kind_of(n) in ALWAYS_INVALIDATING or calls is None
+           or counts[n] > ERROR_SHARE * calls]
     if bad:
         return False, "fault: " + ", ".join(f"{n} ({counts[n]})" for n in bad), names
     return True, None, names
@@ -84,6 +94,7 @@ class FaultTracker:
     _down: dict[str, tuple[int, float, int]] = field(default_factory=dict)  # name -> (i, t, n)
     _calls: dict[str, tuple[float, int]] = field(default_factory=dict)  # name -> (t, n) open
     _lock: threading.RLock = field(default_factory=threading.RLock)  # on_event re-enters
+    sent: list[float] = field(default_factory=list)      # t_sent of every call record
 
     def _emit(self, name: str, t: float, **detail: Any) -> None:
         if self.on_event is not None:
@@ -131,6 +142,7 @@ class FaultTracker:
     def _call(self, r: dict[str, Any]) -> None:
         ep = str(r.get("endpoint") or "?")
         ts = _num(r.get("t_sent")) or 0.0
+        self.sent.append(ts)
         te = _num(r.get("t_end"))
         te = ts if te is None else te
         srv = r.get("server")
@@ -166,6 +178,12 @@ class FaultTracker:
         return dict(out)
 
 
+    def calls_sent(self, t0: float, t1: float) -> int:
+        """Call records sent in [t0, t1)."""
+        with self._lock:
+            return sum(1 for t in self.sent if t0 <= t < t1)
+
+
 def tracker_from_records(records: Mapping[str, Iterable[Mapping[str, Any]]]) -> FaultTracker:
     """A tracker fed a run's records (scrapes, calls, sessions, events) in time order."""
     tr = FaultTracker()
@@ -189,8 +207,8 @@ def mark_windows(windows: list[dict[str, Any]], tracker: FaultTracker) -> list[d
     out = []
     for w in windows:
         w = dict(w)
-        counts = tracker.touching(float(w["t0"]), float(w["t1"]))
-        valid, reason, names = verdict(counts)
+        t0, t1 = float(w["t0"]), float(w["t1"])
+        valid, reason, names = verdict(tracker.touching(t0, t1), tracker.calls_sent(t0, t1))
         w["faults"] = sorted(set(w.get("faults") or []) | set(names))
         if w.get("valid", True) and not valid:
             w["valid"], w["reason"] = False, reason
@@ -269,7 +287,7 @@ def faults_md(run: Any, label: str) -> str:
     """The run's faults and failures per window (rule in :mod:`adev.analysis.faults`)."""
     import pandas as pd
 
-    from .report import md_table
+    from .render import md_table
     rows = fault_rows(run)
     tot = {k: sum(r[k] for r in rows) for k in ("failed_calls", "store_error_calls",
                                                  "sessions_ended_llm_error", "failed_scrapes")}
@@ -287,9 +305,10 @@ def faults_md(run: Any, label: str) -> str:
                   f"store errors, {tot['sessions_ended_llm_error']} sessions ended with llm_error, "
                   f"{tot['failed_scrapes']} failed scrapes of targets that had answered, over the "
                   f"whole run (rows before and after: outside the windows). A window touched "
-                  f"by master_down, endpoint_down, call_errors "
-                  f"or store_errors is invalid; one touched only by ended sessions stays valid "
-                  f"with the faults named, and every figure over it carries them.\n\n")
+                  f"by master_down or endpoint_down is invalid, and so is one where a "
+                  f"call_errors or store_errors fault touches more than {ERROR_SHARE:.0%} of its "
+                  f"calls; otherwise it stays valid with the faults named, and every figure over "
+                  f"it carries them.\n\n")
     txt += md_table(pd.DataFrame(rows), FAULT_COLS) + "\n"
     if evs:
         txt += "Fault events:\n\n" + "\n".join(

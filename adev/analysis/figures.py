@@ -174,6 +174,19 @@ def store_read_over_profile(host_s, modelled_s) -> np.ndarray:
         return np.where(m > 0, h / m, np.nan)
 
 
+def store_read_late(host_s, modelled_s) -> np.ndarray:
+    """Whether a call's real store read fell behind its tier profile: 1.0 where
+    ``read_path_host_s > read_path_s`` (see :func:`store_read_over_profile`), else 0.0; NaN where
+    a call has no figure. The mean over a window's calls that loaded store hits is its
+    ``store_late_share``. With the held model clock (``stack.model_clock = "held"``) model time
+    stood still while such a read ended, so no figure of the run sees the lag; with the free
+    clock the request joined late and the lag is in TTFT and in what followed."""
+    h = np.asarray(host_s, dtype=float)
+    m = np.asarray(modelled_s, dtype=float)
+    with np.errstate(invalid="ignore"):
+        return np.where(np.isfinite(h) & np.isfinite(m), (h > m).astype(float), np.nan)
+
+
 def dispatch_delay(c: pd.DataFrame) -> np.ndarray:
     """Dispatch delay = t_sent - t_scheduled (call ready -> request written)."""
     return (c["t_sent"] - c["t_scheduled"]).to_numpy(dtype=float)

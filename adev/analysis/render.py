@@ -21,7 +21,7 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
             "busy_share", "gross_saving_quiet", "gross_saving_lo", "gross_saving_hi",
             "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
             "reuse_owner_share_same_session", "reuse_owner_share_cross_session",
-            "ttft_model_err_p50", "ttft_model_err_p99"}
+            "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share"}
 """Columns that hold shares (0..1), printed as percentages."""
 
 LABELS = {
@@ -36,6 +36,7 @@ LABELS = {
     "ttft_model_err_p50": "TTFT over model, p50", "ttft_model_err_p99": "TTFT over model, p99",
     "store_read_over_p50": "Store reads / profile, p50 (×)",
     "store_read_over_p99": "Store reads / profile, p99 (×)",
+    "store_late_share": "Store reads behind profile", "store_behind": "Store behind (median read)",
     "counter_resets": "Counter resets", "scrape_gaps": "Scrape gaps",
     "xcheck_gpu_rel": "Cross-check GPU (rel.)", "xcheck_store_rel": "Cross-check store (rel.)",
     "xcheck_disk_rel": "Cross-check disk (rel.)",

@@ -31,7 +31,7 @@ from .render import fmt as _fmt
 from .render import write as _write
 from .run import load_run
 from .source import beside, beside_markdown
-from .windows import window_table
+from .windows import ALL, window_table
 
 WINDOW_COLS = ["window", "endpoint", "valid", "faults", "calls", "calls_failed", "busy_s", "busy_share",
                "gpu_hit_share", "store_hit_share", "gross_saving", "gross_saving_disk", "net_saving",
@@ -39,7 +39,8 @@ WINDOW_COLS = ["window", "endpoint", "valid", "faults", "calls", "calls_failed",
                "ttft_send_p50", "ttft_send_p99"]
 """The per-window figures table."""
 HOST_COLS = ["window", "endpoint", "ttft_model_err_p50", "ttft_model_err_p99",
-             "store_read_over_p50", "store_read_over_p99", "counter_resets", "scrape_gaps",
+             "store_read_over_p50", "store_read_over_p99", "store_late_share", "store_behind",
+             "counter_resets", "scrape_gaps",
              "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel", "store_load_failed_tokens"]
 """The per-window table of how far this host and the scrapes were from the model."""
 SWEEP_COLS = ["operating_point", "width", "runs", "interval_basis", "gross_saving", "gross_saving_lo",
@@ -258,12 +259,20 @@ def summarise_run(path: str | Path) -> str:
     if (s.stats.get("store_read_over_p99") or {}).get("n"):  # emulated stack with a store
         out += [line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
                 line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False)]
+        out.append(line("store reads behind the profile (share of calls)", "store_late_share"))
         over = s.mean("store_read_over_p50")
+        rows = t[t["endpoint"] == ALL] if "endpoint" in t else t
+        behind = int((rows["store_behind"] == 1.0).sum()) if "store_behind" in rows else 0
+        held = ((run.stack or {}).get("model_clock") or "free") == "held"
         if over > 1:
+            effect = ("model time waited for them (held model clock), so no figure includes "
+                      "host time; the run took longer on the wall" if held else
+                      "first tokens waited for them (free model clock), so TTFT and busy time "
+                      "include host time")
             out.append(f"  note: this host's real store reads took {over:.3g}x the tier profile's time "
-                       f"(median call; time scale {_fmt(run.time_scale)}); first tokens wait for them, "
-                       "so TTFT and busy time include host time. bench/bench_store_io.py prints the "
-                       "largest time scale at which each read path keeps pace on this host.")
+                       f"(median call; time scale {_fmt(run.time_scale)}; {behind} window(s) behind); "
+                       f"{effect}. bench/bench_store_io.py prints the largest time scale at which "
+                       "each read path keeps pace on this host.")
     if s.burst_windows and s.quiet["gross_saving"]["n"]:
         out.append(f"  gross saving, quiet windows: {_fmt(s.quiet['gross_saving']['mean'], True)}")
     if s.reuse:

@@ -48,6 +48,7 @@ from .figures import (  # noqa: F401
     rel_diff,
     served_store_tokens,
     store_hit_rate,
+    store_read_late,
     store_read_over_profile,
     tier_tokens_from_bytes,
     ttft_from_schedule,
@@ -138,6 +139,8 @@ class WindowFigures:
     ttft_model_err_p99: float = NAN
     store_read_over_p50: float = NAN   # emulated stack only: store_read_over_profile, ratio
     store_read_over_p99: float = NAN
+    store_late_share: float = NAN      # emulated stack only: mean of store_read_late, fraction
+    store_behind: float = NAN          # 1.0 when the median loaded call's read fell behind (p50 > 1)
     dispatch_p50: float = NAN
     dispatch_p90: float = NAN
     dispatch_p99: float = NAN
@@ -196,7 +199,8 @@ def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
                "per-request store figures)" if len(c) else "no calls in the window")
         for k in ("store_keys_per_call", "put_refused_blocks", "preemptions_server"):
             fig.missing[k] = why
-        for k in ("ttft_model_err_p50", "ttft_model_err_p99", "store_read_over_p50", "store_read_over_p99"):
+        for k in ("ttft_model_err_p50", "ttft_model_err_p99", "store_read_over_p50", "store_read_over_p99",
+                  "store_late_share", "store_behind"):
             fig.missing[k] = ("no call in the window carries the emulator's `adev` field (only the "
                               "emulated endpoint models TTFT and store reads)" if len(c)
                               else "no calls in the window")
@@ -212,11 +216,15 @@ def _client_block(fig: WindowFigures, c: pd.DataFrame, run: Run) -> None:
     over = store_read_over_profile(loaded["srv_read_path_host_s"], loaded["srv_read_path_s"]) \
         if len(loaded) else np.array([])
     if np.isnan(over).all():
-        fig.missing["store_read_over_p50"] = fig.missing["store_read_over_p99"] = (
+        fig.missing["store_read_over_p50"] = fig.missing["store_read_over_p99"] = \
+            fig.missing["store_late_share"] = fig.missing["store_behind"] = (
             "no OK call in the window loaded store hits" if not len(loaded) else
             "no call in the window carries `read_path_host_s` (an emulator from before it was added)")
     else:
         fig.store_read_over_p50, fig.store_read_over_p99 = pct(over, 50), pct(over, 99)
+        fig.store_late_share = float(np.nanmean(store_read_late(loaded["srv_read_path_host_s"],
+                                                                loaded["srv_read_path_s"])))
+        fig.store_behind = float(fig.store_read_over_p50 > 1.0)
     keys = srv["srv_store_keys_looked_up"].sum()
     fig.store_keys_per_call = float(keys / len(srv))
     fig.put_blocks = float(srv["srv_put_blocks"].sum())

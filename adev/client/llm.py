@@ -50,7 +50,6 @@ import functools
 import json
 import random
 import re
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
@@ -59,7 +58,7 @@ import aiohttp
 import openai
 from aiohttp.client_proto import ResponseHandler
 
-from ..clock import RunClock
+from ..clock import RunClock, mono
 from ..records import CallRecord
 
 if TYPE_CHECKING:
@@ -420,7 +419,7 @@ class LLMClient:
                         if st.done:
                             continue
                         if st.first_byte is None:
-                            st.first_byte = time.monotonic()
+                            st.first_byte = mono()
                         buf = buf + data if buf else data
                         start = 0
                         while True:
@@ -436,7 +435,7 @@ class LLMClient:
                 # refused, reset, dropped mid-stream (payload error), read or connect timeouts
                 raise _Retryable(f"{type(e).__name__}: {e}") from None
         finally:
-            t_end = time.monotonic()
+            t_end = mono()
             sent = box[1] or box[0]
             rec.t_sent = clock.to_model(sent) if sent else rec.t_scheduled
             rec.t_first_byte = clock.to_model(st.first_byte) if st.first_byte else None
@@ -504,7 +503,7 @@ class _StampedHandler(ResponseHandler):
 
     def data_received(self, data: bytes) -> None:
         if self.t_first_rx is None:
-            self.t_first_rx = time.monotonic()
+            self.t_first_rx = mono()
         super().data_received(data)
 
 
@@ -512,7 +511,7 @@ async def _stamp_headers(session: Any, ctx: Any, params: Any) -> None:
     """aiohttp trace hook: the request's headers were serialised on a connection."""
     box = ctx.trace_request_ctx
     if box is not None and not box[0]:
-        box[0] = time.monotonic()
+        box[0] = mono()
 
 
 async def _stamp_body(session: Any, ctx: Any, params: Any) -> None:
@@ -520,7 +519,7 @@ async def _stamp_body(session: Any, ctx: Any, params: Any) -> None:
     the connection's transport, which writes it to the socket at once (``t_sent``)."""
     box = ctx.trace_request_ctx
     if box is not None and not box[1]:
-        box[1] = time.monotonic()
+        box[1] = mono()
 
 
 class _StreamState:
@@ -552,7 +551,7 @@ class _StreamState:
                     ch["delta"] = ch.pop("message") or {}
         self._event(_dumps(d) if isinstance(d, dict) else raw)
         if self.first_content is None:  # the whole answer, even an empty one, arrived now
-            self.first_content = time.monotonic()
+            self.first_content = mono()
         self.done = True
 
     def feed(self, line: bytes) -> bool:
@@ -599,7 +598,7 @@ class _StreamState:
             r = d.get("reasoning_content") or d.get("reasoning")
             tcs = d.get("tool_calls")
             if self.first_content is None and (c or r or tcs):
-                self.first_content = time.monotonic()
+                self.first_content = mono()
             if c:
                 self.content.append(c)
             if r:

@@ -44,39 +44,43 @@ def _sampling(ep: Endpoint, body: dict[str, Any], chat: bool) -> tuple[Sampling,
     return sp, transfer
 
 
-async def _drain(r: Request) -> float | None:
-    """Wait for the request to finish; when its first token came (monotonic)."""
+async def _drain(ep: Endpoint, r: Request) -> float | None:
+    """Wait for the request to finish; when its first token came (the engine's clock)."""
     t_first = None
     while True:
         n, _ = await r.queue.get()
         if n == 0:
             return t_first
         if t_first is None:
-            t_first = time.monotonic()
+            t_first = ep.engine.clock()
 
 
 # ------------------------------------------------------------------------------------ chat
 
 
 async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
-    t_arrival = time.monotonic()
-    body = await json_object(request)
-    if isinstance(body, web.Response):
-        return body
+    t_arrival = ep.engine.clock()
+    ep.engine.hold_now(request)  # preparing it takes no model time (on a held clock)
     try:
-        sp, transfer = _sampling(ep, body, chat=True)
-        prompt = ep.prompt_ids(body)
-        ep.check_len(len(prompt), sp.max_tokens)
-        rid = ep.new_id("chatcmpl")
-        seed = body.get("seed")
-        preq = PolicyRequest(model=ep.model, messages=body["messages"], tools=body.get("tools"),
-                             max_tokens=sp.max_tokens, seed=seed if isinstance(seed, int) else None,
-                             prompt_tokens=len(prompt), ignore_eos=sp.ignore_eos,
-                             min_tokens=sp.min_tokens, extension=_extension(body))
-        plan = ep.plan(preq, sp, rid)
-    except BadRequest as e:
-        return bad_request_response(e)
-    r = ep.submit(rid, prompt, plan, t_arrival, transfer)
+        body = await json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            sp, transfer = _sampling(ep, body, chat=True)
+            prompt = ep.prompt_ids(body)
+            ep.check_len(len(prompt), sp.max_tokens)
+            rid = ep.new_id("chatcmpl")
+            seed = body.get("seed")
+            preq = PolicyRequest(model=ep.model, messages=body["messages"], tools=body.get("tools"),
+                                 max_tokens=sp.max_tokens, seed=seed if isinstance(seed, int) else None,
+                                 prompt_tokens=len(prompt), ignore_eos=sp.ignore_eos,
+                                 min_tokens=sp.min_tokens, extension=_extension(body))
+            plan = ep.plan(preq, sp, rid)
+        except BadRequest as e:
+            return bad_request_response(e)
+        r = ep.submit(rid, prompt, plan, t_arrival, transfer)
+    finally:
+        ep.engine.release(request)
     try:
         if sp.stream:
             return await _chat_stream(ep, request, r, plan, sp, transfer)
@@ -88,8 +92,8 @@ async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
 
 async def _chat_complete(ep: Endpoint, r: Request, plan: OutputPlan, sp: Sampling,
                          transfer: Transfer) -> web.Response:
-    t_first = await _drain(r)
-    t_end = time.monotonic()
+    t_first = await _drain(ep, r)
+    t_end = ep.engine.clock()
     k = r.n_gen
     reasoning, content = message_parts(plan, k)
     msg: dict[str, Any] = {"role": "assistant", "content": content if content or not plan.tool_calls else None,
@@ -134,7 +138,7 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
 
     first = {"role": "assistant", "content": ""}
     first_event = chunk(first, prompt_token_ids=r.prompt) if want_ids else chunk(first)
-    t_byte_sent = time.monotonic()  # before the headers go: no byte of the answer precedes it
+    t_byte_sent = ep.engine.clock()  # before the headers go: no byte of the answer precedes it
     await resp.prepare(request)
     await resp.write(first_event)
     t_token_sent = None
@@ -148,7 +152,7 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
         a, b = sent, min(sent + n, len(plan.ids))
         sent = b
         if t_first is None:
-            t_first = time.monotonic()
+            t_first = ep.engine.clock()
         ds = deltas(plan, a, b, started)
         done_now = b >= r.n_out
         if not ds:
@@ -162,9 +166,9 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
             parts.append(chunk(d, r.finish_reason if (last and done_now) else None, b, **kw))
         if parts:
             if t_token_sent is None:
-                t_token_sent = time.monotonic()
+                t_token_sent = ep.engine.clock()
             await resp.write(b"".join(parts))
-    t_end = time.monotonic()
+    t_end = ep.engine.clock()
     tail = []
     if sent < r.n_out or r.finish_reason == "abort" or sent == 0:
         # ended early (preempted past the pool, aborted) or nothing emitted: close the choice
@@ -185,27 +189,31 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
 
 
 async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
-    t_arrival = time.monotonic()
-    body = await json_object(request)
-    if isinstance(body, web.Response):
-        return body
+    t_arrival = ep.engine.clock()
+    ep.engine.hold_now(request)  # preparing it takes no model time (on a held clock)
     try:
-        sp, transfer = _sampling(ep, body, chat=False)
-        prompts = parse_prompts(body, ep.profile.vocab_size)
-        rid = ep.new_id("cmpl")
-        seed = body.get("seed")
-        jobs: list[tuple[list[int], OutputPlan]] = []
-        for i, p in enumerate(prompts):
-            ids = ep.tok.encode_with_specials(p) if isinstance(p, str) else p
-            ep.check_len(len(ids), sp.max_tokens, "prompt")
-            preq = PolicyRequest(model=ep.model, messages=[], max_tokens=sp.max_tokens,
-                                 seed=seed if isinstance(seed, int) else None, prompt_tokens=len(ids),
-                                 prompt=p if isinstance(p, str) else None, ignore_eos=sp.ignore_eos,
-                                 min_tokens=sp.min_tokens, extension=_extension(body))
-            jobs.append((ids, ep.plan(preq, sp, f"{rid}-{i}")))
-    except BadRequest as e:
-        return bad_request_response(e)
-    rs = [ep.submit(f"{rid}-{i}", ids, plan, t_arrival, transfer) for i, (ids, plan) in enumerate(jobs)]
+        body = await json_object(request)
+        if isinstance(body, web.Response):
+            return body
+        try:
+            sp, transfer = _sampling(ep, body, chat=False)
+            prompts = parse_prompts(body, ep.profile.vocab_size)
+            rid = ep.new_id("cmpl")
+            seed = body.get("seed")
+            jobs: list[tuple[list[int], OutputPlan]] = []
+            for i, p in enumerate(prompts):
+                ids = ep.tok.encode_with_specials(p) if isinstance(p, str) else p
+                ep.check_len(len(ids), sp.max_tokens, "prompt")
+                preq = PolicyRequest(model=ep.model, messages=[], max_tokens=sp.max_tokens,
+                                     seed=seed if isinstance(seed, int) else None, prompt_tokens=len(ids),
+                                     prompt=p if isinstance(p, str) else None, ignore_eos=sp.ignore_eos,
+                                     min_tokens=sp.min_tokens, extension=_extension(body))
+                jobs.append((ids, ep.plan(preq, sp, f"{rid}-{i}")))
+        except BadRequest as e:
+            return bad_request_response(e)
+        rs = [ep.submit(f"{rid}-{i}", ids, plan, t_arrival, transfer) for i, (ids, plan) in enumerate(jobs)]
+    finally:
+        ep.engine.release(request)
     plans = [plan for _, plan in jobs]
     try:
         if sp.stream:
@@ -219,8 +227,8 @@ async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
 
 async def _complete_body(ep: Endpoint, rid: str, rs: list[Request], plans: list[OutputPlan],
                          sp: Sampling, transfer: Transfer) -> web.Response:
-    firsts = await asyncio.gather(*(_drain(r) for r in rs))
-    t_end = time.monotonic()
+    firsts = await asyncio.gather(*(_drain(ep, r) for r in rs))
+    t_end = ep.engine.clock()
     choices = []
     for i, (r, plan) in enumerate(zip(rs, plans, strict=True)):
         c: dict[str, Any] = {"index": i, "text": text_of(plan, 0, r.n_gen), "logprobs": None,
@@ -266,7 +274,7 @@ async def _complete_stream(ep: Endpoint, request: web.Request, rid: str, rs: lis
         return sse(d)
 
     pumps = [asyncio.create_task(pump(i, r)) for i, r in enumerate(rs)]
-    t_byte_sent = time.monotonic()
+    t_byte_sent = ep.engine.clock()
     await resp.prepare(request)
     t_token_sent = None
     t_first: float | None = None
@@ -284,14 +292,14 @@ async def _complete_stream(ep: Endpoint, request: web.Request, rid: str, rs: lis
             a, b = sent[i], min(sent[i] + n, len(plans[i].ids))
             sent[i] = b
             if i == 0 and t_first is None:
-                t_first = time.monotonic()
+                t_first = ep.engine.clock()
             await resp.write(chunk(i, a, b, r.finish_reason if b >= r.n_out else None))
             if t_token_sent is None:
-                t_token_sent = time.monotonic()
+                t_token_sent = ep.engine.clock()
     finally:
         for t in pumps:
             t.cancel()
-    t_end = time.monotonic()
+    t_end = ep.engine.clock()
     d = dict(base)
     d["choices"] = []
     if sp.include_usage:

@@ -19,10 +19,20 @@ already streamed past that point are not sent again, so those streams pause unti
 caught up with them.
 
 Store I/O (the real Mooncake lookup, tier query and load of :mod:`adev.emulator.store`) runs in
-background tasks; its results go to the scheduler, which charges the modelled read time. It does
-not delay the model clock as long as it finishes before the step the request would join has ended;
-when it finishes later the request joins late and the lag is visible to the client
-(``bench_emulator.py`` measures it) and counted in ``adev_emulator_read_path_overrun_seconds``.
+background tasks; its results go to the scheduler, which charges the modelled read time.
+
+Model time waits while the store is behind. On an embedded stack the engine's clock is the stack's
+held clock (:class:`adev.clock.HeldClock`), shared with the other endpoints and the fleet's client.
+While a real read path is in flight the engine holds that clock at the read's modelled end: at
+first the end of the modelled lookup, then, once the tiers of the hits are known, the modelled
+ready time (lookup + load, :meth:`Scheduler.read_path_s`). A read slower than its profile stops
+model time for every process of the run until it ends, so the request joins at its modelled ready
+time and no modelled request, client stamp or busy time sees the host's slowness; the run only
+takes longer on the wall. The endpoint also holds the clock while it prepares an arriving request
+(:meth:`Engine.hold_now`: reading, parsing, tokenizing, the policy's reply). How far the real reads
+were from the profile stays reported per request (``read_host_s``: real wall seconds x S). Without
+a held clock (``stack.model_clock = "free"``, or a plain ``clock``) a late read joins late, the lag
+is visible to the client and counted in ``adev_emulator_read_path_overrun_seconds``.
 """
 from __future__ import annotations
 
@@ -33,6 +43,7 @@ import time
 from collections import deque
 from collections.abc import Callable
 
+from adev.clock import HeldClock
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
 from adev.emulator.scheduler import Scheduler
@@ -51,10 +62,12 @@ milliseconds. Costs at most this much CPU per such plan (one per request)."""
 class Engine:
     """One emulated GPU engine: a :class:`Scheduler` paced on the running loop.
 
-    ``clock``: the wall clock (``time.monotonic``; the tests pass their loop's virtual time)."""
+    ``clock``: the wall clock (``time.monotonic``; the tests pass their loop's virtual time), or
+    a :class:`HeldClock`, which the engine holds while a store read is behind its model (``slot``:
+    this engine's hold slot in it)."""
 
     def __init__(self, cfg: EngineConfig, metrics: Metrics, store=None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, slot: int = 0) -> None:
         if cfg.stream_interval < 0:
             raise ValueError(f"stream_interval: expected an integer >= 0 (tokens per stream event, "
                              f"0 = one event per macro step), got {cfg.stream_interval!r}")
@@ -62,6 +75,11 @@ class Engine:
         self.m = metrics
         self.store = store
         self.clock = clock
+        self.held = clock if isinstance(clock, HeldClock) else None
+        self.real: Callable[[], float] = self.held.source if self.held else clock
+        self.slot = slot
+        self._holds: dict[int, float] = {}
+        self._hold_at = float("inf")
         self.spin_wall_s = SPIN_WALL_S
         self.sched = Scheduler(cfg, metrics, has_store=store is not None)
         self.sched.on_load = self._start_read
@@ -249,7 +267,7 @@ class Engine:
             # wake up to a millisecond late (epoll), which at S=10 is 10 model ms of TTFT
             margin = self.spin_wall_s if any(r.n_gen == 0 for r in plan.decode) else 0.0
             if delay <= margin:
-                await _spin_until(end_wall, self.clock)
+                await _spin_until(end_wall, self.clock, self.real, 2 * margin)
                 return plan
             nxt = self._next_delivery(plan)
             wait = delay - margin if nxt is None else min(delay - margin, self.wall(plan.ends[nxt - 1]) - now)
@@ -257,10 +275,15 @@ class Engine:
             try:
                 await asyncio.wait_for(self._wake.wait(), wait)
             except TimeoutError:
+                # a held clock may have moved less than the wall: look again (a wall clock has
+                # reached the deadline up to the loop's timer resolution)
+                held_back = self.held is not None and self.clock() < now + wait - 1e-9
                 if nxt is None or self.wall(plan.ends[nxt - 1]) - now >= delay - margin:
-                    if margin:
+                    if margin or held_back:
                         continue
                     return plan
+                if held_back:
+                    continue
                 self._deliver(plan, max(nxt, bisect.bisect_right(plan.ends, self.now())))
 
     # ------------------------------------------------------------------ store I/O
@@ -275,29 +298,63 @@ class Engine:
     def _start_save(self, r: Request, hashes: list[int]) -> None:
         self._spawn(self._save(r, self.store.keys(hashes)))
 
+    def _hold(self, key: int, until: float | None) -> None:
+        """Hold the shared clock at model time ``until`` for read ``key`` (None: release). The
+        engine publishes the earliest of its reads' holds in its slot."""
+        if self.held is None:
+            return
+        if until is None:
+            self._holds.pop(key, None)
+        else:
+            self._holds[key] = self.wall(until)
+        at = min(self._holds.values(), default=float("inf"))
+        if at != self._hold_at:
+            self._hold_at = at
+            self.held.set_hold(self.slot, at)
+
+    def hold_now(self, key: object) -> None:
+        """Hold the shared clock where it is until :meth:`release` (``key``): the endpoint's own
+        work on an arriving request (reading and parsing it, tokenizing, the policy's reply) takes
+        no model time, as the profile has no term for it. No-op without a held clock."""
+        self._hold(id(key), self.now())
+
+    def release(self, key: object) -> None:
+        self._hold(id(key), None)
+
     async def _read_path(self, r: Request, t_admit: float, hit: int) -> None:
         """Store lookup + load of one request (first admission only): the real I/O here, the
-        model's accounting in the scheduler."""
+        model's accounting in the scheduler. With a held clock, model time does not pass the
+        read's modelled end before the real read has ended (see the module's doc)."""
         s, c = self.sched, self.cfg
-        keys = self.store.keys(s.lookup_hashes(r, hit))
-        granted_at = started = self.clock()
-        ex = await self.store.exists(keys) if keys else []
-        n_ext = s.lookup_done(r, len(keys), ex)
-        tiers: list[str] = []
-        load = asyncio.create_task(self.store.load(keys[:n_ext], granted_at)) if n_ext else None
-        if n_ext:  # which tier holds each hit (queried while the load runs)
-            tiers = ["disk"] * n_ext if c.disk_only else await self.store.tiers(keys[:n_ext])
-        s.hits_found(r, hit, tiers)
-        loaded, error = 0, False
-        if load is not None:
-            res = await load
-            if res.lease_retries:
-                self.m.store_lease_retries.inc(res.lease_retries)
-            loaded, error = res.loaded, res.error
-        r.read_host_s = (self.clock() - started) * c.time_scale
-        ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now())
-        if ready is not None:
-            self._event(ready)
+        key = id(r)
+        try:
+            keys = self.store.keys(s.lookup_hashes(r, hit))
+            self._hold(key, t_admit + s.read_path_s(0, 0)[0])
+            granted_at = self.clock()
+            started = self.real()
+            ex = await self.store.exists(keys) if keys else []
+            n_ext = s.lookup_done(r, len(keys), ex)
+            tiers: list[str] = []
+            load = asyncio.create_task(self.store.load(keys[:n_ext], granted_at)) if n_ext else None
+            if n_ext:  # which tier holds each hit (queried while the load runs)
+                self._hold(key, t_admit + min(sum(s.read_path_s(n_ext, 0)), sum(s.read_path_s(0, n_ext))))
+                tiers = ["disk"] * n_ext if c.disk_only else await self.store.tiers(keys[:n_ext])
+                disk = tiers.count("disk")
+                lookup_m, load_m = s.read_path_s(n_ext - disk, disk)
+                self._hold(key, t_admit + lookup_m + load_m)
+            s.hits_found(r, hit, tiers)
+            loaded, error = 0, False
+            if load is not None:
+                res = await load
+                if res.lease_retries:
+                    self.m.store_lease_retries.inc(res.lease_retries)
+                loaded, error = res.loaded, res.error
+            r.read_host_s = (self.real() - started) * c.time_scale
+            ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now())
+            if ready is not None:
+                self._event(ready)
+        finally:
+            self._hold(key, None)
 
     async def _save(self, r: Request, keys: list[str]) -> None:
         res = await self.store.save(keys)
@@ -313,6 +370,10 @@ class Engine:
             self.m.store_put_skipped_blocks.inc(res.skipped)
 
 
-async def _spin_until(deadline: float, clock: Callable[[], float] = time.monotonic) -> None:
+async def _spin_until(deadline: float, clock: Callable[[], float] = time.monotonic,
+                      real: Callable[[], float] = time.monotonic, spin_s: float = 0.003) -> None:
+    """Yield to the loop until ``clock`` reaches ``deadline``; after ``spin_s`` wall seconds (a
+    held clock) poll every half millisecond instead."""
+    start = real()
     while clock() < deadline:
-        await asyncio.sleep(0)
+        await asyncio.sleep(0 if real() - start < spin_s else 0.0005)

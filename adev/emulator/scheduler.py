@@ -214,6 +214,20 @@ class Scheduler:
         if n_disk:
             self.m.hit_tier("disk").inc(n_disk)
 
+    def read_path_s(self, ram: int, disk: int) -> tuple[float, float]:
+        """The modelled read path of ``ram`` blocks from the RAM tier and ``disk`` from the disk
+        tier: (lookup_s, load_s) as :meth:`load_done` charges them."""
+        c = self.cfg
+        lookup = c.ram_tier.lookup_latency_s if c.ram_tier else 0.0
+        if c.disk_only and c.disk_tier:
+            lookup = c.disk_tier.lookup_latency_s
+        load = 0.0
+        if ram and c.ram_tier:
+            load += c.ram_tier.load_s(ram, c.bytes_per_block)
+        if disk and c.disk_tier:
+            load += c.disk_tier.load_s(disk, c.bytes_per_block)
+        return lookup, load
+
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
                   error: bool, now: float) -> float | None:
         """The load ended: the first ``loaded`` hit blocks arrived (``error``: the rest failed and
@@ -234,14 +248,7 @@ class Scheduler:
                     self.m.load_failed(tier).inc(lost)
         disk = tiers[:loaded].count("disk")
         ram = loaded - disk
-        lookup_m = c.ram_tier.lookup_latency_s if c.ram_tier else 0.0
-        if c.disk_only and c.disk_tier:
-            lookup_m = c.disk_tier.lookup_latency_s
-        load_m = 0.0
-        if ram and c.ram_tier:
-            load_m += c.ram_tier.load_s(ram, c.bytes_per_block)
-        if disk and c.disk_tier:
-            load_m += c.disk_tier.load_s(disk, c.bytes_per_block)
+        lookup_m, load_m = self.read_path_s(ram, disk)
         r.ram_blocks, r.disk_blocks = ram, disk
         r.lookup_s, r.load_s = lookup_m, load_m
         ready = t_admit + lookup_m + load_m

@@ -104,6 +104,10 @@ class Endpoint:
                 lease_s=stack.store.lease_ttl_s / stack.time_scale))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
         S = stack.time_scale
+        # the stack's held clock (model time waits for slow store reads), when it has one
+        from adev.clock import open_held_clock
+        from adev.stack.state import state_dir_path
+        held = open_held_clock(state_dir_path(stack.state_dir)) if stack.model_clock == "held" else None
         self.engine = Engine(EngineConfig(
             block_size=p.block_size, capacity_blocks=p.gpu_pool_blocks,
             prefill_tokens_per_s=p.prefill_tokens_per_s, decode_step_base_s=p.decode_step_base_s,
@@ -114,7 +118,9 @@ class Endpoint:
             disk_tier=TierCost(disk.name, disk.lookup_latency_s, disk.read_bytes_per_s),
             disk_only=conf == "disk-only",
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
-            stream_interval=stack.stream_interval), self.metrics, self.store)
+            stream_interval=stack.stream_interval), self.metrics, self.store,
+            clock=held if held is not None else time.monotonic,
+            slot=[e.name for e in stack.endpoints].index(name) if held is not None else 0)
         self.created = int(time.time())
 
     async def start(self) -> None:

@@ -79,7 +79,7 @@ class Fleet:
         :mod:`adev.analysis.faults`: an invalidating fault makes it invalid)."""
         names: list[str] = []
         if self.faults is not None:
-            ok, why, names = verdict(self.faults.touching(t0, t1))
+            ok, why, names = verdict(self.faults.touching(t0, t1), self.faults.calls_sent(t0, t1))
             if valid and not ok:
                 valid, reason = False, why
         return WindowRecord(run_id=self.run_id, index=index, t0=t0, t1=t1, valid=valid,
@@ -96,11 +96,14 @@ class Fleet:
             self.stop_event.set()
 
     async def _sleep_until(self, t: float) -> bool:
-        """Sleep until model time ``t``; False if the fleet was stopped meanwhile."""
-        delay = self.clock.model_to_wall(t - self.clock.now())
-        if delay > 0:
+        """Sleep until model time ``t``; False if the fleet was stopped meanwhile. Looks at the
+        clock again after each wait: a held model clock runs slower than the wall."""
+        while not self.stop_event.is_set():
+            delay = self.clock.model_to_wall(t - self.clock.now())
+            if delay <= 0:
+                break
             try:
-                await asyncio.wait_for(self.stop_event.wait(), timeout=delay)
+                await asyncio.wait_for(self.stop_event.wait(), timeout=max(delay, 0.0005))
             except TimeoutError:
                 pass
         return not self.stop_event.is_set()

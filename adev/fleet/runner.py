@@ -32,7 +32,7 @@ from typing import Any
 
 from .. import event_loop
 from ..analysis.faults import FaultTracker, tracker_from_records
-from ..clock import RunClock
+from ..clock import RunClock, mono, open_held_clock, stack_held_dir, stack_run_clock, use_held_clock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
 from ..records import (
@@ -43,6 +43,7 @@ from ..records import (
     create_run_path,
     ends_torn,
 )
+from ..stack.state import state_dir_path
 from .config import FleetConfig, fleet_from_dict
 from .live import FleetState, LiveDisplay, ObservedRunDir
 from .lock import RunLock
@@ -278,7 +279,7 @@ class FleetRun:
 
     def _make_clock(self, info: Any) -> RunClock:
         if self.clock is None:
-            self.clock = RunClock(time_scale=float(info.time_scale))
+            self.clock = stack_run_clock(info)
         return self.clock
 
     def _detector(self, info: Any) -> RegimeDetector:
@@ -309,9 +310,17 @@ class FleetRun:
             # (a stack that a crashed run started is reused by its --resume, which registers as
             # its user and, being the last user out, stops it: adev.stack.running_stack)
             u0, w0 = self._stack_usage(info), time.monotonic()
+            held = open_held_clock(stack_held_dir(info))
+            h0 = held.held_s() if held is not None else None
             try:
                 result = await body(info)
             finally:
+                if held is not None and h0 is not None:  # wall seconds model time stood still (slow reads)
+                    wall = max(1e-9, time.monotonic() - w0)
+                    h = held.held_s() - h0
+                    self._event("model_clock_held", held_wall_s=round(h, 3), wall_s=round(wall, 3),
+                                held_share=round(h / wall, 4))
+                    held.close()
                 u1 = self._stack_usage(info) if u0 else None
                 if self.clock is not None and u0 and u1:
                     # cores = delta CPU seconds / wall seconds, per process alive at both readings
@@ -430,10 +439,12 @@ class FleetRun:
         # the clock continues the interrupted run's timeline (CLOCK_MONOTONIC is host-wide);
         # after a reboot it is shifted so that new stamps follow the last recorded one
         ck = st["clock"]
+        if self.stack_cfg.mode == "embedded" and self.stack_cfg.model_clock == "held":
+            use_held_clock(state_dir_path(self.stack_cfg.state_dir))
         clock = RunClock(time_scale=float(ck["time_scale"]), t0=float(ck["t0_mono"]))
         if clock.now() <= t_last:
             clock = RunClock(time_scale=clock.time_scale,
-                             t0=time.monotonic() - (t_last + 1.0) / clock.time_scale)
+                             t0=mono() - (t_last + 1.0) / clock.time_scale)
         self.clock = clock
         for w in plan.interrupted:
             self.run_dir.append(WindowRecord(run_id=self.run_id, **w))

@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from ..client.llm import Endpoint, LLMClient, LLMError
-from ..clock import RunClock
+from ..clock import RunClock, stack_run_clock
 from ..config import ConfigError, Configuration, StackConfig
 from ..records import RunDir
 from .format import Call, Trace, prompt_ids
@@ -264,7 +264,7 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
     topo = topology(stack)
     rd = RunDir.create(run_id=label, base=out_dir)
     async with running_stack(stack) as info:
-        clock = RunClock(time_scale=info.time_scale)
+        clock = stack_run_clock(info)  # the stack's held clock, when it has one
         eps = [Endpoint(n, info.endpoints[n], model=info.models.get(n) or None)
                for n in topo.prefill + topo.decode]
         extra = {"replay": {**dataclasses.asdict(opts), "label": label,

@@ -76,7 +76,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
     from ..client.llm import Endpoint, LLMClient, LLMError
-    from ..clock import RunClock
+    from ..clock import RunClock, stack_run_clock
     from ..config import ConfigError, load_stack
     from ..gate.registry import check_gate_policy, make_gate
     from ..manifest import build_manifest
@@ -95,8 +95,9 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
     run_dir = RunDir.create(base=args.runs_dir, prefix="session")
     session_id = f"{task.name}-s{args.seed}"
 
-    async def go(endpoints: dict[str, str], time_scale: float, stack_cfg: Any) -> dict[str, Any]:
-        clock = RunClock(time_scale=time_scale)
+    async def go(endpoints: dict[str, str], time_scale: float, stack_cfg: Any,
+                 info: Any = None) -> dict[str, Any]:
+        clock = stack_run_clock(info) if info is not None else RunClock(time_scale=time_scale)
         emap = {}
         if len(endpoints) == 1:
             only = next(iter(endpoints))
@@ -149,7 +150,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
             return await go(_parse_endpoints(args.endpoint), 1.0, None)
         from ..stack import running_stack
         async with running_stack(stack_file) as info:
-            return await go(dict(info.endpoints), info.time_scale, stack_file)
+            return await go(dict(info.endpoints), info.time_scale, stack_file, info)
     finally:
         run_dir.close()
 

@@ -28,6 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
+from ..clock import CLOCK_FILE, HeldClock
 from ..config import ROOT, StackConfig, load_stack
 from ..net import NoFreePortError, free_port
 from .commands import (
@@ -198,6 +199,10 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
     pin = cpu_pin(config.cpus)
     logs = sdir / "logs"
     logs.mkdir(parents=True, exist_ok=True)
+    if config.model_clock == "held":  # before the endpoints: they open it at start-up
+        HeldClock.create(sdir / CLOCK_FILE).close()
+    else:
+        (sdir / CLOCK_FILE).unlink(missing_ok=True)
     for old in logs.glob("*.log"):  # keep the previous stack's logs once, start fresh ones
         os.replace(old, old.with_suffix(".log.prev"))
     disk = config.configuration in DISK_CONFIGURATIONS

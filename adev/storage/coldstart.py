@@ -156,7 +156,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
     :class:`adev.stack.StackInfo`); one :class:`Reactivation` per session and context."""
     from ..analysis.windows import in_flight
     from ..client.llm import Endpoint, LLMClient
-    from ..clock import RunClock
+    from ..clock import stack_run_clock
     cfg: StackConfig = info.config
     name = endpoint or next(iter(info.endpoints))
     base = info.endpoints[name]
@@ -168,7 +168,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
     payload = max(1, prof.bytes_per_block // cfg.payload_scale) if cfg.mode == "embedded" else None
     rows: list[Reactivation] = []
     client = LLMClient({name: Endpoint(name, base, model=info.models.get(name))},
-                       clock=RunClock(S), return_token_ids=False)
+                       clock=stack_run_clock(info), return_token_ids=False)
     async with client:
         await client.discover()
         for cycle, L in enumerate([WARMUP_TOKENS, *contexts]):

@@ -33,6 +33,13 @@ def test_tracker_begins_and_ends_faults_and_ignores_never_up_targets():
     assert verdict({"store_errors:coder": 4, "sessions_llm_error": 1}) == (
         False, "fault: store_errors:coder (4)", ["sessions_llm_error", "store_errors:coder"])
     assert verdict({"sessions_llm_error": 2}) == (True, None, ["sessions_llm_error"])
+    # with the window's call count: 4 store-error calls of 100 (4% <= 5%) leave it valid, named;
+    # 6 of 100 (6%) invalidate it; a scrape outage invalidates at any count
+    assert verdict({"store_errors:coder": 4}, calls=100) == (True, None, ["store_errors:coder"])
+    assert verdict({"store_errors:coder": 6}, calls=100)[:2] == (
+        False, "fault: store_errors:coder (6)")
+    assert verdict({"master_down": 1}, calls=1000)[0] is False
+    assert tr.calls_sent(10, 20) == 2 and tr.calls_sent(12, 20) == 0
 
 
 def test_master_killed_in_window_2_invalidates_it_and_the_report_counts_failures(tmp_path):
@@ -59,8 +66,12 @@ def test_master_killed_in_window_2_invalidates_it_and_the_report_counts_failures
     marked = {w["index"]: w for w in run.measurement_windows()}
     assert marked[1]["valid"] and marked[1]["faults"] == []
     assert not marked[2]["valid"]
-    assert marked[2]["reason"] == ("fault: call_errors:coder (2), master_down (1), "
-                                   "store_errors:coder (3)")
+    # the master outage invalidates; the 3 store-error calls are over 5% of the window's calls,
+    # the 2 failed calls are not (named, not invalidating)
+    n2 = sum(1 for c in run.calls.itertuples() if w2["t0"] <= c.t_sent < w2["t1"])
+    assert 2 <= 0.05 * n2 < 3
+    assert marked[2]["reason"] == "fault: master_down (1), store_errors:coder (3)"
+    assert "call_errors:coder" in marked[2]["faults"]
     assert marked[3]["valid"] and marked[3]["faults"] == ["sessions_llm_error"]
     tab = window_table(run)
     allrow = tab[tab["endpoint"] == "ALL"].set_index("window")

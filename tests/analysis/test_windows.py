@@ -14,6 +14,7 @@ from adev.analysis.windows import (
     analyse_window,
     busy_time,
     in_flight,
+    store_read_late,
     store_read_over_profile,
     ttft_model_error,
     window_table,
@@ -393,6 +394,11 @@ def test_real_store_reads_over_the_tier_profile(tmp_path):
     f = {r.endpoint: r for r in analyse_window(run, run.measurement_windows()[0])}["coder"]
     assert f.store_read_over_p50 == pytest.approx((3.0 + 1.0) / 2)   # 30 ms real vs 10; 20 vs 20
     assert f.store_read_over_p99 == pytest.approx(1.0 + 2.0 * 0.99)
+    # a's read (30 ms real vs 10 modelled) fell behind, b's (20 vs 20) did not: half the loads;
+    # the median read is 2x its profile: the window is behind
+    assert f.store_late_share == pytest.approx(0.5) and f.store_behind == 1.0
+    np.testing.assert_allclose(store_read_late([0.03, 0.02, float("nan")], [0.01, 0.02, 0.01]),
+                               [1.0, 0.0, np.nan])
     np.testing.assert_allclose(store_read_over_profile([0.03, 0.01, float("nan")], [0.01, 0.0, 0.01]),
                                [3.0, np.nan, np.nan])
     for sub, srv, why in (("old", _srv(0, 0.01, 0, 160, 0, 40, keys=12, hits=10), "read_path_host_s"),
@@ -401,6 +407,7 @@ def test_real_store_reads_over_the_tier_profile(tmp_path):
         r = make_hand_run(tmp_path / sub, [_call("a", 1.0, 5.0, srv)], scr, [(0.0, 10.0)])
         g = {x.endpoint: x for x in analyse_window(r, r.measurement_windows()[0])}["coder"]
         assert math.isnan(g.store_read_over_p50) and why in g.missing["store_read_over_p50"]
+        assert math.isnan(g.store_behind) and why in g.missing["store_behind"]
 
 
 def test_rel_diff_by_hand():

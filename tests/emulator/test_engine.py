@@ -155,6 +155,56 @@ def test_late_store_read_keeps_the_model_and_sends_no_token_twice():
     assert value(eng.sched, "adev_emulator_read_path_overrun_seconds_total") == pytest.approx(0.122)
 
 
+def held_store_run(tmp_path, io_wall_s: float):
+    """store_run on the stack's held clock (the clock file in ``tmp_path``): the clients too."""
+    from adev.clock import HeldClock
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        store = FakeStore(io_s=io_wall_s)
+        pb = tokens(5000, 100)
+        for k in store.keys(block_hashes(pb)):
+            store.tier[k] = "disk"
+        eng = make_engine(clock, store)
+        eng.start()
+
+        async def held_client(rid, prompt, n_out, at):
+            while clock() < eng.wall(at):   # sleep on the held clock: it stops while held
+                await asyncio.sleep(eng.wall(at) - clock())
+            return await client(eng, clock, rid, prompt, n_out, at)
+        a = asyncio.create_task(held_client("a", tokens(1000, 100), 50, 0.0))
+        b = asyncio.create_task(held_client("b", pb, 1, 0.06))
+        (ra, ga), (rb, gb) = await a, await b
+        return eng, clock, ra, ga, rb, gb
+    return run_virtual(main)
+
+
+def test_held_clock_waits_for_a_late_store_read_so_clients_see_the_model(tmp_path):
+    # the reads of the previous test (0.005 wall s each = 0.05 model s, modelled 0.001 and 0.027)
+    eng, clock, ra, ga, rb, gb = held_store_run(tmp_path, 0.005)
+    # the model is the one of the fast store ...
+    assert ra.t_first == pytest.approx(0.113) and rb.t_first == pytest.approx(0.1671)
+    assert rb.t_ready == pytest.approx(0.128)
+    # ... and so is what the clients see on the shared clock: no host lag in their stamps
+    assert ga[0][1] == pytest.approx(0.113) and ga[3][1] == pytest.approx(0.15306)
+    assert gb == [(1, pytest.approx(0.1671))]
+    assert value(eng.sched, "adev_emulator_read_path_overrun_seconds_total") == 0
+    # the real reads still say how slow they were: a's lookup 0.005 wall = 0.05 model s; b's
+    # lookup then tier query beside the load: 0.010 wall = 0.1 model s (modelled 0.027)
+    assert ra.read_host_s == pytest.approx(0.05) and rb.read_host_s == pytest.approx(0.1)
+    # the clock was held: at a's lookup end (model 0.001) until it ended, 0.005 - 0.0001 wall
+    # seconds; at b's lookup end (0.102) until it ended, 0.0049; b then had 6 hits, at least a
+    # RAM read of them (0.001 + 6 x 0.001 load): held at 0.109 from wall 0.0007 after the lookup
+    # until the tier query ended (0.005): 0.0043; then b's ready time 0.128 was still ahead
+    assert clock.held_s() == pytest.approx(0.0049 + 0.0049 + 0.0043)
+
+
+def test_free_clock_shows_the_late_read_to_the_client():
+    # the same reads on a wall clock: b's first token reaches its client late (see above)
+    eng, ra, ga, rb, gb = store_run(0.005)
+    assert gb[0][1] - rb.t_first > 0.03
+
+
 def random_run(interval: int, seed: int = 5):
     """60 requests over 6 growing sessions (shared prefixes), some aborted, a 700-block pool
     (preemptions), a store holding part of the prefixes on both tiers, store calls slower than

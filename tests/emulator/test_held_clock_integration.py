@@ -1,0 +1,75 @@
+"""The held model clock with the real Mooncake store: a read slower than its tier profile holds
+model time, so the endpoint's stamps and a client on the stack's clock see the modelled TTFT.
+
+Two endpoints share one master: the coder computes and saves a prompt, the reasoner finds it in the
+store and reads it from the coder's segment (Mooncake's TCP transport: about 100 wall us per key on
+this host, where the RAM profile allows a few us at S = 10).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+import httpx
+import pytest
+
+from adev.clock import HeldClock
+from tests.emulator.helpers import Emulator, Master, make_stack, prompt_messages, tmpdir, write_profile
+
+pytestmark = pytest.mark.integration
+
+S = 10.0
+_CLIENT = httpx.Client(timeout=120)  # one client: a new one per call costs an SSL context
+
+
+def ttft(e: Emulator, msgs, clock) -> tuple[float, float, dict]:
+    """(TTFT on ``clock`` x S, TTFT on the wall x S, the response's adev field)."""
+    body = {"model": "m", "messages": msgs, "max_tokens": 2, "stream": True,
+            "stream_options": {"include_usage": True}}
+    first = wfirst = last = None
+    c = _CLIENT
+    t0, w0 = clock(), time.monotonic()
+    with c.stream("POST", e.base_url + "/chat/completions", json=body) as r:
+        for line in r.iter_lines():
+            if not line.startswith("data: ") or line == "data: [DONE]":
+                continue
+            d = json.loads(line[6:])
+            for ch in d.get("choices", []):
+                if first is None and ch["delta"].get("content"):
+                    first, wfirst = clock(), time.monotonic()
+            if "adev" in d:
+                last = d["adev"]
+    return (first - t0) * S, (wfirst - w0) * S, last
+
+
+def test_a_late_store_read_holds_model_time_for_endpoint_and_client():
+    w = tmpdir()
+    clock = HeldClock.create(w / "clock")
+    stack = dataclasses.replace(make_stack(write_profile(w), "store-ram", S, ram_gb=4.0,
+                                           endpoints=("coder", "reasoner")), state_dir=str(w))
+    m = Master(lease_ms=int(5000 / S), offload=False, workdir=w).start()
+    eps = []
+    try:
+        eps = [Emulator(stack, n, m, w).start() for n in ("coder", "reasoner")]
+        msgs = prompt_messages(16000, "h")
+        ttft(eps[0], msgs, clock)                 # computed and saved by the coder
+        time.sleep(2.0)                           # the saves end
+        held0 = clock.held_s()
+        obs, wall, a = ttft(eps[1], msgs, clock)  # the reasoner reads it from the store
+        late = a["read_path_host_s"] - a["read_path_s"]
+        assert a["tokens"]["store_ram"] > 0 and late > 0.2  # the real read fell behind the model
+        # model time stood still while it did: at least the lag of this read was held
+        assert (clock.held_s() - held0) * S >= late * 0.9
+        # the endpoint's own stamps are on the held clock, which also stood still while it
+        # prepared the request (parsing, tokenizing): they give the modelled TTFT up to wake-ups
+        own = (a["t_first_token_mono"] - a["t_arrival_mono"]) * S
+        assert own == pytest.approx(a["ttft_s"], abs=0.05)
+        # a client on the held clock sees that plus its HTTP hops; on the wall, the lag too
+        assert obs - a["ttft_s"] < 0.5 * late
+        assert wall - a["ttft_s"] > 0.9 * late
+    finally:
+        for e in eps:
+            e.stop()
+        m.kill()
+        clock.close()

@@ -1,0 +1,91 @@
+"""The held clock shared by a stack's processes (adev/clock.py), on a hand-moved source."""
+from __future__ import annotations
+
+import asyncio
+import math
+
+import pytest
+
+from adev.clock import HeldClock, RunClock, open_held_clock
+
+
+class Wall:
+    def __init__(self, t: float = 100.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def test_a_hold_stops_the_clock_and_its_release_resumes_it_where_it_stopped(tmp_path):
+    HeldClock.create(tmp_path / "clock")
+    w = Wall()
+    a, b = HeldClock(tmp_path / "clock", w), HeldClock(tmp_path / "clock", w)  # two processes
+    assert a() == 100.0
+    a.set_hold(0, 102.0)           # a read whose modelled end is at 102
+    w.t = 101.0
+    assert b() == 101.0            # not reached yet: the clock runs
+    w.t = 105.0
+    assert b() == 102.0 and b.held_s() == pytest.approx(3.0)
+    a.set_hold(0, math.inf)        # the read ended at wall 105: 3 s held, folded into D
+    assert b() == 102.0
+    w.t = 106.5
+    assert b() == 103.5 and a() == 103.5 and a.held_s() == pytest.approx(3.0)
+
+
+def test_two_holders_the_earliest_holds_and_time_is_not_counted_twice(tmp_path):
+    w = Wall()
+    a = HeldClock.create(tmp_path / "clock")
+    a.source = w
+    b = HeldClock(tmp_path / "clock", w)
+    a.set_hold(0, 101.0)
+    b.set_hold(1, 102.0)
+    w.t = 110.0                    # both behind: the clock stands at 101
+    assert a() == 101.0
+    b.set_hold(1, math.inf)        # b's read ends: the clock stays at 101 (a still holds)
+    assert a() == 101.0
+    w.t = 112.0
+    a.set_hold(0, math.inf)        # a's ends: held 11 s in all, not 11 + 8
+    w.t = 113.0
+    assert b() == 102.0 and b.held_s() == pytest.approx(11.0)
+
+
+def test_a_hold_already_in_the_past_holds_the_clock_where_it_is(tmp_path):
+    w = Wall()
+    c = HeldClock.create(tmp_path / "clock")
+    c.source = w
+    w.t = 105.0
+    c.set_hold(3, 101.0)           # never back to 101
+    w.t = 107.0
+    assert c() == 105.0
+    with pytest.raises(ValueError, match="slot: expected 0..31"):
+        c.set_hold(32, 1.0)
+
+
+def test_run_clock_on_a_held_clock_sleeps_model_time(tmp_path):
+    c = HeldClock.create(tmp_path / "clock")
+    rc = RunClock(time_scale=10.0, source=c)
+    assert open_held_clock(tmp_path).path == c.path and open_held_clock(tmp_path / "none") is None
+
+    async def main():
+        c.set_hold(0, rc.t0 + 0.01)    # model time stops at 0.1 for 0.05 wall seconds
+        loop = asyncio.get_running_loop()
+        loop.call_later(0.06, c.set_hold, 0, math.inf)
+        t = loop.time()
+        await rc.sleep(0.3)            # 0.03 wall s of model time + the hold
+        return loop.time() - t
+    took = asyncio.run(main())
+    assert rc.now() >= 0.3 and took >= 0.06 + 0.02
+
+
+def test_a_writer_killed_mid_write_does_not_stop_the_clock_for_good(tmp_path):
+    import struct
+    w = Wall()
+    c = HeldClock.create(tmp_path / "clock")
+    c.source = w
+    with open(tmp_path / "clock", "r+b") as f:   # sequence number left odd, D = 2
+        f.write(struct.pack("<Qd", 7, 2.0))
+    assert c() == 98.0                          # readers give up waiting and read it
+    c.set_hold(0, math.inf)                     # the next writer makes the number even again
+    with open(tmp_path / "clock", "rb") as f:
+        assert struct.unpack("<Qd", f.read(16)) == (8, 2.0)

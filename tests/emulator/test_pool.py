@@ -129,6 +129,8 @@ def test_max_hit_blocks_edges():
     assert max_hit_blocks(17) == 1
     assert max_hit_blocks(49) == 3               # default block size 16
     assert max_hit_blocks(9, 8) == 1 and max_hit_blocks(8, 8) == 0
+    # one-token blocks: a 1-token prompt still computes its only token
+    assert max_hit_blocks(1, 1) == 0 and max_hit_blocks(0, 1) == 0 and max_hit_blocks(3, 1) == 2
 
 
 def _pool_with(cap, hashes_free=(), hashes_held=()):

@@ -395,3 +395,111 @@ def test_macro_step_is_bounded_by_the_wall_horizon():
     out = s.step(t)
     # int(3 / 0.01131) = 265 steps (of 999 left)
     assert len(out.ends) == 265 and out.tokens == {"a": 265}
+
+
+# ---------------------------------------------------------------------------- edge cases
+def test_a_request_preempted_twice_before_its_first_token():
+    s = make(capacity_blocks=6, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 16), 20)
+    b = request("b", tokens(2000, 64), 20)
+    s.add(a)
+    s.add(b)
+    # a: 1 block, b: 4 blocks (5 of 6); both prefill in one step: 80 ms
+    out = s.step(0.0)
+    assert out.prefill == {"a": 16, "b": 64} and out.end == pytest.approx(0.080)
+    # first tokens: a needs a 2nd block, b a 5th; 1 free: b (admitted last) is preempted and a
+    # decodes alone: decode(1, 16) = 0.01116
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and out.tokens == {"a": 1} and out.end == pytest.approx(0.09116)
+    # b comes back at once: hit (64 - 1) // 16 = 3 cached blocks, needs 1 more (free: 6 - a's 2
+    # = 4, of which b's 3 hits are 3): prefill 16 tokens + a's decode(1, 17) = 0.016 + 0.01117
+    out = s.step(out.end)
+    assert out.admitted == ["b"] and out.prefill == {"b": 16} and out.tokens == {"a": 1}
+    assert out.end == pytest.approx(0.11833) and s.pool.used_blocks == 6
+    # b's first token needs a 5th block again, none is free: preempted a second time; a runs its
+    # last 18 tokens alone (its 3rd block, from its 33rd token, comes out of b's freed ones):
+    # decode(1, 18 + j), j = 0..17 = 18 x 0.011 + 0.00001 x (18 x 18 + 153) = 0.20277
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and out.tokens == {"a": 18} and out.finished == ["a"]
+    assert out.duration == pytest.approx(0.20277)
+    assert b.preemptions == 2 and b.state == WAITING
+    # then b: 16 tokens again (3 blocks still cached) and its first token, decode(1, 64) = 0.01164
+    t = run_until_done(s, out.end)
+    assert b.t_first == pytest.approx(0.3211 + 0.016 + 0.01164)
+    assert b.preemptions == 2 and a.preemptions == 0 and b.n_gen == 20
+    assert value(s, "vllm:num_preemptions_total") == 2
+    assert t == pytest.approx(b.t_end)
+
+
+def test_counts_running_and_waiting_with_loading_requests():
+    s = make(has_store=True, max_num_seqs=2)
+    a, b, c = (request(x, tokens(1000 * i, 40), 2) for i, x in enumerate("abc", 1))
+    for r in (a, b, c):
+        s.add(r)
+    assert s.counts() == (0, 3)
+    s.step(0.0)                              # a, b admitted into their store reads; c waits
+    assert (a.state, b.state, c.state) == (LOADING, LOADING, WAITING)
+    assert s.counts() == (0, 3)              # loading requests count as waiting, as vLLM's
+    ready = serve_from_store(s, a, [])       # nothing stored: ready after the RAM lookup
+    assert ready == pytest.approx(0.001)
+    out = s.step(ready)
+    assert out.prefill == {"a": 40}
+    assert s.counts() == (1, 2)
+
+
+def test_idle_step_output():
+    s = make(has_store=True)
+    s.add(request("r", tokens(1000, 40), 1))
+    out = s.step(0.25)
+    assert (out.start, out.ends, out.prefill, out.decode) == (0.25, [0.25], {}, [])
+    assert out.idle and out.end == 0.25 and out.duration == 0.0
+    assert out.loading == ["r"] and out.admitted == ["r"] and out.tokens == {}
+
+
+def test_abort_a_waiting_request_and_a_running_one():
+    s = make(capacity_blocks=4, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 60), 5)
+    b = request("b", tokens(2000, 60), 5)
+    s.add(a)
+    s.add(b)
+    s.step(0.0)                              # a takes all 4 blocks, b waits
+    assert a.state == DECODE and b.state == WAITING and s.counts() == (1, 1)
+    s.abort(b, 0.5)
+    assert b.state == DONE and b.finish_reason == "abort" and b.t_end == 0.5
+    assert list(s.waiting) == [] and s.counts() == (1, 0)
+    s.abort(a, 0.7)
+    assert a.state == DONE and a.finish_reason == "abort" and a.t_end == 0.7
+    assert s.counts() == (0, 0) and s.pool.used_blocks == 0
+    assert value(s, "vllm:request_success_total", finished_reason="abort") == 2
+    # aborting a finished request changes nothing
+    c = request("c", tokens(3000, 20), 1)
+    s.add(c)
+    run_until_done(s, 1.0)
+    assert c.finish_reason == "stop" and not c.aborted
+    s.abort(c, 2.0)
+    assert c.finish_reason == "stop" and not c.aborted and c.t_end < 2.0
+    assert value(s, "vllm:request_success_total", finished_reason="abort") == 2
+
+
+def test_lookup_keys_and_counters_with_8_token_blocks():
+    s = Scheduler(config(block_size=8), Metrics("m", 8, 100, True, 65536), True)
+    r = request("r", tokens(1000, 41), 1)
+    s.add(r)
+    s.step(0.0)
+    # (41 - 1) // 8 = 5 lookup keys (not (41 - 1) // 16 = 2)
+    keys = s.lookup_hashes(r, 0)
+    assert keys == block_hashes(r.prompt, 8)[:5]
+    assert s.lookup_done(r, 5, [1, 1, 0, 1, 0]) == 2
+    assert r.store_keys_looked_up == 5 and r.store_hit_blocks == 2 and r.store_errors == 0
+    assert value(s, "adev_emulator_store_keys_looked_up_total") == 5
+
+
+def test_tiers_without_a_cost_model_charge_nothing():
+    s = make(has_store=True, ram_tier=None, disk_tier=None)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    ready = serve_from_store(s, r, ["ram"] * 3 + ["disk"] * 3, now=0.0)
+    assert (r.lookup_s, r.load_s, ready) == (0.0, 0.0, 0.0)
+    assert (r.ram_blocks, r.disk_blocks) == (3, 3)
+    assert r.tokens_split(BS)["computed"] == 4

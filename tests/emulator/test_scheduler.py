@@ -175,6 +175,8 @@ def test_recompute_has_no_hits():
 # ---------------------------------------------------------------------------- store hits
 def test_store_hits_from_ram_and_disk():
     s = make(has_store=True)
+    saved: list[list[int]] = []
+    s.on_save = lambda r, hs: saved.append(hs)
     r = request("r", tokens(1000, 100), 1)
     s.add(r)
     out = s.step(0.0)
@@ -202,12 +204,14 @@ def test_store_hits_from_ram_and_disk():
     assert value(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 96
     assert value(s, "vllm:prompt_tokens_cached_total") == 96
     assert value(s, "adev_emulator_read_path_seconds_sum") == pytest.approx(0.019)
+    # the store served all 6 whole blocks: nothing to offer back
+    assert saved == []
 
 
 def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     s = make(has_store=True)
     saved: list[list[int]] = []
-    s.on_save = lambda r, hs: saved.append(hs)
+    s.on_save = lambda r, hs: saved.append(hs if r is a else (r.rid, hs))
     shared = tokens(1000, 64)
     a = request("a", shared, 1)
     s.add(a)
@@ -236,7 +240,7 @@ def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     # external queries: a 64 + b (164 - 64); the blocks b computed itself are offered back:
     # the GPU hit blocks 0..3 and the one full block after the store's (164 // 16 = 10 blocks)
     assert value(s, "vllm:external_prefix_cache_queries_total") == 64 + 100
-    assert saved[1] == b.hashes[:4] + b.hashes[9:10]
+    assert saved[1] == ("b", b.hashes[:4] + b.hashes[9:10])
 
 
 def test_failed_store_load_is_recomputed_not_counted_as_served():
@@ -503,3 +507,190 @@ def test_tiers_without_a_cost_model_charge_nothing():
     assert (r.lookup_s, r.load_s, ready) == (0.0, 0.0, 0.0)
     assert (r.ram_blocks, r.disk_blocks) == (3, 3)
     assert r.tokens_split(BS)["computed"] == 4
+
+
+def test_gpu_hits_and_readmission_with_8_token_blocks_and_the_default_no_store():
+    cfg = config(block_size=8, capacity_blocks=100)
+    s = Scheduler(cfg, Metrics("m", 8, 100, True, 65536))      # has_store defaults to False
+    a = request("a", tokens(1000, 41), 1)
+    s.add(a)
+    assert a.hashes == block_hashes(a.prompt, 8)               # 5 whole 8-token blocks
+    out = s.step(0.0)
+    assert a.state == DECODE and out.prefill == {"a": 41}      # no store read
+    assert a.t_ready == 0.0 and a.t_admit == 0.0
+    run_until_done(s, out.end)
+    b = request("b", tokens(1000, 41), 1, 1.0)
+    s.add(b)
+    s.step(1.0)
+    # hit = min(5 cached, (41 - 1) // 8 = 5) blocks = 40 tokens; 1 token computed
+    assert b.gpu_hit_tokens == 40 and s.pool.used_blocks == 6  # ceil(41 / 8) blocks held
+
+
+def test_metrics_of_a_request_that_arrives_late():
+    s = make()
+    r = request("r", tokens(1000, 30), 3, 2.0)
+    s.add(r)
+    t = run_until_done(s, 2.5)
+    # admitted at 2.5 (arrived at 2.0): prefill 0.030, first token decode(1, 30) = 0.0113,
+    # then decode(1, 31) + decode(1, 32) = 0.01131 + 0.01132
+    assert r.t_first == pytest.approx(2.5413) and t == pytest.approx(2.56393)
+    assert r.t_last_token == pytest.approx(2.56393) and r.t_end == pytest.approx(2.56393)
+    assert value(s, "vllm:time_to_first_token_seconds_sum") == pytest.approx(0.5413)
+    assert value(s, "vllm:request_queue_time_seconds_sum") == pytest.approx(0.5)
+    assert value(s, "vllm:request_prefill_time_seconds_sum") == pytest.approx(0.0413)
+    assert value(s, "vllm:e2e_request_latency_seconds_sum") == pytest.approx(0.56393)
+    assert value(s, "vllm:request_decode_time_seconds_sum") == pytest.approx(0.02263)
+
+
+def test_a_prompt_larger_than_the_pool_ends_at_once_and_the_next_is_admitted():
+    s = make(capacity_blocks=4)
+    big = request("big", tokens(1000, 65), 1)        # 5 blocks > 4
+    small = request("small", tokens(2000, 20), 1)
+    s.add(big)
+    s.add(small)
+    out = s.step(0.5)
+    assert big.state == DONE and big.finish_reason == "length" and big.t_end == 0.5
+    assert out.finished == ["big"] and out.admitted == ["small"] and out.prefill == {"small": 20}
+    assert value(s, "vllm:request_success_total", finished_reason="length") == 1
+    # ceil(20 / 16) = 2 whole blocks, not 1.25
+    assert s.pool.used_blocks == 2
+
+
+def test_prefill_budget_shared_in_admission_order():
+    s = make()                                       # 64 tokens per step
+    a, b, c = (request(x, tokens(1000 * i, n), 1) for i, (x, n) in
+               enumerate((("a", 40), ("b", 23), ("c", 30)), 1))
+    for r in (a, b, c):
+        s.add(r)
+    out = s.step(0.0)
+    # 40 + 23 leave 1 token of budget: c gets 1
+    assert out.prefill == {"a": 40, "b": 23, "c": 1} and out.duration == pytest.approx(0.064)
+    out = s.step(out.end)
+    # a, b decode (budget 64 - 2 = 62): c's 29 tokens + decode(2, 63) = 0.029 + 0.01263
+    assert out.prefill == {"c": 29} and out.tokens == {"a": 1, "b": 1}
+    assert out.duration == pytest.approx(0.04163)
+    d = request("d", tokens(5000, 65), 1, out.end)
+    e = request("e", tokens(6000, 10), 1, out.end)
+    s.add(d)
+    s.add(e)
+    out = s.step(out.end)
+    # c decodes: budget 63; d takes all of it, e waits for the next step
+    assert out.prefill == {"d": 63} and out.tokens == {"c": 1}
+    out = s.step(out.end)
+    # d's last 2 tokens then e's 10
+    assert out.prefill == {"d": 2, "e": 10}
+
+
+def test_a_one_token_prefill_chunk():
+    s = make()
+    r = request("r", tokens(1000, 65), 1)
+    s.add(r)
+    out = s.step(0.0)
+    assert out.prefill == {"r": 64}
+    out = s.step(out.end)
+    assert out.prefill == {"r": 1} and out.duration == pytest.approx(0.001)
+
+
+def test_commit_skips_requests_aborted_after_planning():
+    s = make()
+    a = request("a", tokens(1000, 20), 3)
+    b = request("b", tokens(2000, 20), 3)
+    s.add(a)
+    s.add(b)
+    s.admit(0.0)
+    plan = s.plan(0.0)
+    assert [(r.rid, n) for r, n in plan.prefill] == [("a", 20), ("b", 20)]
+    s.abort(a, 0.01)
+    s.commit(plan)
+    assert a.state == DONE and b.state == DECODE and b.n_computed == 20
+    plan = s.plan(plan.end)
+    assert [r.rid for r in plan.decode] == ["b"]
+    c = request("c", tokens(3000, 20), 3)
+    s.add(c)
+    s.admit(plan.start)
+    plan = s.plan(plan.start)
+    s.abort(b, plan.start)
+    s.commit(plan)
+    assert b.n_gen == 0 and c.state == DECODE
+
+
+def test_generated_blocks_are_cached_at_finish():
+    s = make()
+    times = []
+    s.on_tokens = lambda r, t: times.append((r.rid, t))
+    a = request("a", tokens(1000, 10), 30)           # 40 tokens: 2 whole blocks, none at prefill
+    s.add(a)
+    run_until_done(s, 0.0)
+    seq = a.prompt + a.out_ids[:30]
+    assert s.pool.cached_blocks == 2
+    assert all(s.pool.contains(h) for h in block_hashes(seq, BS))
+    assert times[0] == ("a", pytest.approx(a.t_first)) and times[-1] == ("a", pytest.approx(a.t_end))
+    b = request("b", tokens(2000, 20), 30)           # 1 block at prefill, 2 more at finish
+    s.add(b)
+    run_until_done(s, 10.0)
+    assert all(s.pool.contains(h) for h in block_hashes(b.prompt + b.out_ids, BS))
+    assert s.pool.cached_blocks == 5
+
+
+def test_abort_of_a_decoding_request_does_not_cache_its_generated_blocks():
+    s = make()
+    a = request("a", tokens(1000, 16), 40)
+    s.add(a)
+    t = s.step(0.0).end                              # prefill: block 0 cached
+    t = s.step(t).end                                # first token
+    t = s.step(t).end                                # a macro step to the end (39 tokens)
+    assert a.state == DONE
+    s2 = make()
+    a2 = request("a", tokens(1000, 16), 40)
+    s2.add(a2)
+    t = s2.step(0.0).end
+    t = s2.step(t).end
+    s2.abort(a2, t)
+    # 17 tokens, block 0 cached at prefill; nothing generated is cached on an abort
+    assert s2.pool.cached_blocks == 1
+    assert s.pool.cached_blocks == 3                 # 56 tokens: 3 whole blocks on a finish
+
+
+def test_macro_steps_follow_the_growing_context_and_a_tiny_horizon():
+    s = make()
+    a = request("a", tokens(1000, 30), 1000)
+    s.add(a)
+    t = s.step(0.0).end
+    t = s.step(t).end
+    out = s.step(t)
+    assert len(out.ends) == 265
+    # next: n_gen 266, ctx 296: int(3 / (0.011 + 0.00296)) = 214 steps
+    out = s.step(out.end)
+    assert len(out.ends) == 214
+    # horizon 0.001 wall s x 10 = 0.01 model s < one step: one step per plan
+    s = make(horizon_wall_s=0.001)
+    a = request("a", tokens(1000, 30), 10)
+    s.add(a)
+    t = s.step(0.0).end
+    t = s.step(t).end
+    assert len(s.step(t).ends) == 1
+
+
+def test_next_ready_only_counts_prefills_ready_strictly_later():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    ready = serve_from_store(s, r, ["ram"] * 6)
+    assert ready == pytest.approx(0.008)
+    assert s.next_ready(0.0) == pytest.approx(0.008) and s.next_ready(ready) is None
+    run_until_done(s, ready)
+    assert s.next_ready(0.0) is None
+
+
+def test_remote_prefill_without_hooks():
+    s = make(kv_link=TierCost("link", 0.001, 1e9))
+    r = request("r", tokens(1000, 100), 1)
+    r.remote_prefill = True
+    s.add(r)
+    s.step(0.0)
+    # 100 tokens x (1 MB / 16) bytes over 1 GB/s + 1 ms = 0.00725; 99 tokens transferred
+    assert r.transfer_s == pytest.approx(0.00725) and r.kv_transfer_tokens == 99
+    assert r.ready_time == pytest.approx(0.00725) and r.n_computed == 99
+    assert value(s, "vllm:external_prefix_cache_queries_total") == 100
+    assert value(s, "vllm:external_prefix_cache_hits_total") == 99

@@ -679,6 +679,8 @@ def test_next_ready_only_counts_prefills_ready_strictly_later():
     ready = serve_from_store(s, r, ["ram"] * 6)
     assert ready == pytest.approx(0.008)
     assert s.next_ready(0.0) == pytest.approx(0.008) and s.next_ready(ready) is None
+    s.step(ready)                            # prefilled: decoding, no longer counted
+    assert r.state == DECODE and s.next_ready(0.0) is None
     run_until_done(s, ready)
     assert s.next_ready(0.0) is None
 
@@ -694,3 +696,27 @@ def test_remote_prefill_without_hooks():
     assert r.ready_time == pytest.approx(0.00725) and r.n_computed == 99
     assert value(s, "vllm:external_prefix_cache_queries_total") == 100
     assert value(s, "vllm:external_prefix_cache_hits_total") == 99
+
+
+def test_readmission_after_preemption_looks_up_the_sequence_in_8_token_blocks():
+    cfg = config(block_size=8, capacity_blocks=10, max_num_batched_tokens=1000)
+    s = Scheduler(cfg, Metrics("m", 8, 10, True, 65536))
+    a = request("a", tokens(1000, 32), 20)
+    b = request("b", tokens(2000, 32), 20)
+    s.add(a)
+    s.add(b)
+    out = s.step(0.0)                        # 4 + 4 blocks, 64 ms
+    out = s.step(out.end)                    # first tokens: a 5th block each, 10 of 10 used
+    assert out.end == pytest.approx(0.064 + 0.01264) and s.pool.used_blocks == 10
+    # 5 blocks hold 40 tokens: 7 more each; decode(2, 66 + 2j), j = 0..6
+    out = s.step(out.end)
+    assert out.tokens == {"a": 7, "b": 7} and out.duration == pytest.approx(0.08904)
+    # b is preempted at 40 tokens; a's last 12 tokens need 2 more blocks: the empty one b's
+    # anonymous 5th block left, then b's LRU tail (its 4th prompt block) is evicted
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and out.finished == ["a"] and s.pool.evicted_blocks == 1
+    # b comes back with 40 tokens: (40 - 1) // 8 = 4 blocks looked up, 3 still cached: 24
+    # tokens hit, 16 recomputed
+    out = s.step(out.end)
+    assert out.admitted == ["b"] and out.prefill == {"b": 16}
+    assert out.duration == pytest.approx(0.016)

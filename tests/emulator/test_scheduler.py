@@ -720,3 +720,51 @@ def test_readmission_after_preemption_looks_up_the_sequence_in_8_token_blocks():
     out = s.step(out.end)
     assert out.admitted == ["b"] and out.prefill == {"b": 16}
     assert out.duration == pytest.approx(0.016)
+
+
+def test_remote_prefill_after_a_local_hit_and_a_plain_request_beside_it():
+    s = make(kv_link=TierCost("link", 0.001, 1e9), max_num_batched_tokens=1000)
+    events: list[float] = []
+    s.on_event = events.append
+    w = request("w", tokens(1000, 33), 1)             # not remote: prefills all 33 tokens
+    s.add(w)
+    t1 = run_until_done(s, 0.0)
+    assert t1 == pytest.approx(0.033 + 0.01133)
+    assert (w.transfer_s, w.kv_transfer_tokens, events) == (0.0, 0, [])
+    # x: the same 33 tokens, remote: hit min(2 cached, (33 - 1) // 16 = 2) blocks, 1 token left:
+    # transfer 0.001 + 1 x 62500 B / 1e9 B/s, nothing transferred, the token computed here
+    x = request("x", tokens(1000, 33), 1, t1)
+    x.remote_prefill = True
+    s.add(x)
+    s.step(t1)
+    assert x.transfer_s == pytest.approx(0.0010625) and x.kv_transfer_tokens == 0
+    assert x.n_computed == 32 and events == [pytest.approx(t1 + 0.0010625)]
+    t2 = run_until_done(s, t1)
+    # TTFT = transfer + 1 token (0.001) + decode(1, 33) 0.01133
+    assert x.t_first - t1 == pytest.approx(0.0010625 + 0.001 + 0.01133) and t2 == x.t_end
+    # y: 100 tokens sharing w's first 2 blocks: 68 left, 67 transferred, 0.001 + 68 x 62500 / 1e9
+    y = request("y", tokens(1000, 33) + tokens(5000, 67), 1, t2)
+    y.remote_prefill = True
+    s.add(y)
+    s.step(t2)
+    assert y.gpu_hit_tokens == 32 and y.transfer_s == pytest.approx(0.00525)
+    assert y.kv_transfer_tokens == 67 and y.n_computed == 99
+    run_until_done(s, t2)
+    assert y.t_first - t2 == pytest.approx(0.00525 + 0.001 + 0.012)
+    assert y.tokens_split(BS) == {"gpu": 32, "store_ram": 0, "store_disk": 0, "kv_transfer": 67,
+                                  "computed": 1}
+
+
+def test_commit_skips_a_decode_aborted_after_planning_and_serves_the_next():
+    s = make()
+    a = request("a", tokens(1000, 20), 3)
+    b = request("b", tokens(2000, 20), 3)
+    s.add(a)
+    s.add(b)
+    t = s.step(0.0).end                      # both prefilled
+    s.admit(t)
+    plan = s.plan(t)
+    assert [r.rid for r in plan.decode] == ["a", "b"]
+    s.abort(a, t)
+    s.commit(plan)
+    assert a.n_gen == 0 and b.n_gen == 1

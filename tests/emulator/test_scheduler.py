@@ -768,3 +768,16 @@ def test_commit_skips_a_decode_aborted_after_planning_and_serves_the_next():
     s.abort(a, t)
     s.commit(plan)
     assert a.n_gen == 0 and b.n_gen == 1
+
+
+def test_decode_blocks_allocated_by_the_plan():
+    s = make()
+    r = request("r", tokens(1000, 15), 34)
+    s.add(r)
+    t = s.step(0.0).end                      # prefill 15 tokens: 1 block
+    assert s.pool.used_blocks == 1
+    plan = s.plan(t)                         # first token: 16 tokens still fit in 1 block
+    assert len(plan.ends) == 1 and s.pool.used_blocks == 1
+    s.commit(plan)
+    plan = s.plan(plan.end)                  # the other 33 tokens at once: 49 tokens, 4 blocks
+    assert len(plan.ends) == 33 and s.pool.used_blocks == 4 and r.n_anon == 4

@@ -633,22 +633,30 @@ def test_generated_blocks_are_cached_at_finish():
 
 
 def test_abort_of_a_decoding_request_does_not_cache_its_generated_blocks():
-    s = make()
+    # horizon 0.02 wall s x 10 = 0.2 model s: int(0.2 / decode(1, 17) 0.01117) = 17 steps
+    s = make(horizon_wall_s=0.02)
     a = request("a", tokens(1000, 16), 40)
     s.add(a)
-    t = s.step(0.0).end                              # prefill: block 0 cached
-    t = s.step(t).end                                # first token
-    t = s.step(t).end                                # a macro step to the end (39 tokens)
-    assert a.state == DONE
-    s2 = make()
-    a2 = request("a", tokens(1000, 16), 40)
-    s2.add(a2)
-    t = s2.step(0.0).end
-    t = s2.step(t).end
-    s2.abort(a2, t)
-    # 17 tokens, block 0 cached at prefill; nothing generated is cached on an abort
-    assert s2.pool.cached_blocks == 1
-    assert s.pool.cached_blocks == 3                 # 56 tokens: 3 whole blocks on a finish
+    t = s.step(0.0).end                      # prefill: block 0 cached
+    t = s.step(t).end                        # first token
+    out = s.step(t)
+    assert len(out.ends) == 17 and a.n_gen == 18
+    s.abort(a, out.end)
+    # 34 tokens hold 2 whole blocks; only the prompt's (cached at prefill) stays: an abort
+    # caches nothing generated
+    assert a.state == DONE and s.pool.cached_blocks == 1 and s.pool.used_blocks == 0
+    b = request("b", tokens(1000, 16), 18)
+    s.add(b)
+    run_until_done(s, 1.0)
+    assert b.finish_reason == "stop" and s.pool.cached_blocks == 2    # a finish caches them
+
+
+def test_one_generated_token_completing_a_block_is_cached():
+    s = make()
+    r = request("r", tokens(1000, 15), 1)
+    s.add(r)
+    run_until_done(s, 0.0)
+    assert s.pool.cached_blocks == 1 and s.pool.contains(block_hashes(r.prompt + r.out_ids)[0])
 
 
 def test_macro_steps_follow_the_growing_context_and_a_tiny_horizon():

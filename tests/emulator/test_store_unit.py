@@ -142,3 +142,11 @@ def test_lease_is_stale_after_half_of_it():
     t0 = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
                             segment_bytes=1 << 24, lease_s=0.0))
     assert t0._lease_stale(now)                # no lease known: always renew
+
+
+def test_lease_is_not_stale_at_exactly_half(monkeypatch):
+    import adev.emulator.store as store
+    monkeypatch.setattr(store.time, "monotonic", lambda: 100.0)
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, lease_s=10.0))
+    assert not t._lease_stale(95.0) and t._lease_stale(94.5)

@@ -175,6 +175,8 @@ def test_recompute_has_no_hits():
 # ---------------------------------------------------------------------------- store hits
 def test_store_hits_from_ram_and_disk():
     s = make(has_store=True)
+    saved: list[list[int]] = []
+    s.on_save = lambda r, hs: saved.append(hs)
     r = request("r", tokens(1000, 100), 1)
     s.add(r)
     out = s.step(0.0)
@@ -202,12 +204,14 @@ def test_store_hits_from_ram_and_disk():
     assert value(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 96
     assert value(s, "vllm:prompt_tokens_cached_total") == 96
     assert value(s, "adev_emulator_read_path_seconds_sum") == pytest.approx(0.019)
+    # the store served all 6 whole blocks: nothing to offer back
+    assert saved == []
 
 
 def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     s = make(has_store=True)
     saved: list[list[int]] = []
-    s.on_save = lambda r, hs: saved.append(hs)
+    s.on_save = lambda r, hs: saved.append(hs if r is a else (r.rid, hs))
     shared = tokens(1000, 64)
     a = request("a", shared, 1)
     s.add(a)
@@ -236,7 +240,7 @@ def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     # external queries: a 64 + b (164 - 64); the blocks b computed itself are offered back:
     # the GPU hit blocks 0..3 and the one full block after the store's (164 // 16 = 10 blocks)
     assert value(s, "vllm:external_prefix_cache_queries_total") == 64 + 100
-    assert saved[1] == b.hashes[:4] + b.hashes[9:10]
+    assert saved[1] == ("b", b.hashes[:4] + b.hashes[9:10])
 
 
 def test_failed_store_load_is_recomputed_not_counted_as_served():
@@ -395,3 +399,393 @@ def test_macro_step_is_bounded_by_the_wall_horizon():
     out = s.step(t)
     # int(3 / 0.01131) = 265 steps (of 999 left)
     assert len(out.ends) == 265 and out.tokens == {"a": 265}
+
+
+# ---------------------------------------------------------------------------- edge cases
+def test_a_request_preempted_twice_before_its_first_token():
+    s = make(capacity_blocks=6, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 16), 20)
+    b = request("b", tokens(2000, 64), 20)
+    s.add(a)
+    s.add(b)
+    # a: 1 block, b: 4 blocks (5 of 6); both prefill in one step: 80 ms
+    out = s.step(0.0)
+    assert out.prefill == {"a": 16, "b": 64} and out.end == pytest.approx(0.080)
+    # first tokens: a needs a 2nd block, b a 5th; 1 free: b (admitted last) is preempted and a
+    # decodes alone: decode(1, 16) = 0.01116
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and out.tokens == {"a": 1} and out.end == pytest.approx(0.09116)
+    # b comes back at once: hit (64 - 1) // 16 = 3 cached blocks, needs 1 more (free: 6 - a's 2
+    # = 4, of which b's 3 hits are 3): prefill 16 tokens + a's decode(1, 17) = 0.016 + 0.01117
+    out = s.step(out.end)
+    assert out.admitted == ["b"] and out.prefill == {"b": 16} and out.tokens == {"a": 1}
+    assert out.end == pytest.approx(0.11833) and s.pool.used_blocks == 6
+    # b's first token needs a 5th block again, none is free: preempted a second time; a runs its
+    # last 18 tokens alone (its 3rd block, from its 33rd token, comes out of b's freed ones):
+    # decode(1, 18 + j), j = 0..17 = 18 x 0.011 + 0.00001 x (18 x 18 + 153) = 0.20277
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and out.tokens == {"a": 18} and out.finished == ["a"]
+    assert out.duration == pytest.approx(0.20277)
+    assert b.preemptions == 2 and b.state == WAITING
+    # then b: 16 tokens again (3 blocks still cached) and its first token, decode(1, 64) = 0.01164
+    t = run_until_done(s, out.end)
+    assert b.t_first == pytest.approx(0.3211 + 0.016 + 0.01164)
+    assert b.preemptions == 2 and a.preemptions == 0 and b.n_gen == 20
+    assert value(s, "vllm:num_preemptions_total") == 2
+    assert t == pytest.approx(b.t_end)
+
+
+def test_counts_running_and_waiting_with_loading_requests():
+    s = make(has_store=True, max_num_seqs=2)
+    a, b, c = (request(x, tokens(1000 * i, 40), 2) for i, x in enumerate("abc", 1))
+    for r in (a, b, c):
+        s.add(r)
+    assert s.counts() == (0, 3)
+    s.step(0.0)                              # a, b admitted into their store reads; c waits
+    assert (a.state, b.state, c.state) == (LOADING, LOADING, WAITING)
+    assert s.counts() == (0, 3)              # loading requests count as waiting, as vLLM's
+    ready = serve_from_store(s, a, [])       # nothing stored: ready after the RAM lookup
+    assert ready == pytest.approx(0.001)
+    out = s.step(ready)
+    assert out.prefill == {"a": 40}
+    assert s.counts() == (1, 2)
+
+
+def test_idle_step_output():
+    s = make(has_store=True)
+    s.add(request("r", tokens(1000, 40), 1))
+    out = s.step(0.25)
+    assert (out.start, out.ends, out.prefill, out.decode) == (0.25, [0.25], {}, [])
+    assert out.idle and out.end == 0.25 and out.duration == 0.0
+    assert out.loading == ["r"] and out.admitted == ["r"] and out.tokens == {}
+
+
+def test_abort_a_waiting_request_and_a_running_one():
+    s = make(capacity_blocks=4, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 60), 5)
+    b = request("b", tokens(2000, 60), 5)
+    s.add(a)
+    s.add(b)
+    s.step(0.0)                              # a takes all 4 blocks, b waits
+    assert a.state == DECODE and b.state == WAITING and s.counts() == (1, 1)
+    s.abort(b, 0.5)
+    assert b.state == DONE and b.finish_reason == "abort" and b.t_end == 0.5
+    assert list(s.waiting) == [] and s.counts() == (1, 0)
+    s.abort(a, 0.7)
+    assert a.state == DONE and a.finish_reason == "abort" and a.t_end == 0.7
+    assert s.counts() == (0, 0) and s.pool.used_blocks == 0
+    assert value(s, "vllm:request_success_total", finished_reason="abort") == 2
+    # aborting a finished request changes nothing
+    c = request("c", tokens(3000, 20), 1)
+    s.add(c)
+    run_until_done(s, 1.0)
+    assert c.finish_reason == "stop" and not c.aborted
+    s.abort(c, 2.0)
+    assert c.finish_reason == "stop" and not c.aborted and c.t_end < 2.0
+    assert value(s, "vllm:request_success_total", finished_reason="abort") == 2
+
+
+def test_lookup_keys_and_counters_with_8_token_blocks():
+    s = Scheduler(config(block_size=8), Metrics("m", 8, 100, True, 65536), True)
+    r = request("r", tokens(1000, 41), 1)
+    s.add(r)
+    s.step(0.0)
+    # (41 - 1) // 8 = 5 lookup keys (not (41 - 1) // 16 = 2)
+    keys = s.lookup_hashes(r, 0)
+    assert keys == block_hashes(r.prompt, 8)[:5]
+    assert s.lookup_done(r, 5, [1, 1, 0, 1, 0]) == 2
+    assert r.store_keys_looked_up == 5 and r.store_hit_blocks == 2 and r.store_errors == 0
+    assert value(s, "adev_emulator_store_keys_looked_up_total") == 5
+
+
+def test_tiers_without_a_cost_model_charge_nothing():
+    s = make(has_store=True, ram_tier=None, disk_tier=None)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    ready = serve_from_store(s, r, ["ram"] * 3 + ["disk"] * 3, now=0.0)
+    assert (r.lookup_s, r.load_s, ready) == (0.0, 0.0, 0.0)
+    assert (r.ram_blocks, r.disk_blocks) == (3, 3)
+    assert r.tokens_split(BS)["computed"] == 4
+
+
+def test_gpu_hits_and_readmission_with_8_token_blocks_and_the_default_no_store():
+    cfg = config(block_size=8, capacity_blocks=100)
+    s = Scheduler(cfg, Metrics("m", 8, 100, True, 65536))      # has_store defaults to False
+    a = request("a", tokens(1000, 41), 1)
+    s.add(a)
+    assert a.hashes == block_hashes(a.prompt, 8)               # 5 whole 8-token blocks
+    out = s.step(0.0)
+    assert a.state == DECODE and out.prefill == {"a": 41}      # no store read
+    assert a.t_ready == 0.0 and a.t_admit == 0.0
+    run_until_done(s, out.end)
+    b = request("b", tokens(1000, 41), 1, 1.0)
+    s.add(b)
+    s.step(1.0)
+    # hit = min(5 cached, (41 - 1) // 8 = 5) blocks = 40 tokens; 1 token computed
+    assert b.gpu_hit_tokens == 40 and s.pool.used_blocks == 6  # ceil(41 / 8) blocks held
+
+
+def test_metrics_of_a_request_that_arrives_late():
+    s = make()
+    r = request("r", tokens(1000, 30), 3, 2.0)
+    s.add(r)
+    t = run_until_done(s, 2.5)
+    # admitted at 2.5 (arrived at 2.0): prefill 0.030, first token decode(1, 30) = 0.0113,
+    # then decode(1, 31) + decode(1, 32) = 0.01131 + 0.01132
+    assert r.t_first == pytest.approx(2.5413) and t == pytest.approx(2.56393)
+    assert r.t_last_token == pytest.approx(2.56393) and r.t_end == pytest.approx(2.56393)
+    assert value(s, "vllm:time_to_first_token_seconds_sum") == pytest.approx(0.5413)
+    assert value(s, "vllm:request_queue_time_seconds_sum") == pytest.approx(0.5)
+    assert value(s, "vllm:request_prefill_time_seconds_sum") == pytest.approx(0.0413)
+    assert value(s, "vllm:e2e_request_latency_seconds_sum") == pytest.approx(0.56393)
+    assert value(s, "vllm:request_decode_time_seconds_sum") == pytest.approx(0.02263)
+
+
+def test_a_prompt_larger_than_the_pool_ends_at_once_and_the_next_is_admitted():
+    s = make(capacity_blocks=4)
+    big = request("big", tokens(1000, 65), 1)        # 5 blocks > 4
+    small = request("small", tokens(2000, 20), 1)
+    s.add(big)
+    s.add(small)
+    out = s.step(0.5)
+    assert big.state == DONE and big.finish_reason == "length" and big.t_end == 0.5
+    assert out.finished == ["big"] and out.admitted == ["small"] and out.prefill == {"small": 20}
+    assert value(s, "vllm:request_success_total", finished_reason="length") == 1
+    # ceil(20 / 16) = 2 whole blocks, not 1.25
+    assert s.pool.used_blocks == 2
+
+
+def test_prefill_budget_shared_in_admission_order():
+    s = make()                                       # 64 tokens per step
+    a, b, c = (request(x, tokens(1000 * i, n), 1) for i, (x, n) in
+               enumerate((("a", 40), ("b", 23), ("c", 30)), 1))
+    for r in (a, b, c):
+        s.add(r)
+    out = s.step(0.0)
+    # 40 + 23 leave 1 token of budget: c gets 1
+    assert out.prefill == {"a": 40, "b": 23, "c": 1} and out.duration == pytest.approx(0.064)
+    out = s.step(out.end)
+    # a, b decode (budget 64 - 2 = 62): c's 29 tokens + decode(2, 63) = 0.029 + 0.01263
+    assert out.prefill == {"c": 29} and out.tokens == {"a": 1, "b": 1}
+    assert out.duration == pytest.approx(0.04163)
+    d = request("d", tokens(5000, 65), 1, out.end)
+    e = request("e", tokens(6000, 10), 1, out.end)
+    s.add(d)
+    s.add(e)
+    out = s.step(out.end)
+    # c decodes: budget 63; d takes all of it, e waits for the next step
+    assert out.prefill == {"d": 63} and out.tokens == {"c": 1}
+    out = s.step(out.end)
+    # d's last 2 tokens then e's 10
+    assert out.prefill == {"d": 2, "e": 10}
+
+
+def test_a_one_token_prefill_chunk():
+    s = make()
+    r = request("r", tokens(1000, 65), 1)
+    s.add(r)
+    out = s.step(0.0)
+    assert out.prefill == {"r": 64}
+    out = s.step(out.end)
+    assert out.prefill == {"r": 1} and out.duration == pytest.approx(0.001)
+
+
+def test_commit_skips_requests_aborted_after_planning():
+    s = make()
+    a = request("a", tokens(1000, 20), 3)
+    b = request("b", tokens(2000, 20), 3)
+    s.add(a)
+    s.add(b)
+    s.admit(0.0)
+    plan = s.plan(0.0)
+    assert [(r.rid, n) for r, n in plan.prefill] == [("a", 20), ("b", 20)]
+    s.abort(a, 0.01)
+    s.commit(plan)
+    assert a.state == DONE and b.state == DECODE and b.n_computed == 20
+    plan = s.plan(plan.end)
+    assert [r.rid for r in plan.decode] == ["b"]
+    c = request("c", tokens(3000, 20), 3)
+    s.add(c)
+    s.admit(plan.start)
+    plan = s.plan(plan.start)
+    s.abort(b, plan.start)
+    s.commit(plan)
+    assert b.n_gen == 0 and c.state == DECODE
+
+
+def test_generated_blocks_are_cached_at_finish():
+    s = make()
+    times = []
+    s.on_tokens = lambda r, t: times.append((r.rid, t))
+    a = request("a", tokens(1000, 10), 30)           # 40 tokens: 2 whole blocks, none at prefill
+    s.add(a)
+    run_until_done(s, 0.0)
+    seq = a.prompt + a.out_ids[:30]
+    assert s.pool.cached_blocks == 2
+    assert all(s.pool.contains(h) for h in block_hashes(seq, BS))
+    assert times[0] == ("a", pytest.approx(a.t_first)) and times[-1] == ("a", pytest.approx(a.t_end))
+    b = request("b", tokens(2000, 20), 30)           # 1 block at prefill, 2 more at finish
+    s.add(b)
+    run_until_done(s, 10.0)
+    assert all(s.pool.contains(h) for h in block_hashes(b.prompt + b.out_ids, BS))
+    assert s.pool.cached_blocks == 5
+
+
+def test_abort_of_a_decoding_request_does_not_cache_its_generated_blocks():
+    # horizon 0.02 wall s x 10 = 0.2 model s: int(0.2 / decode(1, 17) 0.01117) = 17 steps
+    s = make(horizon_wall_s=0.02)
+    a = request("a", tokens(1000, 16), 40)
+    s.add(a)
+    t = s.step(0.0).end                      # prefill: block 0 cached
+    t = s.step(t).end                        # first token
+    out = s.step(t)
+    assert len(out.ends) == 17 and a.n_gen == 18
+    s.abort(a, out.end)
+    # 34 tokens hold 2 whole blocks; only the prompt's (cached at prefill) stays: an abort
+    # caches nothing generated
+    assert a.state == DONE and s.pool.cached_blocks == 1 and s.pool.used_blocks == 0
+    b = request("b", tokens(1000, 16), 18)
+    s.add(b)
+    run_until_done(s, 1.0)
+    assert b.finish_reason == "stop" and s.pool.cached_blocks == 2    # a finish caches them
+
+
+def test_one_generated_token_completing_a_block_is_cached():
+    s = make()
+    r = request("r", tokens(1000, 15), 1)
+    s.add(r)
+    run_until_done(s, 0.0)
+    assert s.pool.cached_blocks == 1 and s.pool.contains(block_hashes(r.prompt + r.out_ids)[0])
+
+
+def test_macro_steps_follow_the_growing_context_and_a_tiny_horizon():
+    s = make()
+    a = request("a", tokens(1000, 30), 1000)
+    s.add(a)
+    t = s.step(0.0).end
+    t = s.step(t).end
+    out = s.step(t)
+    assert len(out.ends) == 265
+    # next: n_gen 266, ctx 296: int(3 / (0.011 + 0.00296)) = 214 steps
+    out = s.step(out.end)
+    assert len(out.ends) == 214
+    # horizon 0.001 wall s x 10 = 0.01 model s < one step: one step per plan
+    s = make(horizon_wall_s=0.001)
+    a = request("a", tokens(1000, 30), 10)
+    s.add(a)
+    t = s.step(0.0).end
+    t = s.step(t).end
+    assert len(s.step(t).ends) == 1
+
+
+def test_next_ready_only_counts_prefills_ready_strictly_later():
+    s = make(has_store=True)
+    r = request("r", tokens(1000, 100), 1)
+    s.add(r)
+    s.step(0.0)
+    ready = serve_from_store(s, r, ["ram"] * 6)
+    assert ready == pytest.approx(0.008)
+    assert s.next_ready(0.0) == pytest.approx(0.008) and s.next_ready(ready) is None
+    s.step(ready)                            # prefilled: decoding, no longer counted
+    assert r.state == DECODE and s.next_ready(0.0) is None
+    run_until_done(s, ready)
+    assert s.next_ready(0.0) is None
+
+
+def test_remote_prefill_without_hooks():
+    s = make(kv_link=TierCost("link", 0.001, 1e9))
+    r = request("r", tokens(1000, 100), 1)
+    r.remote_prefill = True
+    s.add(r)
+    s.step(0.0)
+    # 100 tokens x (1 MB / 16) bytes over 1 GB/s + 1 ms = 0.00725; 99 tokens transferred
+    assert r.transfer_s == pytest.approx(0.00725) and r.kv_transfer_tokens == 99
+    assert r.ready_time == pytest.approx(0.00725) and r.n_computed == 99
+    assert value(s, "vllm:external_prefix_cache_queries_total") == 100
+    assert value(s, "vllm:external_prefix_cache_hits_total") == 99
+
+
+def test_readmission_after_preemption_looks_up_the_sequence_in_8_token_blocks():
+    cfg = config(block_size=8, capacity_blocks=10, max_num_batched_tokens=1000)
+    s = Scheduler(cfg, Metrics("m", 8, 10, True, 65536))
+    a = request("a", tokens(1000, 32), 20)
+    b = request("b", tokens(2000, 32), 20)
+    s.add(a)
+    s.add(b)
+    out = s.step(0.0)                        # 4 + 4 blocks, 64 ms
+    out = s.step(out.end)                    # first tokens: a 5th block each, 10 of 10 used
+    assert out.end == pytest.approx(0.064 + 0.01264) and s.pool.used_blocks == 10
+    # 5 blocks hold 40 tokens: 7 more each; decode(2, 66 + 2j), j = 0..6
+    out = s.step(out.end)
+    assert out.tokens == {"a": 7, "b": 7} and out.duration == pytest.approx(0.08904)
+    # b is preempted at 40 tokens; a's last 12 tokens need 2 more blocks: the empty one b's
+    # anonymous 5th block left, then b's LRU tail (its 4th prompt block) is evicted
+    out = s.step(out.end)
+    assert out.preempted == ["b"] and out.finished == ["a"] and s.pool.evicted_blocks == 1
+    # b comes back with 40 tokens: (40 - 1) // 8 = 4 blocks looked up, 3 still cached: 24
+    # tokens hit, 16 recomputed
+    out = s.step(out.end)
+    assert out.admitted == ["b"] and out.prefill == {"b": 16}
+    assert out.duration == pytest.approx(0.016)
+
+
+def test_remote_prefill_after_a_local_hit_and_a_plain_request_beside_it():
+    s = make(kv_link=TierCost("link", 0.001, 1e9), max_num_batched_tokens=1000)
+    events: list[float] = []
+    s.on_event = events.append
+    w = request("w", tokens(1000, 33), 1)             # not remote: prefills all 33 tokens
+    s.add(w)
+    t1 = run_until_done(s, 0.0)
+    assert t1 == pytest.approx(0.033 + 0.01133)
+    assert (w.transfer_s, w.kv_transfer_tokens, events) == (0.0, 0, [])
+    # x: the same 33 tokens, remote: hit min(2 cached, (33 - 1) // 16 = 2) blocks, 1 token left:
+    # transfer 0.001 + 1 x 62500 B / 1e9 B/s, nothing transferred, the token computed here
+    x = request("x", tokens(1000, 33), 1, t1)
+    x.remote_prefill = True
+    s.add(x)
+    s.step(t1)
+    assert x.transfer_s == pytest.approx(0.0010625) and x.kv_transfer_tokens == 0
+    assert x.n_computed == 32 and events == [pytest.approx(t1 + 0.0010625)]
+    t2 = run_until_done(s, t1)
+    # TTFT = transfer + 1 token (0.001) + decode(1, 33) 0.01133
+    assert x.t_first - t1 == pytest.approx(0.0010625 + 0.001 + 0.01133) and t2 == x.t_end
+    # y: 100 tokens sharing w's first 2 blocks: 68 left, 67 transferred, 0.001 + 68 x 62500 / 1e9
+    y = request("y", tokens(1000, 33) + tokens(5000, 67), 1, t2)
+    y.remote_prefill = True
+    s.add(y)
+    s.step(t2)
+    assert y.gpu_hit_tokens == 32 and y.transfer_s == pytest.approx(0.00525)
+    assert y.kv_transfer_tokens == 67 and y.n_computed == 99
+    run_until_done(s, t2)
+    assert y.t_first - t2 == pytest.approx(0.00525 + 0.001 + 0.012)
+    assert y.tokens_split(BS) == {"gpu": 32, "store_ram": 0, "store_disk": 0, "kv_transfer": 67,
+                                  "computed": 1}
+
+
+def test_commit_skips_a_decode_aborted_after_planning_and_serves_the_next():
+    s = make()
+    a = request("a", tokens(1000, 20), 3)
+    b = request("b", tokens(2000, 20), 3)
+    s.add(a)
+    s.add(b)
+    t = s.step(0.0).end                      # both prefilled
+    s.admit(t)
+    plan = s.plan(t)
+    assert [r.rid for r in plan.decode] == ["a", "b"]
+    s.abort(a, t)
+    s.commit(plan)
+    assert a.n_gen == 0 and b.n_gen == 1
+
+
+def test_decode_blocks_allocated_by_the_plan():
+    s = make()
+    r = request("r", tokens(1000, 15), 34)
+    s.add(r)
+    t = s.step(0.0).end                      # prefill 15 tokens: 1 block
+    assert s.pool.used_blocks == 1
+    plan = s.plan(t)                         # first token: 16 tokens still fit in 1 block
+    assert len(plan.ends) == 1 and s.pool.used_blocks == 1
+    s.commit(plan)
+    plan = s.plan(plan.end)                  # the other 33 tokens at once: 49 tokens, 4 blocks
+    assert len(plan.ends) == 33 and s.pool.used_blocks == 4 and r.n_anon == 4

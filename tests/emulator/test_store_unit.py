@@ -103,3 +103,51 @@ async def test_load_rereads_a_batch_that_outlived_the_scaled_lease():
     assert ops == [("get", "k0", 100), ("renew", "k30", 70), ("get", "k30", 70),
                    ("renew", "k60", 40), ("get", "k60", 40)]
     assert res.loaded == 90 and res.error
+
+
+async def _tiers_asked(n, tier_of):
+    t = tier()
+    keys = [f"k{i}" for i in range(n)]
+    asked = []
+
+    async def fake_query(ks):
+        asked.append(list(ks))
+        return {k: tier_of(int(k[1:])) for k in ks}
+
+    t._query = fake_query
+    got = await t._tiers(keys)
+    assert got == [tier_of(i) for i in range(n)]
+    return asked
+
+
+async def test_sampled_tier_query_counts_by_hand():
+    # 1000 keys, stride 16: keys 0, 16, .., 992 and 999 (64); then every key strictly inside a
+    # stride whose ends differ: 129..143 and 689..703 (15 each), 993..998 (6): 100 keys in all
+    truth = lambda i: None if i == 999 else ("disk" if 130 <= i < 700 else "ram")
+    asked = await _tiers_asked(1000, truth)
+    assert len(asked) == 2 and len(asked[0]) == 64 and asked[0][-1] == "k999"
+    assert asked[1] == [f"k{i}" for i in [*range(129, 144), *range(689, 704), *range(993, 999)]]
+    # up to 2 strides (32 keys): one full query
+    assert await _tiers_asked(32, lambda i: "ram") == [[f"k{i}" for i in range(32)]]
+    # 40 keys of one tier: keys 0, 16, 32, 39 only
+    assert await _tiers_asked(40, lambda i: "disk") == [["k0", "k16", "k32", "k39"]]
+
+
+def test_lease_is_stale_after_half_of_it():
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, lease_s=10.0))
+    now = time.monotonic()
+    assert not t._lease_stale(now - 4.0)       # 4 s < 10 / 2
+    assert t._lease_stale(now - 6.0)
+    assert t._lease_stale(None)
+    t0 = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                            segment_bytes=1 << 24, lease_s=0.0))
+    assert t0._lease_stale(now)                # no lease known: always renew
+
+
+def test_lease_is_not_stale_at_exactly_half(monkeypatch):
+    import adev.emulator.store as store
+    monkeypatch.setattr(store.time, "monotonic", lambda: 100.0)
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, lease_s=10.0))
+    assert not t._lease_stale(95.0) and t._lease_stale(94.5)

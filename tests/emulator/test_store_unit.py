@@ -123,7 +123,9 @@ async def _tiers_asked(n, tier_of):
 async def test_sampled_tier_query_counts_by_hand():
     # 1000 keys, stride 16: keys 0, 16, .., 992 and 999 (64); then every key strictly inside a
     # stride whose ends differ: 129..143 and 689..703 (15 each), 993..998 (6): 100 keys in all
-    truth = lambda i: None if i == 999 else ("disk" if 130 <= i < 700 else "ram")
+    def truth(i: int) -> str | None:
+        return None if i == 999 else ("disk" if 130 <= i < 700 else "ram")
+
     asked = await _tiers_asked(1000, truth)
     assert len(asked) == 2 and len(asked[0]) == 64 and asked[0][-1] == "k999"
     assert asked[1] == [f"k{i}" for i in [*range(129, 144), *range(689, 704), *range(993, 999)]]

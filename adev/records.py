@@ -140,7 +140,7 @@ class CallRecord:
     n_tool_calls: int = 0
     """Tool calls in the answer."""
     server: dict[str, Any] | None = None
-    """The emulator's extension payload (:class:`adev.emulator.schema.AdevExtension`, as a
+    """The emulator's extension payload (:class:`adev.emulator.schema.EndpointExtension`, as a
     dict); None against a real vLLM."""
 
 

@@ -22,8 +22,9 @@ import platform
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable, ClassVar
+from typing import Any, ClassVar
 
 from adev.records import CallRecord, RunDir, _default
 
@@ -127,7 +128,7 @@ def main() -> None:
     slots = hasattr(CallRecord, "__slots__")
     try:
         commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True,
-                                text=True).stdout.strip()
+                                text=True, check=False).stdout.strip()
     except OSError:
         commit = "?"
     print(f"commit {commit}, python {platform.python_version()}, n={args.n}, "

@@ -2,10 +2,11 @@
 
 A run directory ``results/runs/<id>/`` holds ``manifest.json`` and one JSONL file per record kind
 (``calls.jsonl``, ``tools.jsonl``, ``gates.jsonl``, ``sessions.jsonl``, ``scrapes.jsonl``,
-``windows.jsonl``, ``events.jsonl``), plus ``ledger/`` (block touches, written by
-:mod:`adev.analysis.ledger`). Records are appended and flushed one line at a time as they happen,
-so killing the process loses at most what was in flight; a truncated last line (a crash mid-write)
-is skipped and counted by the reader, never fatal. Every time ``t_*`` is in model seconds since the
+``windows.jsonl``, ``events.jsonl``; the record types are defined in :mod:`adev.record_types` and
+re-exported here), plus ``ledger/`` (block touches, written by :mod:`adev.analysis.ledger`). Records
+are appended and flushed one line at a time as they happen, so killing the process loses at most
+what was in flight; a truncated last line (a crash mid-write) is skipped and counted by the reader,
+never fatal. Every time ``t_*`` is in model seconds since the
 run started (see :mod:`adev.clock`); durations ``*_s`` are model seconds too unless named ``*_wall_s``.
 """
 from __future__ import annotations
@@ -16,184 +17,60 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any
 
 from .config import ROOT
+from .record_types import (  # re-exported: the record types and their enumerations
+    RECORD_TYPES,
+    CallRecord,
+    CallStatus,
+    EventKind,
+    EventRecord,
+    GateExecutor,
+    GateRecord,
+    ScrapeRecord,
+    SessionRecord,
+    SessionStatus,
+    Suite,
+    TestOutcome,
+    TestResult,
+    ToolEvent,
+    Verdict,
+    WindowProtocol,
+    WindowRecord,
+)
+
+__all__ = [
+    "ID_RANDOM_BYTES",
+    "RECORD_TYPES",
+    "RUNS_DIR",
+    "CallRecord",
+    "CallStatus",
+    "EventKind",
+    "EventRecord",
+    "GateExecutor",
+    "GateRecord",
+    "RecordError",
+    "RunDir",
+    "ScrapeRecord",
+    "SessionRecord",
+    "SessionStatus",
+    "Suite",
+    "TestOutcome",
+    "TestResult",
+    "ToolEvent",
+    "Verdict",
+    "WindowProtocol",
+    "WindowRecord",
+    "complete_lines",
+    "create_run_path",
+    "ends_torn",
+    "new_run_id",
+    "read_jsonl",
+]
 
 RUNS_DIR = ROOT / "results" / "runs"
-
-
-# ---------------------------------------------------------------------------------------------
-# Record types. ``kind`` names the file the record goes to.
-
-
-@dataclass
-class TierTokens:
-    """Where a prompt's tokens came from (emulator extension field, or derived)."""
-
-    gpu: int = 0
-    store_ram: int = 0
-    store_disk: int = 0
-    computed: int = 0
-
-
-@dataclass
-class CallRecord:
-    """One attempt of one LLM call (retries are separate records with ``attempt`` > 0).
-
-    Stamps (model seconds since run start): scheduled (the call became ready), sent (request
-    written), first_byte (first response bytes), first_content (first chunk with content,
-    reasoning or a tool-call delta), end (last byte). ``dispatch_delay = t_sent - t_scheduled``.
-    ``server`` holds the emulator's extension fields when present (read-path time, tier split,
-    its own stamps); it is None against a real vLLM.
-    """
-
-    kind: ClassVar[str] = "calls"
-    run_id: str
-    session_id: str
-    call_id: str
-    endpoint: str
-    role: str = ""
-    round: int = 0
-    step: int = 0
-    attempt: int = 0
-    status: str = "ok"  # ok | error | cancelled
-    error: str | None = None
-    model: str = ""
-    t_scheduled: float = 0.0
-    t_sent: float = 0.0
-    t_first_byte: float | None = None
-    t_first_content: float | None = None
-    t_end: float | None = None
-    prompt_tokens: int | None = None
-    completion_tokens: int | None = None
-    cached_tokens: int | None = None
-    n_prompt_blocks: int | None = None
-    finish_reason: str | None = None
-    n_tool_calls: int = 0
-    server: dict[str, Any] | None = None
-
-
-@dataclass
-class ToolEvent:
-    """One tool call made by the model and its answer."""
-
-    kind: ClassVar[str] = "tools"
-    run_id: str
-    session_id: str
-    call_id: str
-    t: float
-    tool: str
-    ok: bool
-    args_summary: str = ""
-    error: str | None = None
-    bytes_out: int = 0
-
-
-@dataclass
-class TestResult:
-    nodeid: str
-    outcome: str  # passed | failed | error | skipped
-    duration_s: float = 0.0
-    message: str = ""
-
-
-@dataclass
-class GateRecord:
-    """One gate run: real verdict and duration, plus the modelled duration in delayed runs."""
-
-    kind: ClassVar[str] = "gates"
-    run_id: str
-    session_id: str
-    round: int
-    executor: str  # local | ssh | vm
-    t_start: float
-    t_end: float
-    verdict: str  # pass | fail | error
-    suite: str = "agent"  # agent | acceptance
-    passed: int = 0
-    failed: int = 0
-    errors: int = 0
-    skipped: int = 0
-    real_duration_s: float = 0.0
-    modelled_duration_s: float | None = None
-    exit_code: int | None = None
-    error: str | None = None
-    output_tail: str = ""
-    tests: list[TestResult] = field(default_factory=list)
-
-
-@dataclass
-class SessionRecord:
-    """Session lifecycle: one record at start (status 'started') and one at the end."""
-
-    kind: ClassVar[str] = "sessions"
-    run_id: str
-    session_id: str
-    task: str
-    t: float
-    status: str  # started | passed | failed | ended | error | cancelled
-    seed: int = 0
-    rounds: int = 0
-    reason: str | None = None
-    calls: int = 0
-    prompt_tokens: int = 0
-    acceptance: str | None = None  # hidden acceptance suite verdict (pass|fail|error), None = not run
-
-
-@dataclass
-class ScrapeRecord:
-    """One scrape of a Prometheus endpoint: raw samples ``{"name{label=..}": value}``.
-
-    ``t`` is when the request was sent (a window's boundary scrapes all carry the boundary's
-    time); the server rendered the samples somewhere in ``[t, t_answer]`` (``t_answer``: when
-    the answer had arrived; None for a failed scrape), so ``t_answer - t`` bounds their timing
-    error."""
-
-    kind: ClassVar[str] = "scrapes"
-    run_id: str
-    target: str  # endpoint name or "master"
-    url: str
-    t: float
-    ok: bool
-    error: str | None = None
-    samples: dict[str, float] = field(default_factory=dict)
-    t_answer: float | None = None
-
-
-@dataclass
-class WindowRecord:
-    """A measurement window [t0, t1) cut from a run; invalid windows keep a reason. ``faults``
-    names the faults that touched it (rule in :mod:`adev.analysis.faults`)."""
-
-    kind: ClassVar[str] = "windows"
-    run_id: str
-    index: int
-    t0: float
-    t1: float
-    valid: bool = True
-    reason: str | None = None
-    protocol: str = "steady"  # steady | batch
-    faults: list[str] = field(default_factory=list)
-
-
-@dataclass
-class EventRecord:
-    """Anything else worth keeping on the timeline (faults, stack changes, resume). A fault is
-    ``event="fault"`` with ``detail = {"fault": name, "state": "begin" | "end" | "occurred",
-    ...evidence}`` (names in :mod:`adev.analysis.faults`)."""
-
-    kind: ClassVar[str] = "events"
-    run_id: str
-    t: float
-    event: str
-    detail: dict[str, Any] = field(default_factory=dict)
-
-
-RECORD_TYPES = {c.kind: c for c in (CallRecord, ToolEvent, GateRecord, SessionRecord,
-                                     ScrapeRecord, WindowRecord, EventRecord)}
 
 
 # ---------------------------------------------------------------------------------------------

@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import get_args
 
 from ..gate.registry import GATES
+from ..records import WindowProtocol
 
 OVERRIDES = {  # CLI option dest -> dotted fleet key
     "width": "width", "protocol": "protocol", "windows": "windows.count",
@@ -24,7 +26,7 @@ def register(sub: argparse._SubParsersAction) -> None:
                                    "model seconds.")
     p.add_argument("--config", metavar="FILE", help="fleet file (default fleets/default.toml)")
     p.add_argument("--width", type=int, help="sessions in the fleet")
-    p.add_argument("--protocol", choices=["batch", "steady"])
+    p.add_argument("--protocol", choices=get_args(WindowProtocol))
     p.add_argument("--windows", type=int, help="steady: number of windows")
     p.add_argument("--window-length", type=float, metavar="S", help="steady: window length")
     p.add_argument("--runs", type=int, help="batch: independent runs (fresh stack each)")

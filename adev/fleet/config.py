@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ROOT, ConfigError, StackConfig, check_cpus, from_dict, load_stack, load_toml
+from ..records import WindowProtocol
 
 DEFAULT_FLEET = ROOT / "fleets" / "default.toml"
 
@@ -66,7 +67,7 @@ class FleetConfig:
 
     name: str = "default"
     width: int = field(default=12, metadata={"positive": True, "max": 4096})
-    protocol: Literal["batch", "steady"] = "steady"
+    protocol: WindowProtocol = "steady"
     runs: int = field(default=1, metadata={"positive": True, "max": 1000,
                                            "help": "batch: independent runs, fresh stack each"})
     windows: WindowSpec = field(default_factory=WindowSpec)

@@ -25,7 +25,7 @@ from typing import Any
 
 from ..analysis.faults import verdict
 from ..clock import RunClock
-from ..records import EventRecord, SessionRecord, WindowRecord
+from ..records import EventKind, EventRecord, SessionRecord, WindowProtocol, WindowRecord
 from .config import FleetConfig
 from .scraper import Scraper
 from .windows import RegimeDetector, plan_windows
@@ -73,7 +73,7 @@ class Fleet:
         self._abort: str | None = None
 
     # -- helpers ------------------------------------------------------------------------
-    def _window(self, index: int, t0: float, t1: float, protocol: str, valid: bool = True,
+    def _window(self, index: int, t0: float, t1: float, protocol: WindowProtocol, valid: bool = True,
                 reason: str | None = None) -> WindowRecord:
         """The record of a window closed now, with the faults seen in it (rule in
         :mod:`adev.analysis.faults`: an invalidating fault makes it invalid)."""
@@ -85,7 +85,7 @@ class Fleet:
         return WindowRecord(run_id=self.run_id, index=index, t0=t0, t1=t1, valid=valid,
                             reason=reason, protocol=protocol, faults=names)
 
-    def event(self, name: str, **detail: Any) -> None:
+    def event(self, name: EventKind, **detail: Any) -> None:
         self.run_dir.append(EventRecord(run_id=self.run_id, t=self.clock.now(), event=name,
                                         detail=detail))
 

@@ -37,6 +37,7 @@ from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
 from ..records import (
     RECORD_TYPES,
+    EventKind,
     EventRecord,
     SessionRecord,
     WindowRecord,
@@ -196,7 +197,7 @@ class FleetRun:
         self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event="fault",
                                         detail={"fault": name, **detail}))
 
-    def _event(self, name: str, **detail: Any) -> None:
+    def _event(self, name: EventKind, **detail: Any) -> None:
         t = self.clock.now() if self.clock else 0.0
         self.run_dir.append(EventRecord(run_id=self.run_id, t=t, event=name, detail=detail))
 

@@ -15,37 +15,63 @@ import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol, runtime_checkable
+from typing import Protocol, get_args, runtime_checkable
 
-from ..records import TestResult
+from ..records import Suite, TestOutcome, TestResult, Verdict
 
 
 @dataclass
 class GateRequest:
+    """What a gate is asked to run: one session's tests in its workspace."""
+
     session_id: str
-    workspace: Path  # host directory holding the session's project
+    """The session whose tests run."""
+    workspace: Path
+    """The host directory holding the session's project."""
     round: int = 1
-    suite: str = "agent"  # agent | acceptance
+    """The session's round (1 = first)."""
+    suite: Suite = "agent"
+    """Which tests run."""
     test_paths: list[str] = field(default_factory=lambda: ["tests"])
-    overlay: dict[str, bytes] = field(default_factory=dict)  # extra files (hidden tests), relpath -> bytes
+    """Paths, relative to the workspace, that pytest collects."""
+    overlay: dict[str, bytes] = field(default_factory=dict)
+    """Extra files (the hidden acceptance tests) written into the executor's copy of the
+    workspace: relative path -> content."""
     needs_nvme: bool = False
-    timeout_s: float = 120.0  # real seconds, enforced by the executor
+    """Whether the tests need a block device (only the ``vm`` executor has one)."""
+    timeout_s: float = 120.0
+    """Wall-seconds limit on the tests, enforced by the executor."""
     max_output_bytes: int = 64 * 1024
+    """Bytes of pytest output kept."""
     modelled_duration_s: float | None = None
+    """In delayed runs, the gate's duration on the session's timeline (model seconds); None
+    when the real duration stands."""
 
 
 @dataclass
 class GateResult:
-    verdict: str  # pass | fail | error
+    """What a gate run found: the verdict, the counts and the per-test results."""
+
+    verdict: Verdict
+    """The verdict (rule in :func:`summarise`)."""
     passed: int = 0
+    """Tests that passed."""
     failed: int = 0
+    """Tests that failed."""
     errors: int = 0
+    """Tests that errored."""
     skipped: int = 0
+    """Tests that were skipped."""
     exit_code: int | None = None
-    real_duration_s: float = 0.0  # wall seconds the tests took
+    """pytest's exit code; None when it did not run to the end."""
+    real_duration_s: float = 0.0
+    """Wall seconds the tests took."""
     error: str | None = None
+    """Why the gate errored (verdict ``error``)."""
     output_tail: str = ""
+    """The end of pytest's output (at most ``GateRequest.max_output_bytes``)."""
     tests: list[TestResult] = field(default_factory=list)
+    """Per-test results."""
 
     def failing_text(self, limit: int = 4000) -> str:
         """The failing tests and their messages, as later rounds resend them to the roles."""
@@ -66,6 +92,11 @@ class Gate(Protocol):
     async def close(self) -> None: ...
 
 
+_JUNIT_OUTCOMES: tuple[tuple[str, TestOutcome], ...] = (
+    ("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+"""JUnit XML child element of a ``testcase`` -> the test's outcome (no child: passed)."""
+
+
 def parse_junit(xml_text: str | bytes) -> list[TestResult]:
     """pytest's ``--junitxml`` output -> per-test results (empty list if unparsable)."""
     try:
@@ -76,11 +107,12 @@ def parse_junit(xml_text: str | bytes) -> list[TestResult]:
     for case in root.iter("testcase"):
         cls, name = case.get("classname", ""), case.get("name", "")
         nodeid = f"{cls.replace('.', '/')}.py::{name}" if cls else name
-        outcome, message = "passed", ""
-        for tag in ("failure", "error", "skipped"):
+        outcome: TestOutcome = "passed"
+        message = ""
+        for tag, tag_outcome in _JUNIT_OUTCOMES:
             el = case.find(tag)
             if el is not None:
-                outcome = {"failure": "failed", "error": "error", "skipped": "skipped"}[tag]
+                outcome = tag_outcome
                 message = (el.get("message") or "") + ("\n" + el.text if el.text else "")
                 break
         out.append(TestResult(nodeid=nodeid, outcome=outcome,
@@ -91,7 +123,8 @@ def parse_junit(xml_text: str | bytes) -> list[TestResult]:
 def summarise(tests: list[TestResult], exit_code: int | None, output_tail: str,
               real_duration_s: float, error: str | None = None) -> GateResult:
     """Counts and verdict from per-test results: pass only when tests ran and none failed."""
-    counts = {k: sum(t.outcome == k for t in tests) for k in ("passed", "failed", "error", "skipped")}
+    counts = {k: sum(t.outcome == k for t in tests) for k in get_args(TestOutcome)}
+    verdict: Verdict
     if error is not None:
         verdict = "error"
     elif counts["failed"] or counts["error"]:

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from ..config import ConfigError
+from ..records import GateExecutor
 
 
 def _local() -> Any:
@@ -36,7 +37,7 @@ def _vm() -> Any:
 
 @dataclass(frozen=True)
 class GateKind:
-    name: str
+    name: GateExecutor
     factory: Callable[[], Any]
     confined: bool  # agent code cannot reach beyond its workspace, the network or the host's limits
     help: str

@@ -48,7 +48,7 @@ from typing import Any, overload
 from ..client.llm import ChatResult, ContextLengthError, LLMClient, LLMError
 from ..clock import RunClock
 from ..gate.base import Gate, GateRequest, GateResult
-from ..records import GateRecord, RunDir, SessionRecord, ToolEvent
+from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .roles import Role, Roles, load_roles
 from .tools import ToolOutcome, Workspace, schemas
 
@@ -97,12 +97,13 @@ class SessionOutcome:
     session_id: str
     task: str
     seed: int
-    status: str  # passed | failed | ended | error | cancelled
+    status: SessionStatus
     rounds: int
     reason: str | None
     calls: int
     prompt_tokens: int
-    acceptance: str | None  # pass | fail | error | None (not run)
+    acceptance: Verdict | None
+    """The hidden acceptance suite's verdict; None when it was not run."""
     workspace: str
     t_start: float
     t_end: float
@@ -111,7 +112,7 @@ class SessionOutcome:
 
 
 class _SessionEnd(Exception):
-    def __init__(self, status: str, reason: str):
+    def __init__(self, status: SessionStatus, reason: str):
         super().__init__(reason)
         self.status, self.reason = status, reason
 
@@ -270,7 +271,7 @@ class _Session:
                           "tool output")
 
     # ---- the gate --------------------------------------------------------------------
-    async def gate(self, rnd: int, suite: str) -> GateResult:
+    async def gate(self, rnd: int, suite: Suite) -> GateResult:
         ctx, task = self.ctx, self.task
         if suite == "agent":
             req = GateRequest(session_id=self.sid, workspace=self._workspace().root, round=rnd,
@@ -312,10 +313,10 @@ class _Session:
         if turn.ok_tool_calls == 0 and turn.reason:
             raise _SessionEnd("ended", f"no_progress: {tag} in round {rnd}: {turn.reason}")
 
-    async def run(self) -> tuple[str, str | None, int, str | None]:
+    async def run(self) -> tuple[SessionStatus, str | None, int, Verdict | None]:
         ctx, roles = self.ctx, self.ctx.roles
         rnd = 0
-        verdict = None
+        verdict: Verdict | None = None
         for rnd in range(1, ctx.max_rounds + 1):
             for name in ("architect", "contract", "test_writer"):
                 turn = await self.run_role(roles[name], rnd)
@@ -373,7 +374,10 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
     if wroot.exists():
         shutil.rmtree(wroot)
     s.ws = Workspace(wroot, max_file_bytes=ctx.max_file_bytes)
-    status, reason, rounds, acceptance = "error", None, 0, None
+    status: SessionStatus = "error"
+    acceptance: Verdict | None = None
+    reason: str | None = None
+    rounds = 0
     gate_ready = False
     try:
         await ctx.gate.setup(session_id)

@@ -73,3 +73,13 @@ def test_no_import_cycle_among_gate_modules():
         return seen
     cyclic = sorted(m for m in deps if m in reach(m))
     assert cyclic == []
+
+
+def test_recorded_executor_names_are_the_schema_alias():
+    """GateRecord.executor is typed by records.GateExecutor: the registry's names plus the bare
+    ssh executor that ``vm`` wraps, and nothing else."""
+    from typing import get_args
+
+    from adev.gate.ssh import SshGate
+    from adev.records import GateExecutor
+    assert set(get_args(GateExecutor)) == set(GATES) | {SshGate.name}

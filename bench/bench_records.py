@@ -7,9 +7,9 @@ as defined in :mod:`adev.records` against a baseline: the same fields in a plain
 ``@dataclass`` with ``str`` annotations, the definition before the typed schema, measured in the
 same process (with ``slots=True`` the only runtime difference). Variants run interleaved,
 ``--repeats`` times each; the figure is the best time per variant and the ratio
-``records.CallRecord / baseline`` (< 1: faster). A second figure includes ``RunDir.append``
-itself (a flushed write to a temporary run folder); a third isolates building and filling the record (the part slots can change; ``asdict`` dominates the
-rest).
+``records.CallRecord / baseline`` (< 1: faster). A second figure includes ``RunDir.append`` itself
+(a flushed write to a temporary run folder); a third isolates building and filling the record (the
+part slots can change; ``asdict`` dominates the rest).
 
     PYTHONPATH=$PWD .venv/bin/python bench/bench_records.py [--n 100000] [--repeats 5]
 """

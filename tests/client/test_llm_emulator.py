@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from adev.client.llm import Endpoint, LLMClient
-from adev.clock import RunClock
+from adev.clock import RunClock, stack_run_clock
 from adev.emulator.schema import EndpointExtension, decode
 from adev.records import RunDir
 from adev.session.tools import schemas
@@ -27,7 +27,7 @@ class Ledger:
 async def test_client_on_emulator(embedded_stack, tmp_path):
     info = embedded_stack(endpoints=["coder"])
     rd = RunDir.create("r", base=tmp_path)
-    clock = RunClock(time_scale=info.time_scale)
+    clock = stack_run_clock(info)  # the stack's held clock: server stamps compare directly
     led = Ledger()
     text = "The prefix cache keeps whole blocks of sixteen tokens. " * 300
     async with LLMClient([Endpoint("coder", info.endpoints["coder"])], clock=clock, run_dir=rd,

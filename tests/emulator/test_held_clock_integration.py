@@ -25,10 +25,11 @@ _CLIENT = httpx.Client(timeout=120)  # one client: a new one per call costs an S
 
 def ttft(e: Emulator, msgs, clock) -> tuple[float, float, dict]:
     """(TTFT on ``clock`` x S, TTFT on the wall x S, the response's adev field)."""
-    body = {"model": "m", "messages": msgs, "max_tokens": 2, "stream": True,
+    c = _CLIENT
+    model = c.get(e.base_url + "/models").json()["data"][0]["id"]
+    body = {"model": model, "messages": msgs, "max_tokens": 2, "stream": True,
             "stream_options": {"include_usage": True}}
     first = wfirst = last = None
-    c = _CLIENT
     t0, w0 = clock(), time.monotonic()
     with c.stream("POST", e.base_url + "/chat/completions", json=body) as r:
         for line in r.iter_lines():

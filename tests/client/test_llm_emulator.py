@@ -6,7 +6,7 @@ import msgspec
 import pytest
 
 from adev.client.llm import Endpoint, LLMClient
-from adev.clock import RunClock, stack_run_clock
+from adev.clock import stack_run_clock
 from adev.emulator.schema import EndpointExtension, decode
 from adev.records import RunDir
 from adev.session.tools import schemas

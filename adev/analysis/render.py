@@ -62,8 +62,9 @@ def label(col: str) -> str:
 
 
 def fmt(v: Any, pctg: bool = False) -> str:
-    """A value for reading: percentages with 2 decimals, other floats with 4 significant
-    digits, missing values as an em dash."""
+    """A value for reading, the one formatter of figures: a share (0..1) with ``pctg`` as a
+    percentage with 2 decimals, other floats with 4 significant digits, missing values as an
+    em dash."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
     if isinstance(v, float):

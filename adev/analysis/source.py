@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .aggregate import RunSummary
+from .render import fmt, label
 
 SOURCE_FILE = Path(__file__).with_name("source_figures.toml")
 LONG_LEASE_S = 300.0
@@ -37,8 +38,8 @@ class SourceFigure:
 
     def text(self) -> str:
         if self.value is not None:
-            return f"{self.value * 100:.2f}%"
-        return f"{(self.lo or 0) * 100:.2f}-{(self.hi or 0) * 100:.2f}%"
+            return fmt(self.value, True)
+        return f"{fmt(self.lo or 0.0, True)[:-1]}-{fmt(self.hi or 0.0, True)}"
 
     def point_text(self) -> str:
         p = self.point
@@ -143,14 +144,14 @@ def beside(summaries: Sequence[RunSummary],
 
 def beside_markdown(rows: Sequence[Beside], only_matched: bool = True) -> str:
     """A markdown table: point, figure, the source's value, ours, where in the source."""
-    from .render import label
+
     shown = [r for r in rows if r.runs or not only_matched]
     if not shown:
         return ("_No run of this report was made at a point the source measured (widths 1, 2, "
                 "6, 12, 18; see `adev nightly`)._\n")
     lines = ["| Point | Figure | Source | adev | Where in the source |", "|---|---|---:|---:|---|"]
     for r in shown:
-        o = r.why_missing if r.ours is None else f"{r.ours * 100:.2f}%"
+        o = r.why_missing if r.ours is None else fmt(r.ours, True)
         lines.append(f"| {r.source.point_text()} | {label(r.source.figure)} | {r.source.text()} "
                      f"| {o} | {r.source.where} |")
     return "\n".join(lines) + "\n"

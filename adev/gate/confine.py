@@ -210,8 +210,13 @@ def bwrap_argv(argv: list[str], *, work: Path, out: Path, limits: Limits,
         for p in sorted(keep):
             args += ["--ro-bind", str(p), str(p)]
     args += ["--tmpfs", "/run",  # the host's unix sockets (libvirt, D-Bus) out of reach
-             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp",
-             "--bind", str(work), WS, "--bind", str(out), OUT, "--chdir", WS, "--clearenv"]
+             "--perms", "1777", "--size", str(limits.tmp_bytes), "--tmpfs", "/tmp"]
+    tmp = Path("/tmp")
+    for p in sorted(p for p in needed if tmp in p.parents):  # a Python installed under /tmp
+        for d in sorted(a for a in p.parents if tmp in a.parents):
+            args += ["--perms", "0755", "--dir", str(d)]
+        args += ["--ro-bind", str(p), str(p)]
+    args += ["--bind", str(work), WS, "--bind", str(out), OUT, "--chdir", WS, "--clearenv"]
     for k, v in env.items():
         args += ["--setenv", k, v]
     args += ["--", "setpriv", f"--reuid={limits.uid}", f"--regid={limits.gid}", "--clear-groups",

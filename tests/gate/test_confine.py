@@ -137,3 +137,24 @@ async def test_unconfined_runs_as_this_user(tmp_path):
     ws = _ws(tmp_path, {"tests/test_esc.py": probe})
     res = await make_gate("local-unconfined").run(GateRequest("s1", ws))
     assert res.verdict == "pass" and outside.exists()
+
+
+def test_a_python_installed_under_tmp_is_bound_into_the_private_tmp(monkeypatch, tmp_path):
+    """A checkout (and its .venv) under /tmp must stay visible through the sandbox's private
+    /tmp: its prefix is bound read-only after the tmpfs, with a traversable way down to it."""
+    import sys as _sys
+
+    from adev.gate.confine import Limits, bwrap_argv
+    venv = (tmp_path / "clone" / ".venv").resolve()
+    (venv / "bin").mkdir(parents=True)
+    assert Path("/tmp") in venv.parents
+    monkeypatch.setattr(_sys, "prefix", str(venv))
+    argv = bwrap_argv(["python", "-V"], work=Path("/w"), out=Path("/o"), limits=Limits(),
+                      env={}, python=str(venv / "bin" / "python"))
+    tmpfs = argv.index("/tmp", argv.index("--size"))
+    bind = len(argv) - 1 - argv[::-1].index(str(venv)) - 1   # the last bind of it
+    assert tmpfs < bind and argv[bind - 1] == "--ro-bind" and argv[bind + 1] == str(venv)
+    assert argv[bind - 1] == "--ro-bind" or argv[bind] == "--ro-bind"
+    way = [i for i, a in enumerate(argv) if a == str(venv.parent)]
+    assert any(argv[i - 1] == "--dir" and tmpfs < i < bind for i in way)  # the way down
+    assert bind < argv.index("/tmp/ws")                         # before the workspace bind

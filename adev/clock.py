@@ -30,8 +30,13 @@ SLOTS = 32
 
 _HEAD = struct.Struct("<Qd")         # sequence number (odd while written), held seconds D
 _SLOT = struct.Struct("<d")
-_SIZE = _HEAD.size + SLOTS * _SLOT.size
+_PID = struct.Struct("<q")           # per slot: the pid of the process holding it (0: none)
+_PIDS = _HEAD.size + SLOTS * _SLOT.size
+_SIZE = _PIDS + SLOTS * _PID.size
 _POLL_S = 0.0005
+STALE_S = 2.0
+"""A reader that sees the clock held this long (wall seconds) checks that every holder is still
+alive, and releases the holds of processes that died (an endpoint killed mid-read)."""
 
 
 _source: Callable[[], float] = time.monotonic
@@ -72,6 +77,7 @@ class HeldClock:
         self._fd = os.open(self.path, os.O_RDWR)
         self._mm = mmap.mmap(self._fd, _SIZE)
         self._last = -math.inf
+        self._held_since: float | None = None
 
     @classmethod
     def create(cls, path: str | Path) -> HeldClock:
@@ -89,6 +95,7 @@ class HeldClock:
         _HEAD.pack_into(buf, 0, 0, 0.0)
         for i in range(SLOTS):
             _SLOT.pack_into(buf, _HEAD.size + i * _SLOT.size, math.inf)
+            _PID.pack_into(buf, _PIDS + i * _PID.size, 0)
         tmp.write_bytes(bytes(buf))
         os.replace(tmp, path)
         return cls(path)
@@ -113,10 +120,35 @@ class HeldClock:
         return min(w - held, hold)
 
     def __call__(self) -> float:
-        """The held clock's time now (never less than a value this object returned before)."""
-        u = max(self._last, self._u(self.source()))
+        """The held clock's time now (never less than a value this object returned before). A
+        hold that lasts over :data:`STALE_S` makes this reader release the holds of dead
+        processes, so a killed endpoint cannot stop the run's model time."""
+        w = self.source()
+        held, hold = self._read()
+        if hold < w - held:                    # held now
+            if self._held_since is None:
+                self._held_since = w
+            elif w - self._held_since > STALE_S:
+                self._held_since = w
+                if self.drop_dead():
+                    held, hold = self._read()
+        else:
+            self._held_since = None
+        u = max(self._last, min(w - held, hold))
         self._last = u
         return u
+
+    def drop_dead(self) -> int:
+        """Release every slot whose holding process no longer exists; returns how many."""
+        n = 0
+        for i in range(SLOTS):
+            hold = _SLOT.unpack_from(self._mm, _HEAD.size + i * _SLOT.size)[0]
+            pid = _PID.unpack_from(self._mm, _PIDS + i * _PID.size)[0]
+            if math.isinf(hold) or pid <= 0 or _alive(pid):
+                continue
+            self.set_hold(i, math.inf)
+            n += 1
+        return n
 
     def held_s(self) -> float:
         """Wall seconds the clock has been held so far (D plus a hold in progress)."""
@@ -139,9 +171,20 @@ class HeldClock:
             _HEAD.pack_into(mm, 0, seq, held)
             _HEAD.pack_into(mm, 0, seq, max(held, w - u))  # fold the time held so far
             _SLOT.pack_into(mm, off, max(until, u))
+            _PID.pack_into(mm, _PIDS + slot * _PID.size, 0 if math.isinf(until) else os.getpid())
             _HEAD.pack_into(mm, 0, seq + 1, max(held, w - u))
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def open_held_clock(state_dir: str | Path | None) -> HeldClock | None:

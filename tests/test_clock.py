@@ -89,3 +89,33 @@ def test_a_writer_killed_mid_write_does_not_stop_the_clock_for_good(tmp_path):
     c.set_hold(0, math.inf)                     # the next writer makes the number even again
     with open(tmp_path / "clock", "rb") as f:
         assert struct.unpack("<Qd", f.read(16)) == (8, 2.0)
+
+
+def test_a_dead_holders_hold_is_released(tmp_path, monkeypatch):
+    """An endpoint killed while it holds the clock must not stop the run's model time: a reader
+    that sees the clock held past STALE_S releases the holds of processes that no longer exist."""
+    import subprocess
+    import sys as _sys
+    import time as _time
+
+    from adev import clock as clk
+    p = tmp_path / "clock"
+    c = clk.HeldClock.create(p)
+    # a child process holds slot 3 far in the future, then dies without releasing it
+    code = ("import sys, math; from adev.clock import HeldClock; c = HeldClock(sys.argv[1]); "
+            "c.set_hold(3, c() + 1.0e-3)")
+    subprocess.run([_sys.executable, "-c", code, str(p)], check=True)
+    monkeypatch.setattr(clk, "STALE_S", 0.05)
+    t0 = c()
+    _time.sleep(0.2)
+    c()                                  # held past STALE_S: the dead holder is found
+    _time.sleep(0.1)
+    assert c() - t0 > 0.05               # time moves again
+    assert c.drop_dead() == 0            # nothing left to release
+    # a live holder is kept: this process holds slot 1
+    c.set_hold(1, c())
+    monkeypatch.setattr(clk, "STALE_S", 0.0)
+    c()
+    _time.sleep(0.01)
+    assert c.drop_dead() == 0
+    c.set_hold(1, float("inf"))

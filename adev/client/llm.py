@@ -286,6 +286,13 @@ class LLMClient:
         await self.aclose()
 
     # ---- the call ----------------------------------------------------------------------
+    def _endpoint(self, name: str) -> Endpoint:
+        try:
+            return self.endpoints[name]
+        except KeyError:
+            raise LLMError(f"unknown endpoint {name!r}; known: "
+                           + ", ".join(sorted(self.endpoints))) from None
+
     async def chat(self, endpoint: str, messages: list[dict[str, Any]], *,
                    tools: list[dict[str, Any]] | None = None, max_tokens: int | None = None,
                    temperature: float | None = None, seed: int | None = None,
@@ -294,11 +301,7 @@ class LLMClient:
                    extra_body: dict[str, Any] | None = None) -> ChatResult:
         """One chat completion (streamed), retried per :class:`RetryPolicy`."""
         t_sched = self.clock.now() if t_scheduled is None else t_scheduled
-        try:
-            ep = self.endpoints[endpoint]
-        except KeyError:
-            raise LLMError(f"unknown endpoint {endpoint!r}; known: "
-                           + ", ".join(sorted(self.endpoints))) from None
+        ep = self._endpoint(endpoint)
         body: dict[str, Any] = {"model": ep.model or "", "messages": messages, "stream": True,
                                 "stream_options": {"include_usage": True}}
         if tools:
@@ -331,11 +334,7 @@ class LLMClient:
         generated text; ``kv_transfer_params`` the answer's field of that name (vLLM's
         disaggregated prefill), when present. Records and retries as :meth:`chat`."""
         t_sched = self.clock.now() if t_scheduled is None else t_scheduled
-        try:
-            ep = self.endpoints[endpoint]
-        except KeyError:
-            raise LLMError(f"unknown endpoint {endpoint!r}; known: "
-                           + ", ".join(sorted(self.endpoints))) from None
+        ep = self._endpoint(endpoint)
         body: dict[str, Any] = {"model": ep.model or "", "prompt": prompt, "stream": stream,
                                 "max_tokens": max_tokens}
         if stream:

@@ -60,8 +60,7 @@ async def _drain(ep: Endpoint, r: Request) -> float | None:
 
 async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
     t_arrival = ep.engine.clock()
-    ep.engine.hold_now(request)  # preparing it takes no model time (on a held clock)
-    try:
+    with ep.engine.preparing(request):  # preparing it takes no model time (held clock)
         body = await json_object(request)
         if isinstance(body, web.Response):
             return body
@@ -79,8 +78,6 @@ async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
         except BadRequest as e:
             return bad_request_response(e)
         r = ep.submit(rid, prompt, plan, t_arrival, transfer)
-    finally:
-        ep.engine.release(request)
     try:
         if sp.stream:
             return await _chat_stream(ep, request, r, plan, sp, transfer)
@@ -190,8 +187,7 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
 
 async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
     t_arrival = ep.engine.clock()
-    ep.engine.hold_now(request)  # preparing it takes no model time (on a held clock)
-    try:
+    with ep.engine.preparing(request):  # preparing it takes no model time (held clock)
         body = await json_object(request)
         if isinstance(body, web.Response):
             return body
@@ -212,8 +208,6 @@ async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
         except BadRequest as e:
             return bad_request_response(e)
         rs = [ep.submit(f"{rid}-{i}", ids, plan, t_arrival, transfer) for i, (ids, plan) in enumerate(jobs)]
-    finally:
-        ep.engine.release(request)
     plans = [plan for _, plan in jobs]
     try:
         if sp.stream:

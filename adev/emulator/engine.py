@@ -29,7 +29,7 @@ ready time (lookup + load, :meth:`Scheduler.read_path_s`). A read slower than it
 model time for every process of the run until it ends, so the request joins at its modelled ready
 time and no modelled request, client stamp or busy time sees the host's slowness; the run only
 takes longer on the wall. The endpoint also holds the clock while it prepares an arriving request
-(:meth:`Engine.hold_now`: reading, parsing, tokenizing, the policy's reply). How far the real reads
+(:meth:`Engine.preparing`: reading, parsing, tokenizing, the policy's reply). How far the real reads
 were from the profile stays reported per request (``read_host_s``: real wall seconds x S). Without
 a held clock (``stack.model_clock = "free"``, or a plain ``clock``) a late read joins late, the lag
 is visible to the client and counted in ``adev_emulator_read_path_overrun_seconds``.
@@ -38,10 +38,11 @@ from __future__ import annotations
 
 import asyncio
 import bisect
+import contextlib
 import logging
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from adev.clock import HeldClock
 from adev.emulator.metrics import Metrics
@@ -312,14 +313,17 @@ class Engine:
             self._hold_at = at
             self.held.set_hold(self.slot, at)
 
-    def hold_now(self, key: object) -> None:
-        """Hold the shared clock where it is until :meth:`release` (``key``): the endpoint's own
-        work on an arriving request (reading and parsing it, tokenizing, the policy's reply) takes
-        no model time, as the profile has no term for it. No-op without a held clock."""
+    @contextlib.contextmanager
+    def preparing(self, key: object) -> Iterator[None]:
+        """Hold the shared clock where it is while the block runs (``key``: the request): the
+        endpoint's own work on an arriving request (reading and parsing it, tokenizing, the
+        policy's reply) takes no model time, as the profile has no term for it. No-op without a
+        held clock."""
         self._hold(id(key), self.now())
-
-    def release(self, key: object) -> None:
-        self._hold(id(key), None)
+        try:
+            yield
+        finally:
+            self._hold(id(key), None)
 
     async def _read_path(self, r: Request, t_admit: float, hit: int) -> None:
         """Store lookup + load of one request (first admission only): the real I/O here, the

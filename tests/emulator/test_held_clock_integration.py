@@ -48,7 +48,8 @@ def test_a_late_store_read_holds_model_time_for_endpoint_and_client():
     w = tmpdir()
     clock = HeldClock.create(w / "clock")
     stack = dataclasses.replace(make_stack(write_profile(w), "store-ram", S, ram_gb=4.0,
-                                           endpoints=("coder", "reasoner")), state_dir=str(w))
+                                           endpoints=("coder", "reasoner")), state_dir=str(w),
+                                model_clock="held")
     m = Master(lease_ms=int(5000 / S), offload=False, workdir=w).start()
     eps = []
     try:

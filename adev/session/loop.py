@@ -215,6 +215,9 @@ class _Session:
                    tools_chars: int) -> ChatResult | None:
         ctx = self.ctx
         for refusal in range(2):
+            # counted when made: a call cancelled with its session (a parallel sibling's fault)
+            # is still a call the session made, with its records
+            self.calls += 1
             try:
                 res = await ctx.llm.chat(
                     endpoint, messages, tools=tools, max_tokens=max_tokens,
@@ -222,16 +225,13 @@ class _Session:
                     call_id=call_id if not refusal else f"{call_id}+trim", role=role.name,
                     round=rnd, step=step)
             except ContextLengthError:
-                self.calls += 1
                 # our estimate was low: measure it as 25% worse and re-fit, once
                 self.cpt *= 0.8
                 messages[:] = [self.system, *self.history, *messages[1 + len(self.history):]]
                 max_tokens = self.fit_context(messages, tools_chars, max_tokens, endpoint)
                 continue
             except LLMError as e:
-                self.calls += 1
                 raise _SessionEnd("error", f"llm_error: {call_id}: {e}") from None
-            self.calls += 1
             if res.prompt_tokens:
                 self.prompt_tokens += res.prompt_tokens
                 chars = _chars(messages) + tools_chars

@@ -13,7 +13,7 @@ from adev.emulator.policies.base import PolicyReply, ToolCall
 from adev.emulator.policies.oracle import OraclePolicy
 from adev.gate.base import GateResult
 from adev.gate.local import LocalGate
-from adev.records import RunDir
+from adev.records import CallRecord, RunDir
 from adev.session.loop import SessionContext, run_session
 from adev.session.roles import load_roles
 
@@ -207,6 +207,47 @@ async def test_llm_failure_ends_session_with_reason(tmp_path):
     out = await run_session(ctx, tiny_task(), 0, "s1")
     assert out.status == "error" and "llm_error" in out.reason and "503" in out.reason
     assert rd.read("sessions")[-1]["status"] == "error"
+
+
+class SiblingFailsLLM(PolicyLLM):
+    """Implementer 1's call hangs (recorded as cancelled when cancelled, as the real client
+    does); implementer 0's call then fails for good."""
+
+    async def chat(self, endpoint, messages, **kw):
+        cid = kw.get("call_id", "")
+        if "/implementer1/" in cid:
+            rec = CallRecord(run_id=self.run_dir.run_id, session_id=kw["session_id"],
+                             call_id=cid, endpoint=endpoint, role=kw.get("role", ""))
+            try:
+                await asyncio.Event().wait()
+            except asyncio.CancelledError:
+                rec.status, rec.error = "cancelled", "cancelled"
+                self.run_dir.append(rec)
+                raise
+        if "/implementer0/" in cid:
+            await asyncio.sleep(0.05)  # implementer 1's call is in flight by now
+            rec = CallRecord(run_id=self.run_dir.run_id, session_id=kw["session_id"],
+                             call_id=cid, endpoint=endpoint, role=kw.get("role", ""),
+                             status="error", error="HTTP 503")
+            self.run_dir.append(rec)
+            raise LLMError("coder: giving up after 4 attempts: HTTP 503", record=rec)
+        return await super().chat(endpoint, messages, **kw)
+
+
+async def test_calls_cancelled_with_a_failing_sibling_are_counted(tmp_path):
+    """A session's ``calls`` counts every call it made, also one cancelled in flight because a
+    parallel sibling's call failed (one attempt-0 call record per counted call)."""
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    rd = RunDir.create("run", base=tmp_path)
+    llm = SiblingFailsLLM(oracle, run_dir=rd, clock=RunClock())
+    ctx = SessionContext(run_dir=rd, clock=RunClock(), llm=llm, gate=FakeGate(),
+                         roles=load_roles())
+    out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    assert out.status == "error" and "implementer0" in out.reason
+    calls = rd.read("calls")
+    assert {c["status"] for c in calls if "/implementer" in c["call_id"]} == {"error", "cancelled"}
+    assert rd.read("sessions")[-1]["calls"] == out.calls == len(calls)
 
 
 async def test_gate_pause_waits_model_time_keeps_verdict(tmp_path):

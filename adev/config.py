@@ -314,6 +314,10 @@ class StoreSpec:
     # Where puts are placed: "local" prefers the putting endpoint's own segment (falls back to
     # any segment when full), "random" is Mooncake's default allocation.
     placement: Literal["local", "random"] = "local"
+    # Blocks per store object (adev.emulator.chunks): 16 = one per 256-token chunk (LMCache's
+    # chunk size; the real client's cost on the host is mostly per key); 1 = one per block (vLLM's
+    # Mooncake store connector). Counts stay per block.
+    chunk_blocks: int = field(default=16, metadata={"positive": True})
 
 
 def _default_endpoints() -> list[EndpointSpec]:

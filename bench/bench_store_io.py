@@ -2,7 +2,7 @@
 store reads keep pace with the modelled ones (prints figures; not a test).
 
     .venv/bin/python bench/bench_store_io.py [--blocks 2000] [--repeats 3] [--time-scale 10]
-                                             [--payload BYTES] [--batch-keys 128]
+                                             [--payload BYTES] [--batch-keys 128] [--chunk-blocks C]
 
 The emulated endpoint models a load of n store blocks as ``lookup_latency_s + n * bytes_per_block /
 read_bytes_per_s`` (the tier profile, model seconds; /S on the wall) and does the real read
@@ -11,7 +11,8 @@ the request's first token comes out late (``adev_emulator_read_path_overrun_seco
 report's "TTFT over the emulator's model" and "real store reads / tier profile"). This benchmark runs
 each read path the emulator's store tier takes (:class:`adev.emulator.store.MooncakeTier`, the code
 the endpoints run, on a real ``mooncake_master`` with the stack's own flags and its lease at
-``--time-scale``) on ``--blocks`` blocks at the stack's payload size:
+``--time-scale``) on ``--blocks`` blocks at the stack's payload size, stored as objects of
+``--chunk-blocks`` blocks each (``stack.store.chunk_blocks``; figures stay per block):
 
 - ``lookup``: ``batch_is_exist`` over keys that are present (it grants their leases);
 - ``ram, own segment``: a load of blocks this client put (the default ``local`` placement: reads
@@ -68,11 +69,12 @@ def _cpu(pid: int) -> float:
 
 
 def _tier(master: str, http: str, payload: int, segment: int, disk: Path | None,
-          lease_s: float, batch_keys: int = StoreSettings.batch_keys) -> MooncakeTier:
+          lease_s: float, batch_keys: int = StoreSettings.batch_keys,
+          chunk: int = 1) -> MooncakeTier:
     return MooncakeTier(StoreSettings(master=master, model_name="bench", payload_bytes=payload,
                                       segment_bytes=segment, disk_dir=str(disk) if disk else None,
                                       master_http=http, lease_s=lease_s,
-                                      batch_keys=batch_keys))
+                                      batch_keys=batch_keys, chunk_blocks=chunk))
 
 
 async def _timed(label: str, n: int, pids: list[int], fn, repeats: int) -> dict:
@@ -90,9 +92,10 @@ async def _timed(label: str, n: int, pids: list[int], fn, repeats: int) -> dict:
             "cpu_us": statistics.median(cpus) * 1e6, "ok": min(ok)}
 
 
-async def _holder(master_addr: str, http: str, payload: int, n: int) -> None:
-    """Another client process: put ``n`` blocks into its own segment, then wait for stdin to close."""
-    t = _tier(master_addr, f"127.0.0.1:{http}", payload, max(MIN_SEGMENT, 4 * n * payload), None, 60.0)
+async def _holder(master_addr: str, http: str, payload: int, n: int, chunk: int) -> None:
+    """Another client process: put ``n`` objects into its own segment, then wait for stdin to close."""
+    t = _tier(master_addr, f"127.0.0.1:{http}", payload,
+              max(MIN_SEGMENT, 4 * n * payload * chunk), None, 60.0, chunk=chunk)
     await t.start()
     res = await t.save(t.keys(list(range(2_000_000, 2_000_000 + n))))
     print(HOLDER_READY, res.put, flush=True)
@@ -101,7 +104,9 @@ async def _holder(master_addr: str, http: str, payload: int, n: int) -> None:
 
 
 async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
-                 batch_keys: int) -> list[dict]:
+                 batch_keys: int, chunk: int = 1) -> list[dict]:
+    """The phase's rows per block: ``n`` objects of ``chunk`` blocks each are timed."""
+    obj = payload * chunk
     work = Path(tempfile.mkdtemp(prefix="adev-bench-io-"))
     master = Master(lease_ms=lease_ms, offload=phase == "disk", workdir=work).start()
     me, mp = os.getpid(), master.proc.pid
@@ -110,10 +115,11 @@ async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
     try:
         http = f"127.0.0.1:{master.http}"
         if phase == "disk":   # a small segment: older blocks leave RAM and stay readable from disk
-            t = _tier(master.addr, http, payload, MIN_SEGMENT, work / "disk", lease_ms / 1000, batch_keys)
+            t = _tier(master.addr, http, payload, MIN_SEGMENT, work / "disk", lease_ms / 1000,
+                      batch_keys, chunk)
         else:
-            t = _tier(master.addr, http, payload, max(MIN_SEGMENT, 8 * n * payload), None,
-                      lease_ms / 1000, batch_keys)
+            t = _tier(master.addr, http, payload, max(MIN_SEGMENT, 8 * n * obj), None,
+                      lease_ms / 1000, batch_keys, chunk)
         await t.start()
         keys = t.keys(list(range(1, n + 1)))
         if phase == "local":
@@ -136,7 +142,8 @@ async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
             out.append(await _timed("ram, own segment", n, [me, mp], load_own, repeats))
         elif phase == "remote":
             holder = subprocess.Popen([sys.executable, __file__, "--holder", master.addr, str(master.http),
-                                       "--blocks", str(n), "--payload", str(payload)],
+                                       "--blocks", str(n), "--payload", str(payload),
+                                       "--chunk-blocks", str(chunk)],
                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
             line = ""
             while HOLDER_READY not in line:
@@ -150,7 +157,7 @@ async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
             out.append(await _timed("ram, other process", n, [me, mp, holder.pid], load_remote, repeats))
         else:
             # put 4 x the segment's blocks in steps the offload heartbeat (1 s) keeps up with
-            seg_blocks = MIN_SEGMENT // payload
+            seg_blocks = MIN_SEGMENT // obj
             total = max(4 * seg_blocks, 2 * n)
             allk = t.keys(list(range(1, total + 1)))
             step = seg_blocks // 3
@@ -177,6 +184,10 @@ async def _phase(phase: str, n: int, repeats: int, payload: int, lease_ms: int,
         master.proc.terminate()
         master.proc.wait(10)
         shutil.rmtree(work, ignore_errors=True)
+    for r in out:   # per object -> per block
+        r["blocks"] *= chunk
+        r["wall_us"] /= chunk
+        r["cpu_us"] /= chunk
     return out
 
 
@@ -200,6 +211,8 @@ def main() -> int:
     ap.add_argument("--payload", type=int, default=0, help="bytes per block (default: the stack's)")
     ap.add_argument("--batch-keys", type=int, default=StoreSettings.batch_keys,
                     help="keys per load / put batch (default: the emulator's)")
+    ap.add_argument("--chunk-blocks", type=int, default=StackConfig().store.chunk_blocks,
+                    help="blocks per store object (stack.store.chunk_blocks)")
     ap.add_argument("--phase", choices=("local", "remote", "disk"), help=argparse.SUPPRESS)
     ap.add_argument("--holder", nargs=2, metavar=("MASTER", "HTTP_PORT"), help=argparse.SUPPRESS)
     a = ap.parse_args()
@@ -207,12 +220,13 @@ def main() -> int:
     profile = load_model_profile(stack.profile)
     payload = a.payload or max(1, profile.bytes_per_block // stack.payload_scale)
     if a.holder:
-        event_loop.run(_holder(a.holder[0], a.holder[1], payload, a.blocks))
+        event_loop.run(_holder(a.holder[0], a.holder[1], payload, a.blocks, a.chunk_blocks))
         return 0
     if a.phase:
         # the stack's lease at this time scale (Mooncake counts it in real milliseconds)
         lease_ms = max(1, round(stack.store.lease_ttl_s / a.time_scale * 1000))
-        rows = event_loop.run(_phase(a.phase, a.blocks, a.repeats, payload, lease_ms, a.batch_keys))
+        rows = event_loop.run(_phase(a.phase, a.blocks, a.repeats, payload, lease_ms, a.batch_keys,
+                                     a.chunk_blocks))
         print("ROWS " + json.dumps(rows), flush=True)
         sys.stdout.flush()
         os._exit(0)  # Mooncake's threads must not hold the interpreter at exit
@@ -221,15 +235,18 @@ def main() -> int:
     per_block = profile.bytes_per_block
     ram_us, disk_us = per_block / ram.read_bytes_per_s * 1e6, per_block / disk.read_bytes_per_s * 1e6
     print(f"({event_loop.describe()}; {os.cpu_count()} cores; payload {payload} B per block "
-          f"= {per_block} B / payload scale {stack.payload_scale})")
+          f"= {per_block} B / payload scale {stack.payload_scale}; {a.chunk_blocks} block(s) "
+          f"per store object)")
     print(f"modelled per block: {ram.name} {ram_us:.1f} us, {disk.name} {disk_us:.1f} us (model time; "
           f"/S on the wall: {ram_us / a.time_scale:.1f} and {disk_us / a.time_scale:.1f} us at "
           f"S={a.time_scale:g}); lookup latency per request {ram.lookup_latency_s * 1e6:.0f} us")
     rows: list[dict] = []
     for phase in ("local", "remote", "disk"):
-        p = subprocess.run([sys.executable, __file__, "--phase", phase, "--blocks", str(a.blocks),
+        p = subprocess.run([sys.executable, __file__, "--phase", phase,
+                            "--blocks", str(max(1, a.blocks // a.chunk_blocks)),   # objects
                             "--repeats", str(a.repeats), "--payload", str(payload),
-                            "--time-scale", str(a.time_scale), "--batch-keys", str(a.batch_keys)],
+                            "--time-scale", str(a.time_scale), "--batch-keys", str(a.batch_keys),
+                            "--chunk-blocks", str(a.chunk_blocks)],
                            capture_output=True, text=True, timeout=600)
         got = [ln for ln in p.stdout.splitlines() if ln.startswith("ROWS ")]
         if not got:

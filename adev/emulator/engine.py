@@ -45,6 +45,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from adev.clock import HeldClock
+from adev.emulator.chunks import lookup_span, save_chunks
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
 from adev.emulator.scheduler import Scheduler
@@ -297,7 +298,12 @@ class Engine:
         self._spawn(self._read_path(r, t_admit, hit))
 
     def _start_save(self, r: Request, hashes: list[int]) -> None:
-        self._spawn(self._save(r, self.store.keys(hashes)))
+        """Put the complete chunks holding a block of ``hashes`` (the blocks the store did not
+        serve; see :mod:`adev.emulator.chunks`)."""
+        c = self.store.chunk_blocks
+        idx = save_chunks(r.hashes, len(r.prompt) // self.cfg.block_size, hashes, c)
+        keys = self.store.keys([r.hashes[(j + 1) * c - 1] for j in idx])
+        self._spawn(self._save(r, keys, c))
 
     def _hold(self, key: int, until: float | None) -> None:
         """Hold the shared clock at model time ``until`` for read ``key`` (None: release). The
@@ -332,17 +338,20 @@ class Engine:
         s, c = self.sched, self.cfg
         key = id(r)
         try:
-            keys = self.store.keys(s.lookup_hashes(r, hit))
+            span = lookup_span(r.hashes, hit, s.lookup_end(r), self.store.chunk_blocks,
+                               self.store.keys)
             self._hold(key, t_admit + s.read_path_s(0, 0)[0])
             granted_at = self.clock()
             started = self.real()
-            ex = await self.store.exists(keys) if keys else []
-            n_ext = s.lookup_done(r, len(keys), ex)
+            ex = await self.store.exists(span.keys) if span.keys else []
+            n_ext = s.lookup_done(r, span.blocks, None if ex is None else span.per_block(ex))
             tiers: list[str] = []
-            load = asyncio.create_task(self.store.load(keys[:n_ext], granted_at)) if n_ext else None
+            got = span.keys[:span.chunks_for(n_ext)]
+            load = asyncio.create_task(self.store.load(got, granted_at)) if n_ext else None
             if n_ext:  # which tier holds each hit (queried while the load runs)
                 self._hold(key, t_admit + min(sum(s.read_path_s(n_ext, 0)), sum(s.read_path_s(0, n_ext))))
-                tiers = ["disk"] * n_ext if c.disk_only else await self.store.tiers(keys[:n_ext])
+                tiers = (["disk"] * n_ext if c.disk_only
+                         else span.per_block(await self.store.tiers(got))[:n_ext])
                 disk = tiers.count("disk")
                 lookup_m, load_m = s.read_path_s(n_ext - disk, disk)
                 self._hold(key, t_admit + lookup_m + load_m)
@@ -352,7 +361,7 @@ class Engine:
                 res = await load
                 if res.lease_retries:
                     self.m.store_lease_retries.inc(res.lease_retries)
-                loaded, error = res.loaded, res.error
+                loaded, error = min(n_ext, span.blocks_of(res.loaded)), res.error
             r.read_host_s = (self.real() - started) * c.time_scale
             ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now())
             if ready is not None:
@@ -360,18 +369,20 @@ class Engine:
         finally:
             self._hold(key, None)
 
-    async def _save(self, r: Request, keys: list[str]) -> None:
+    async def _save(self, r: Request, keys: list[str], chunk: int = 1) -> None:
+        """Put ``keys`` (objects of ``chunk`` blocks each); counted per block."""
         res = await self.store.save(keys)
-        r.put_blocks += res.put
-        r.put_refused_blocks += res.refused
+        put, refused, skipped = res.put * chunk, res.refused * chunk, res.skipped * chunk
+        r.put_blocks += put
+        r.put_refused_blocks += refused
         if res.error:
             r.store_errors += 1
-        self.m.store_put_blocks.inc(res.put)
-        if res.refused:
-            self.m.store_put_refused_blocks.inc(res.refused)
-            self.m.store_put_refused_bytes.inc(res.refused * self.cfg.bytes_per_block)
-        if res.skipped:
-            self.m.store_put_skipped_blocks.inc(res.skipped)
+        self.m.store_put_blocks.inc(put)
+        if refused:
+            self.m.store_put_refused_blocks.inc(refused)
+            self.m.store_put_refused_bytes.inc(refused * self.cfg.bytes_per_block)
+        if skipped:
+            self.m.store_put_skipped_blocks.inc(skipped)
 
 
 async def _spin_until(deadline: float, clock: Callable[[], float] = time.monotonic,

@@ -182,9 +182,10 @@ class Scheduler:
             self.on_event(r.ready_time)
 
     # ------------------------------------------------------------------ the store's read path
-    def lookup_hashes(self, r: Request, hit: int) -> list[int]:
-        """Blocks to look up in the store: past the GPU hit, up to whole blocks of prompt - 1."""
-        return r.hashes[hit:max_hit_blocks(len(r.prompt), self.cfg.block_size)]
+    def lookup_end(self, r: Request) -> int:
+        """One past the last block the store may serve: whole blocks of prompt - 1 (the blocks
+        past the GPU hit up to it are looked up)."""
+        return max_hit_blocks(len(r.prompt), self.cfg.block_size)
 
     def lookup_done(self, r: Request, n_keys: int, exists: list[int] | None) -> int:
         """Count one lookup of ``n_keys`` keys (``exists``: 1/0 per key, None if it failed);

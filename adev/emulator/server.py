@@ -101,7 +101,8 @@ class Endpoint:
                 master=master, model_name=self.model, payload_bytes=max(1, p.bytes_per_block // scale),
                 segment_bytes=seg, disk_dir=ddir, master_http=http if conf == "store-ram+disk" else None,
                 host=stack.host, prefer_local=stack.store.placement == "local",
-                lease_s=stack.store.lease_ttl_s / stack.time_scale))
+                lease_s=stack.store.lease_ttl_s / stack.time_scale,
+                chunk_blocks=stack.store.chunk_blocks))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
         S = stack.time_scale
         # the stack's held clock (model time waits for slow store reads), when it has one

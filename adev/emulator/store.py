@@ -2,7 +2,10 @@
 
 What it does, per request, like vLLM's MooncakeStoreConnector:
 
-- keys: ``<model>@tp_rank:0@<block hash, 16 hex>``, one per full 16-token block;
+- keys: ``<model>@tp_rank:0@<block hash, 16 hex>``, one per full 16-token block, or with
+  ``chunk_blocks = C > 1`` ``<model>@tp_rank:0@c<C>@<hash of the chunk's last block>``, one per
+  complete chunk of C blocks (:mod:`adev.emulator.chunks`: which objects a request reads and
+  writes; this class sees objects, the engine counts blocks);
 - lookup: one ``batch_is_exist`` over the request's keys beyond the local GPU hit (the master grants
   a lease on every hit); the caller counts the leading run of hits;
 - load: ``batch_get_into`` of the hit blocks into a registered buffer (real bytes, real I/O), in
@@ -34,7 +37,7 @@ read from one's own segment (measured: 24 KiB objects, ~120 vs ~30 us per key, b
 together); same-session reuse dominates, so most hits become local reads. Hit/miss behaviour,
 capacity and leases are unchanged; ``prefer_local=False`` restores Mooncake's random placement.
 
-Payloads are ``bytes_per_block / payload_scale`` real bytes. The client is blocking; every call runs
+Payloads are ``chunk_blocks * bytes_per_block / payload_scale`` real bytes per object. The client is blocking; every call runs
 in executors per connection (two threads for lookups and loads, one for saves, so background puts
 never delay a read path). Fault handling: any RPC failure (or a master that stops
 accepting TCP connections, probed every second) marks the store down; while down, lookups and puts
@@ -80,7 +83,8 @@ class StoreSettings:
     segment_bytes: int                # RAM this client contributes (>= 16 MiB)
     disk_dir: str | None = None       # offload directory (disk tier on) or None
     master_http: str | None = None    # "host:port" of the master's HTTP (metrics) server
-    batch_keys: int = 128             # small batches end well inside the time-scaled lease
+    batch_keys: int = 128             # blocks per batch: small batches end well inside the lease
+    chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
     io_timeout_s: float = 10.0        # wall seconds before a hung store call is given up (counted)
     host: str = "127.0.0.1"
     prefer_local: bool = True         # puts prefer this client's own segment (see module doc)
@@ -125,7 +129,14 @@ def block_key(model: str, h: int) -> str:
 
 class MooncakeTier:
     def __init__(self, settings: StoreSettings) -> None:
+        if settings.chunk_blocks < 1:
+            raise ValueError(f"chunk_blocks: expected an integer >= 1, got {settings.chunk_blocks!r}")
         self.s = settings
+        self.chunk_blocks = settings.chunk_blocks
+        self.obj_bytes = settings.payload_bytes * settings.chunk_blocks   # real bytes per object
+        self.batch = max(1, settings.batch_keys // settings.chunk_blocks)  # objects per batch
+        c = settings.chunk_blocks
+        self._key_prefix = f"{settings.model_name}@tp_rank:0@" + (f"c{c}@" if c > 1 else "")
         self._conn: _Conn | None = None
         self._gen = 0
         self._task: asyncio.Task | None = None
@@ -221,16 +232,16 @@ class MooncakeTier:
             offload = True
         client = MooncakeDistributedStore()
         seg = max(MIN_SEGMENT, int(self.s.segment_bytes))
-        local = max(MIN_SEGMENT, 2 * self.s.batch_keys * self.s.payload_bytes)
+        local = max(MIN_SEGMENT, 2 * self.batch * self.obj_bytes)
         rc = client.setup(self.s.host, "P2PHANDSHAKE", seg, local, "tcp", "", self.s.master,
                           None, offload, path)
         if rc != 0:
             return rc
-        p = self.s.payload_bytes
+        p = self.obj_bytes
         src = conn.src = ctypes.create_string_buffer(os.urandom(p), p)
-        dst = conn.dst = ctypes.create_string_buffer(p * self.s.batch_keys)
+        dst = conn.dst = ctypes.create_string_buffer(p * self.batch)
         r1 = client.register_buffer(ctypes.addressof(src), p)
-        r2 = client.register_buffer(ctypes.addressof(dst), p * self.s.batch_keys)
+        r2 = client.register_buffer(ctypes.addressof(dst), p * self.batch)
         conn.client = client
         from mooncake.store import ReplicateConfig
         put_config = conn.put_config = ReplicateConfig()
@@ -275,15 +286,16 @@ class MooncakeTier:
 
     # ------------------------------------------------------------------ operations
     def keys(self, hashes: list[int]) -> list[str]:
-        """Store keys of block hashes (memoised: a session's prefix is keyed again every turn)."""
+        """Store keys of block hashes (with ``chunk_blocks > 1``: of the chunks these blocks end;
+        memoised: a session's prefix is keyed again every turn)."""
         cache = self._key_cache
         out = list(map(cache.get, hashes))
         if None in out:
-            m = self.s.model_name
+            pre = self._key_prefix
             for j, k in enumerate(out):
                 if k is None:
                     h = hashes[j]
-                    k = out[j] = cache[h] = f"{m}@tp_rank:0@{h:016x}"
+                    k = out[j] = cache[h] = f"{pre}{h:016x}"
             if len(cache) > 2_000_000:
                 cache.clear()
         return cast(list[str], out)  # every None was just filled in
@@ -309,12 +321,12 @@ class MooncakeTier:
         res = LoadResult()
         if not keys:
             return res
-        p = self.s.payload_bytes
+        p = self.obj_bytes
         ok = 0
         retries = LEASE_RETRIES
         renew = False
         while ok < len(keys):
-            batch = keys[ok:ok + self.s.batch_keys]
+            batch = keys[ok:ok + self.batch]
             if renew or (ok and self._lease_stale(granted_at)):
                 # Re-grant the lease. In model time the whole load takes load_s (milliseconds,
                 # far below any lease); here the lease is divided by the time scale but real I/O
@@ -442,9 +454,9 @@ class MooncakeTier:
             return res
         missing = [k for k, e in zip(cand, ex, strict=True) if not e]
         res.present = len(cand) - len(missing)
-        p = self.s.payload_bytes
-        for i in range(0, len(missing), self.s.batch_keys):
-            batch = missing[i:i + self.s.batch_keys]
+        p = self.obj_bytes
+        for i in range(0, len(missing), self.batch):
+            batch = missing[i:i + self.batch]
 
             def put(c, b=batch):
                 ptr = ctypes.addressof(c.src)

@@ -63,6 +63,7 @@ class Params:
     prefill_tokens_per_s: float = 14850.0
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
+    chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:
@@ -117,6 +118,7 @@ class Result:
 def simulate(w: Workload, p: Params) -> Result:
     """Replay ``w`` through the GPU pools and the store configured by ``p``."""
     bs = w.block_size
+    CB = max(1, int(p.chunk_blocks))   # store objects of CB blocks, keyed by their last block's id
     n = w.calls
     extra = (w.prompt_tokens + w.output_tokens) // bs - w.prompt_tokens // bs  # output blocks
     extra = np.maximum(extra, 0)
@@ -127,9 +129,11 @@ def simulate(w: Workload, p: Params) -> Result:
     pools = [GpuPool(p.gpu_pool_tokens // bs, n_ids) for _ in w.endpoints]
     store = None
     if p.ram_gb > 0 or (p.ram_capacity_blocks or 0) > 0:
-        store = StoreModel(StoreRules(p.ram_blocks(), p.lease_s, p.high_watermark,
-                                      p.eviction_ratio, p.tick_s, p.disk, p.disk_blocks(),
-                                      p.offload_delay_s, p.batch_keys), n_ids)
+        disk_cap = p.disk_blocks()
+        store = StoreModel(StoreRules(p.ram_blocks() // CB, p.lease_s, p.high_watermark,
+                                      p.eviction_ratio, p.tick_s, p.disk,
+                                      None if disk_cap is None else disk_cap // CB,
+                                      p.offload_delay_s, max(1, p.batch_keys // CB)), n_ids)
     gpu_hit = np.zeros(n, dtype=np.int64)
     ext_hit = np.zeros(n, dtype=np.int64)
     disk_hit = np.zeros(n, dtype=np.int64)
@@ -177,7 +181,15 @@ def simulate(w: Workload, p: Params) -> Result:
             h = pool.lookup(ids, cap)
             gpu_hit[i] = h
             if store is not None and cap > h:
-                e, d = store.lookup(ids[h:cap], t)
+                if CB == 1:
+                    e, d = store.lookup(ids[h:cap], t)
+                else:   # the complete chunks past the GPU hit; the first counts from block h
+                    c0, c1 = h // CB, cap // CB
+                    cj = np.arange(c0, c1)
+                    wts = np.full(len(cj), CB, dtype=np.int64)
+                    if len(cj):
+                        wts[0] = (c0 + 1) * CB - h
+                    e, d = store.lookup(ids[cj * CB + CB - 1], t, wts)
                 ext_hit[i], disk_hit[i] = e, d
             pool.admit(ids, h, int(tail[i]))
             held[i] = ids
@@ -186,8 +198,15 @@ def simulate(w: Workload, p: Params) -> Result:
                 pools[ep[i]].register(ids[int(gpu_hit[i]):])
             if store is not None:
                 h, e = int(gpu_hit[i]), int(ext_hit[i])
-                keys = np.concatenate([ids[:h], ids[h + e:]]) if e else ids
-                put[i], refused[i] = store.save(keys, t)
+                if CB == 1:
+                    keys = np.concatenate([ids[:h], ids[h + e:]]) if e else ids
+                    put[i], refused[i] = store.save(keys, t)
+                else:   # complete chunks not entirely served by the store, counted per block
+                    cj = np.arange(len(ids) // CB)
+                    served = (cj * CB >= h) & ((cj + 1) * CB <= h + e)
+                    cj = cj[~served]
+                    pc, rc = store.save(ids[cj * CB + CB - 1], t)
+                    put[i], refused[i] = pc * CB, rc * CB
         elif kind == 4:  # decode: the next chunk of output blocks
             if i in held:
                 j = chunk_l[k]

@@ -219,14 +219,19 @@ class StoreModel:
             self._back.stamp[ram] = -1
             self._read.append(ram)
 
-    def lookup(self, ids: np.ndarray, now: float) -> tuple[int, int]:
-        """``batch_is_exist`` over ``ids``: (leading hits, of which on disk only)."""
+    def lookup(self, ids: np.ndarray, now: float,
+               weights: np.ndarray | None = None) -> tuple[int, int]:
+        """``batch_is_exist`` over ``ids``: (leading hits, of which on disk only); with
+        ``weights`` (blocks per object), both summed over the hits' weights."""
         if not len(ids):
             return 0, 0
         ram = self.in_ram[ids]
         present = ram | self.on_disk[ids]
         self._grant(ids[present], now)
         n = len(ids) if present.all() else int(present.argmin())
+        if weights is not None:
+            w = weights[:n]
+            return int(w.sum()), int(w[~ram[:n]].sum())
         return n, int(n - ram[:n].sum())
 
     def save(self, ids: np.ndarray, now: float) -> tuple[int, int]:

@@ -70,7 +70,8 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   ram_read_bytes_per_s=ram_t.read_bytes_per_s,
                   disk_read_bytes_per_s=disk_t.read_bytes_per_s,
                   tick_s=EVICT_PERIOD_REAL_S * s, offload_delay_s=OFFLOAD_HEARTBEAT_REAL_S * s,
-                  prefill_tokens_per_s=prof.prefill_tokens_per_s, ram_capacity_blocks=cap)
+                  prefill_tokens_per_s=prof.prefill_tokens_per_s, ram_capacity_blocks=cap,
+                  chunk_blocks=int(store.get("chunk_blocks", 1)) if bs == prof.block_size else 1)
 
 
 def run_params(run: Any) -> Params:

@@ -155,6 +155,33 @@ def test_late_store_read_keeps_the_model_and_sends_no_token_twice():
     assert value(eng.sched, "adev_emulator_read_path_overrun_seconds_total") == pytest.approx(0.122)
 
 
+def test_store_objects_of_whole_chunks_end_hits_on_a_chunk_boundary():
+    """chunk_blocks = 4: b's 100 tokens have 6 full blocks below the last token, one complete
+    chunk (blocks 0-3) the store can serve; a's save puts its one complete chunk."""
+    async def main(clock):
+        store = FakeStore(io_s=0.00001, chunk_blocks=4)
+        pb = tokens(5000, 100)
+        hb = block_hashes(pb)
+        store.tier[store.keys([hb[3]])[0]] = "disk"       # chunk 0 of b's prompt (blocks 0-3)
+        store.tier[store.keys([hb[5]])[0]] = "disk"       # never a key: blocks 4-5 are no chunk
+        eng = make_engine(clock, store)
+        eng.start()
+        a = asyncio.create_task(client(eng, clock, "a", tokens(1000, 100), 50, 0.0))
+        b = asyncio.create_task(client(eng, clock, "b", pb, 1, 0.06))
+        (ra, _), (rb, _) = await a, await b
+        await asyncio.sleep(0.01)                         # the background saves
+        return store, ra, rb, block_hashes(tokens(1000, 100))
+    store, ra, rb, ha = run_virtual(main)
+    # b: admitted at 0.101 (as in the test above); ready = 0.101 + 0.001 + (0.002 + 4 x 0.004)
+    assert rb.t_ready == pytest.approx(0.120)
+    assert rb.store_keys_looked_up == 4 and rb.store_hit_blocks == 4
+    assert rb.tokens_split(16) == {"gpu": 0, "store_ram": 0, "store_disk": 64, "kv_transfer": 0,
+                                  "computed": 36}
+    # a puts chunk 0 (4 blocks, counted per block); b has no complete chunk left to put
+    assert (ra.put_blocks, rb.put_blocks) == (4, 0)
+    assert store.saved == store.keys([ha[3]])
+
+
 def held_store_run(tmp_path, io_wall_s: float):
     """store_run on the stack's held clock (the clock file in ``tmp_path``): the clients too."""
     from adev.clock import HeldClock

@@ -72,9 +72,9 @@ def serve_from_store(s: Scheduler, r: Request, tiers: list[str], loaded: int | N
     """What the driver's read path does, without I/O: every lookup key beyond the GPU hit that
     ``tiers`` covers is a hit held by that tier; ``loaded`` of them arrive (None: all)."""
     hit = r.gpu_hit_tokens // BS
-    keys = s.lookup_hashes(r, hit)
-    exists = [1] * len(tiers) + [0] * (len(keys) - len(tiers))
-    n_ext = s.lookup_done(r, len(keys), exists)
+    n_keys = s.lookup_end(r) - hit
+    exists = [1] * len(tiers) + [0] * (n_keys - len(tiers))
+    n_ext = s.lookup_done(r, n_keys, exists)
     s.hits_found(r, hit, tiers[:n_ext])
     n = n_ext if loaded is None else loaded
     return s.load_done(r, r.t_admit, hit, tiers[:n_ext], n, n < n_ext, now)
@@ -182,7 +182,7 @@ def test_store_hits_from_ram_and_disk():
     out = s.step(0.0)
     assert out.idle and out.loading == ["r"] and r.state == LOADING
     # lookup: blocks 0..5 ((100 - 1) // 16 = 6); three in RAM, three on disk
-    assert len(s.lookup_hashes(r, 0)) == 6
+    assert s.lookup_end(r) == 6
     ready = serve_from_store(s, r, ["ram"] * 3 + ["disk"] * 3)
     # lookup_s = RAM lookup 0.001; load_s = (0.001 + 3 x 0.001) + (0.002 + 3 x 0.004) = 0.018
     assert (r.lookup_s, r.load_s) == pytest.approx((0.001, 0.018))
@@ -226,7 +226,7 @@ def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     s.step(t)
     # GPU hit: a's 4 blocks (64 tokens); lookup from block 4 to (164 - 1) // 16 = 10: 6 keys;
     # the store holds the first 5 of them in RAM
-    assert b.gpu_hit_tokens == 64 and len(s.lookup_hashes(b, 4)) == 6
+    assert b.gpu_hit_tokens == 64 and s.lookup_end(b) - 4 == 6
     ready = serve_from_store(s, b, ["ram"] * 5, now=t)
     # ready = t + 0.001 + (0.001 + 5 x 0.001); computed = 164 - 64 - 80 = 20 tokens
     assert ready == pytest.approx(t + 0.007)
@@ -491,8 +491,8 @@ def test_lookup_keys_and_counters_with_8_token_blocks():
     s.add(r)
     s.step(0.0)
     # (41 - 1) // 8 = 5 lookup keys (not (41 - 1) // 16 = 2)
-    keys = s.lookup_hashes(r, 0)
-    assert keys == block_hashes(r.prompt, 8)[:5]
+    assert s.lookup_end(r) == 5 and len(r.hashes) >= 5
+    assert r.hashes[:5] == block_hashes(r.prompt, 8)[:5]
     assert s.lookup_done(r, 5, [1, 1, 0, 1, 0]) == 2
     assert r.store_keys_looked_up == 5 and r.store_hit_blocks == 2 and r.store_errors == 0
     assert value(s, "adev_emulator_store_keys_looked_up_total") == 5

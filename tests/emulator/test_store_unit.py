@@ -14,6 +14,22 @@ def test_keys_like_vllms_connector():
     assert t.keys([0xABC]) == ["M@tp_rank:0@0000000000000abc"] == [block_key("M", 0xABC)]
 
 
+def test_chunk_objects_have_their_own_keys_size_and_batches():
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, batch_keys=128, chunk_blocks=16))
+    # a chunk key names C and its last block's hash; one object holds 16 blocks' payload; a
+    # batch holds 128 blocks = 8 objects
+    assert t.keys([0xABC]) == ["M@tp_rank:0@c16@0000000000000abc"]
+    assert (t.obj_bytes, t.batch) == (16 * 1024, 8)
+    try:
+        tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1,
+                           segment_bytes=1 << 24, chunk_blocks=0))
+    except ValueError as e:
+        assert "chunk_blocks" in str(e)
+    else:
+        raise AssertionError("chunk_blocks 0 accepted")
+
+
 async def test_sampled_tier_query_is_exact_for_runs_and_cheap():
     t = tier()
     keys = [f"k{i}" for i in range(1000)]

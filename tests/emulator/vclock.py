@@ -59,8 +59,9 @@ class FakeStore:
     every call takes ``io_s`` virtual seconds; ``fail_load_after`` blocks load, then the load
     fails (None: every block loads)."""
 
-    def __init__(self, io_s: float = 0.0) -> None:
+    def __init__(self, io_s: float = 0.0, chunk_blocks: int = 1) -> None:
         self.io_s = io_s
+        self.chunk_blocks = chunk_blocks
         self.tier: dict[str, str] = {}
         self.fail_load_after: int | None = None
         self.saved: list[str] = []

@@ -58,6 +58,19 @@ def test_store_serves_what_the_gpu_pool_lost():
     assert r.total.offered_blocks == 5 and r.total.refused_blocks == 0
 
 
+def test_store_objects_of_whole_chunks():
+    """chunk_blocks = 2 (objects of 8 tokens). Turn 1 (blocks 0..4, 20 tokens) puts chunks 0
+    (blocks 0-1) and 1 (2-3): 4 blocks; block 4 is no complete chunk. Turn 2 (blocks 0..6, 28
+    tokens, cap (28 - 1) // 4 = 6): chunks 0, 1 hit (4 blocks), chunk 2 (4-5) misses; it puts
+    chunk 2 (blocks 4-5, not served by the store); chunk 3 would end past block 7."""
+    w = workload([("a", 0.0, 0.5, 1.0, 20, 0, [0, 1, 2, 3, 4]),
+                  ("a", 2.0, 2.5, 3.0, 28, 0, [0, 1, 2, 3, 4, 5, 6])])
+    r = simulate(w, params(gpu_pool_tokens=0, ram_capacity_blocks=100, ram_gb=1.0, chunk_blocks=2))
+    assert r.per_call["store_hit_blocks"].tolist() == [0, 4]
+    assert r.per_call["put_blocks"].tolist() == [4, 2]
+    assert r.total.store_hit_share == pytest.approx(16 / 48)
+
+
 def test_endpoints_have_their_own_gpu_pools_and_share_the_store():
     calls = [("a", 0.0, 0.5, 1.0, 16, 0, [0, 1, 2, 3]),
              ("b", 2.0, 2.5, 3.0, 20, 0, [0, 1, 2, 3, 4])]

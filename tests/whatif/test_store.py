@@ -118,3 +118,14 @@ def test_leading_run_counts_only_until_the_first_miss():
     assert s.lookup(ids(0, 1, 2, 3), 0.1) == (2, 0)
     # the miss does not stop the leases: 3 was leased too
     assert s.lease_to[3] == 5.1
+
+
+def test_lookup_weights_count_blocks_per_object():
+    # objects 0..3 of 1, 2, 2 and 2 blocks; objects 0-2 present, 1 only on disk after an offload
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1), 100)
+    s.save(ids(0, 1, 2), 0.0)
+    s.in_ram[1], s.on_disk[1] = False, True
+    w = np.array([1, 2, 2, 2], dtype=np.int64)
+    # leading run: objects 0, 1, 2 -> 1 + 2 + 2 = 5 blocks, of which object 1's 2 on disk
+    assert s.lookup(ids(0, 1, 2, 3), 1.0, w) == (5, 2)
+    assert s.lookup(ids(0, 1, 2, 3), 1.0) == (3, 1)

@@ -202,10 +202,10 @@ def simulate(w: Workload, p: Params) -> Result:
                     keys = np.concatenate([ids[:h], ids[h + e:]]) if e else ids
                     put[i], refused[i] = store.save(keys, t)
                 else:   # complete chunks not entirely served by the store, counted per block
-                    cj = np.arange(len(ids) // CB)
-                    served = (cj * CB >= h) & ((cj + 1) * CB <= h + e)
-                    cj = cj[~served]
-                    pc, rc = store.save(ids[cj * CB + CB - 1], t)
+                    js = np.arange(len(ids) // CB)
+                    served = (js * CB >= h) & ((js + 1) * CB <= h + e)
+                    js = js[~served]
+                    pc, rc = store.save(ids[js * CB + CB - 1], t)
                     put[i], refused[i] = pc * CB, rc * CB
         elif kind == 4:  # decode: the next chunk of output blocks
             if i in held:

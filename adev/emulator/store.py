@@ -38,8 +38,8 @@ together); same-session reuse dominates, so most hits become local reads. Hit/mi
 capacity and leases are unchanged; ``prefer_local=False`` restores Mooncake's random placement.
 
 Payloads are ``chunk_blocks * bytes_per_block / payload_scale`` real bytes per object. The client
-is blocking; every call runs in executors per connection (two threads for lookups and loads, one for saves, so background puts
-never delay a read path). Fault handling: any RPC failure (or a master that stops
+is blocking; every call runs in executors per connection (two threads for lookups and loads, one
+for saves, so background puts never delay a read path). Fault handling: any RPC failure (or a master that stops
 accepting TCP connections, probed every second) marks the store down; while down, lookups and puts
 return counted failures at once (the request recomputes); a background task re-creates the client
 when a master accepts connections again. The old client is closed in a thread once its executors

@@ -205,8 +205,8 @@ def simulate(w: Workload, p: Params) -> Result:
                     js = np.arange(len(ids) // CB)
                     served = (js * CB >= h) & ((js + 1) * CB <= h + e)
                     js = js[~served]
-                    pc, rc = store.save(ids[js * CB + CB - 1], t)
-                    put[i], refused[i] = pc * CB, rc * CB
+                    n_put, n_ref = store.save(ids[js * CB + CB - 1], t)
+                    put[i], refused[i] = n_put * CB, n_ref * CB
         elif kind == 4:  # decode: the next chunk of output blocks
             if i in held:
                 j = chunk_l[k]

@@ -178,13 +178,19 @@ class HeldClock:
 
 
 def _alive(pid: int) -> bool:
+    """Whether process ``pid`` runs: it exists and is no zombie (an endpoint killed under a
+    parent that has not reaped it yet is a zombie, and a zombie's holds must be released)."""
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except PermissionError:
         return True
-    return True
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True   # no procfs: existence is all we know
+    return stat[stat.rindex(")") + 2:][:1] not in ("Z", "X")
 
 
 def open_held_clock(state_dir: str | Path | None) -> HeldClock | None:

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import asyncio
 import math
+import os
+from pathlib import Path
 
 import pytest
 
@@ -119,3 +121,34 @@ def test_a_dead_holders_hold_is_released(tmp_path, monkeypatch):
     _time.sleep(0.01)
     assert c.drop_dead() == 0
     c.set_hold(1, float("inf"))
+
+
+def test_a_zombie_holders_hold_is_released(tmp_path):
+    """A holder killed under a parent that has not reaped it (a zombie) holds nothing: the
+    endpoint-kill fault leaves the endpoint a zombie until the stack notices."""
+    import signal
+    import subprocess
+    import sys as _sys
+    import time as _time
+
+    from adev import clock as clk
+    p = tmp_path / "clock"
+    c = clk.HeldClock.create(p)
+    code = ("import sys, time; from adev.clock import HeldClock; c = HeldClock(sys.argv[1]); "
+            "c.set_hold(2, c() + 1.0e-3); print('held', flush=True); time.sleep(60)")
+    child = subprocess.Popen([_sys.executable, "-c", code, str(p)], stdout=subprocess.PIPE,
+                             text=True)
+    try:
+        assert child.stdout.readline().strip() == "held"
+        assert c.drop_dead() == 0                       # alive: its hold stays
+        os.kill(child.pid, signal.SIGKILL)
+        deadline = _time.monotonic() + 5
+        while _time.monotonic() < deadline:             # not reaped: a zombie
+            st = Path(f"/proc/{child.pid}/stat").read_text()
+            if st[st.rindex(")") + 2] == "Z":
+                break
+            _time.sleep(0.01)
+        assert c.drop_dead() == 1
+    finally:
+        child.kill()
+        child.wait()

@@ -350,7 +350,7 @@ class StackConfig:
     # profile (a clock shared by the stack's processes, adev/clock.py), so the host's read speed
     # never reaches a modelled figure; "free" = model time is wall time x time_scale, and a
     # slow read delays its request (the host's lag shows up in TTFT and in what follows).
-    model_clock: Literal["held", "free"] = "free"
+    model_clock: Literal["held", "free"] = "held"
 
     def validate(self, where: str) -> None:
         from adev.emulator.policies import POLICIES, unknown_policy

@@ -8,7 +8,9 @@ setup:
 run: setup
 	.venv/bin/adev fleet --width 12
 
-test: setup
+# the tests also check the endpoint with a third-party client: AIPerf, in .venv-aiperf
+test:
+	@./scripts/bootstrap.sh --aiperf
 	.venv/bin/python -m pytest -q -ra
 
 # ruff (lint + import order) and mypy, as configured in pyproject.toml; CI runs it before the tests

@@ -14,7 +14,7 @@ twice against it, as a new user would:
    ``--trace-lines`` rows of ``--trace``): every reply's server-reported completion tokens must be
    exactly the trace row's ``output_length``.
 
-AIPerf runs in a venv of its own (``--aiperf``, default ``/work/aiperf-venv/bin/aiperf``;
+AIPerf runs in a venv of its own (``--aiperf``, default ``.venv-aiperf/bin/aiperf``, which ``make test`` installs;
 ``python3.12 -m venv V && V/bin/pip install aiperf``). With no network it cannot download a
 tokenizer, so a small byte-level BPE tokenizer is built with that venv's ``tokenizers`` and put
 in a private Hugging Face cache as ``local/adevtok``.
@@ -112,7 +112,8 @@ def metric(rec: dict, name: str) -> float | None:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--aiperf", type=Path, default=Path(os.environ.get("ADEV_AIPERF", "/work/aiperf-venv/bin/aiperf")))
+    ap.add_argument("--aiperf", type=Path, default=Path(os.environ.get(
+        "ADEV_AIPERF", str(Path(__file__).resolve().parent.parent / ".venv-aiperf" / "bin" / "aiperf"))))
     ap.add_argument("--trace", type=Path, required=True,
                     help="a Mooncake JSONL trace (timestamp, input_length, output_length, hash_ids)")
     ap.add_argument("--trace-lines", type=int, default=40)

@@ -67,3 +67,17 @@ if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   .venv/bin/pip install -q -e . 2> >(grep -v -e "^WARNING: Location" -e "BuildBackendWarning" >&2)
   echo "$want" > "$stamp"
 fi
+
+# --aiperf (make test): AIPerf, the third-party client the tests check the emulated endpoint with,
+# in a venv of its own (its dependencies are not ours); about 1.2 GB and a few minutes, once.
+if [ "${1:-}" = "--aiperf" ]; then
+  astamp=.adev/aiperf.stamp
+  awant="aiperf==0.13.0 $pyver"
+  if [ ! -x .venv-aiperf/bin/aiperf ] || [ ! -f "$astamp" ] || [ "$(cat "$astamp")" != "$awant" ]; then
+    echo "[bootstrap] AIPerf into .venv-aiperf (the tests' third-party client)"
+    rm -rf .venv-aiperf
+    "$PY" -m venv .venv-aiperf
+    .venv-aiperf/bin/pip install -q "aiperf==0.13.0" 2> >(grep -v -e "^WARNING: Location" >&2)
+    echo "$awant" > "$astamp"
+  fi
+fi

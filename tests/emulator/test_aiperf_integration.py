@@ -1,6 +1,7 @@
 """AIPerf (a venv of its own) against an emulated endpoint: bench/check_aiperf.py on a small
-synthetic Mooncake trace. Skipped where AIPerf is not installed (ADEV_AIPERF, default
-/work/aiperf-venv/bin/aiperf)."""
+synthetic Mooncake trace. ``make test`` installs AIPerf into ``.venv-aiperf``
+(``scripts/bootstrap.sh --aiperf``); ADEV_AIPERF names another one. Skipped where none is
+installed."""
 from __future__ import annotations
 
 import json
@@ -14,7 +15,7 @@ import pytest
 from adev.config import ROOT
 
 pytestmark = pytest.mark.integration
-AIPERF = Path(os.environ.get("ADEV_AIPERF", "/work/aiperf-venv/bin/aiperf"))
+AIPERF = Path(os.environ.get("ADEV_AIPERF", str(ROOT / ".venv-aiperf" / "bin" / "aiperf")))
 
 
 @pytest.mark.skipif(not AIPERF.exists(), reason=f"no AIPerf at {AIPERF} (set ADEV_AIPERF)")

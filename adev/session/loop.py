@@ -45,7 +45,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, overload
 
-from ..client.llm import ChatResult, ContextLengthError, LLMClient, LLMError
+from ..client.llm import LLMClient
+from ..client.retry import ContextLengthError, LLMError
+from ..client.stream import ChatResult
 from ..clock import RunClock
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict

@@ -154,7 +154,7 @@ async def load(a, base: Path) -> None:
 def report(res: list[dict], cpu: float, per: dict, wall: float, S: float, width: int,
            verbose: bool, reply_desc: str) -> None:
     ok = [r for r in res if observed(r) and r["server"] and r["server"]["ttft_s"]]
-    from adev.analysis.windows import ttft_model_error  # the report's figure, defined once
+    from adev.analysis.figures import ttft_model_error  # the report's figure, defined once
     errs = list(ttft_model_error([observed(r) for r in ok], [r["server"]["ttft_s"] for r in ok]))
     aerr = [abs(x) for x in errs]
     wall_ms = [(observed(r) - r["server"]["ttft_s"]) / S * 1000 for r in ok]

@@ -9,7 +9,7 @@
    flight, ``--gap`` other completions between a session's turns) against an embedded stack of
    two prefill and two decode replicas (or two colocated replicas on an emulator without
    ``kv_role``), configuration ``store-ram``. Dispatch delay = ``t_sent - t_scheduled`` of each
-   call's first request (:func:`adev.analysis.windows.dispatch_delay`; the schedule releases a
+   call's first request (:func:`adev.analysis.figures.dispatch_delay`; the schedule releases a
    call at ``t_scheduled``, so it covers awaiting the prompt's ids, routing, building and
    sending the request), p50/p99 in wall milliseconds; target p99 < 10 ms. Baseline in the same
    run: the same calls sent by the bare client (``LLMClient.completion`` with the ids already
@@ -32,7 +32,7 @@ import orjson
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adev.analysis.windows import dispatch_delay, pct  # noqa: E402
+from adev.analysis.figures import dispatch_delay, pct  # noqa: E402
 from adev.replay.format import read_trace, write_trace  # noqa: E402
 from adev.replay.importers import import_mooncake  # noqa: E402
 

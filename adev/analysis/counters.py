@@ -164,3 +164,17 @@ def counter_delta(scrapes: Sequence, names: Sequence[str], t0: float, t1: float,
             resets += 1
         prev = v
     return Delta(acc, pts[ia][0], pts[ib][0], resets, gaps)
+
+
+def idle_checker(starts: np.ndarray, ends: np.ndarray):
+    """``idle(a, b)``: True when no request interval [s, e] touches [a, b] (a request with no
+    end counts as outstanding from its send onwards)."""
+    s = np.asarray(starts, dtype=float)
+    e = np.asarray(ends, dtype=float)
+    e = np.where(np.isnan(e), np.inf, e)
+    ok = ~np.isnan(s)
+    s, e = s[ok], e[ok]
+
+    def idle(a: float, b: float) -> bool:
+        return not bool(np.any((s <= b) & (e >= a)))
+    return idle

@@ -2,7 +2,7 @@
 
 ``running_figures(window_calls, window_scrapes, t0, t_now)`` takes what the fleet has seen since
 the window opened (call and scrape records as dicts) and returns the window-so-far figures,
-computed with the same metric functions as the report (:mod:`adev.analysis.windows`):
+computed with the same metric functions as the report (:mod:`adev.analysis.figures`):
 busy share per endpoint, gross saving, GPU and store hit shares, refusal share, TTFT p50.
 Counters are differenced between the first and the latest OK scrape of each target in the list
 (a running figure, not the window's final one: in-flight calls are not yet in the busy time).
@@ -17,7 +17,7 @@ from typing import Any
 import numpy as np
 
 from . import counters as C
-from .windows import busy_time, gross_saving, hit_share, pct, refusal_share
+from .figures import busy_time, gross_saving, hit_share, pct, refusal_share
 
 
 @lru_cache(maxsize=4)

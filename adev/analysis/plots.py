@@ -13,8 +13,8 @@ from typing import Any
 import numpy as np
 
 from .aggregate import RunSummary, operating_points, sweep_table
+from .figures import ttft_from_schedule, ttft_from_send
 from .loaded import Loaded
-from .windows import ttft_from_schedule, ttft_from_send
 
 OP_WIDTH = 12
 """The width of the operating-point comparison (the source's 12-session points)."""

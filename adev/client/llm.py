@@ -39,43 +39,33 @@ aiohttp, whose C HTTP parser and connection pool cost about half the CPU per cal
 pure-Python stack (measured in ``bench_client.py``: 8.4 -> 5 ms per call; httpcore's pool walks
 every pooled connection on each request). The openai package's own per-request parameter
 transform walks every message (about 15 ms for a 90 KB prompt on a loaded 2-core host), so it is
-not on the chat path. The SSE body is split on raw bytes and each event parsed with orjson. The
-first event carries the prompt's token ids (tens of thousands of integers): their JSON array is
-cut out of the event as raw bytes and, for a ledger with ``add_json``, handed over unparsed.
+not on the chat path.
+
+Its parts: :mod:`.retry` (the retry policy and the errors), :mod:`.stamps` (the send and
+first-byte stamps on aiohttp's connections), :mod:`.stream` (the answer's parser and the call's
+result) and :mod:`.jsoncodec`.
 """
 from __future__ import annotations
 
 import asyncio
-import functools
-import json
 import random
-import re
-from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import aiohttp
 import openai
-from aiohttp.client_proto import ResponseHandler
 
 from ..clock import RunClock, mono
 from ..records import CallRecord
+from .jsoncodec import dumps
+from .retry import LLMError, RetryableError, RetryPolicy, http_error
+from .stamps import stamped_session
+from .stream import ChatResult, LedgerHook, StreamState, call_result
 
 if TYPE_CHECKING:
     import numpy as np
 
-__all__ = ["Endpoint", "RetryPolicy", "LLMClient", "ChatResult", "ToolCallOut", "LLMError",
-           "ContextLengthError", "LedgerHook"]
-
-BLOCK_SIZE = 16  # tokens per block for CallRecord.n_prompt_blocks (vLLM's default)
-
-class LedgerHook(Protocol):
-    """Receives each prompt's token ids (the reuse ledger). A hook that also has
-    ``add_json(t, session_id, call_id, ids_json: bytes)`` (e.g.
-    :class:`adev.analysis.ledger_worker.LedgerProcess`) gets the raw JSON array instead and
-    parses it itself, so the ids are never parsed on the client's event loop."""
-
-    def add(self, t: float, session_id: str, call_id: str, token_ids: list[int]) -> object: ...
+__all__ = ["Endpoint", "LLMClient"]
 
 
 @dataclass
@@ -88,79 +78,6 @@ class Endpoint:
     api_key: str = field(default="EMPTY", repr=False)
     max_model_len: int | None = None
 
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    """Backoff before attempt n (n >= 1): ``min(backoff_max_s, backoff_s * 2**(n-1))`` wall
-    seconds, times a uniform factor in ``[1 - jitter, 1 + jitter]``."""
-
-    max_attempts: int = 4
-    backoff_s: float = 0.5
-    backoff_max_s: float = 8.0
-    jitter: float = 0.25
-
-    def delay(self, attempt: int, rng: random.Random) -> float:
-        base = min(self.backoff_max_s, self.backoff_s * 2 ** (attempt - 1))
-        return base * (1.0 + self.jitter * (2 * rng.random() - 1))
-
-
-@dataclass
-class ToolCallOut:
-    id: str
-    name: str
-    arguments: str  # raw JSON text as the model wrote it (may be malformed)
-
-
-@dataclass
-class ChatResult:
-    content: str
-    reasoning: str
-    tool_calls: list[ToolCallOut]
-    finish_reason: str | None
-    prompt_tokens: int | None
-    completion_tokens: int | None
-    cached_tokens: int | None
-    record: CallRecord  # the successful attempt's record
-    kv_transfer_params: dict[str, Any] | None = None  # completions: vLLM's P/D hand-over
-
-
-class LLMError(Exception):
-    """A call that failed for good (after retries, or not retryable)."""
-
-    def __init__(self, message: str, status: int | None = None,
-                 record: CallRecord | None = None):
-        super().__init__(message)
-        self.status = status
-        self.record = record
-
-
-class ContextLengthError(LLMError):
-    """The endpoint refused the prompt as longer than its context (HTTP 400)."""
-
-
-class _Retryable(Exception):
-    def __init__(self, message: str, status: int | None = None):
-        super().__init__(message)
-        self.status = status
-
-
-_loads: Callable[[str | bytes], Any]
-
-try:  # orjson: ~10x faster JSON on the request path (token id lists are large)
-    import orjson
-
-    _loads = orjson.loads
-
-    def _dumps(obj: Any) -> bytes:
-        return orjson.dumps(obj, option=orjson.OPT_SERIALIZE_NUMPY)  # numpy token-id arrays
-except ImportError:  # pragma: no cover - orjson is a declared dependency
-    _loads = json.loads
-
-    def _dumps(obj: Any) -> bytes:
-        return json.dumps(obj, separators=(",", ":")).encode()
-
-_IDS_FIELD = re.compile(rb'"prompt_token_ids"\s*:\s*\[')
-_CONTEXT_MARKERS = ("maximum context length", "context length", "too long", "max_model_len")
 
 
 class LLMClient:
@@ -207,20 +124,8 @@ class LLMClient:
         created on first use inside the running loop."""
         s = self._session
         if s is None or s.closed:
-            trace = aiohttp.TraceConfig()
-            trace.on_request_headers_sent.append(_stamp_headers)
-            trace.on_request_chunk_sent.append(_stamp_body)
-            connector = aiohttp.TCPConnector(limit=self.pool_size, limit_per_host=0,
-                                             keepalive_timeout=300.0)
-            # every pooled connection stamps its first received bytes per request (t_first_byte);
-            # aiohttp has no public hook at the socket read, so its protocol factory is swapped
-            connector._factory = functools.partial(  # type: ignore[assignment]  # typeshed's partial is
-                _StampedHandler, loop=connector._loop)  # invariant; a subclass factory is valid here
-            s = self._session = aiohttp.ClientSession(
-                connector=connector,
-                timeout=aiohttp.ClientTimeout(total=None, sock_connect=self.connect_timeout_s,
-                                              sock_read=self.timeout_s),
-                trace_configs=[trace])
+            s = self._session = stamped_session(self.pool_size, self.connect_timeout_s,
+                                                self.timeout_s)
         return s
 
     async def discover(self) -> None:
@@ -365,7 +270,7 @@ class LLMClient:
                 rec.t_end = self.clock.now()
                 self._record(rec)
                 raise
-            except _Retryable as e:
+            except RetryableError as e:
                 rec.status, rec.error = "error", str(e)[:500]
                 rec.t_end = self.clock.now()
                 self._record(rec)
@@ -388,9 +293,9 @@ class LLMClient:
     async def _attempt(self, ep: Endpoint, body: dict[str, Any], xb: dict[str, Any],
                        rec: CallRecord, path: str = "/chat/completions") -> ChatResult:
         clock = self.clock
-        payload = _dumps({**body, **xb})
+        payload = dumps({**body, **xb})
         box = [0.0, 0.0]  # headers serialised, first body bytes written (aiohttp's traces)
-        st = _StreamState()
+        st = StreamState()
         try:
             try:
                 async with self._pool().post(
@@ -400,13 +305,7 @@ class LLMClient:
                                  "Accept": "text/event-stream"},
                         trace_request_ctx=box) as resp:
                     if resp.status >= 400:
-                        err_body = await resp.read()
-                        msg = _error_message(err_body, resp.status)
-                        if resp.status >= 500:
-                            raise _Retryable(f"HTTP {resp.status}: {msg}", resp.status)
-                        cls = (ContextLengthError if resp.status == 400 and
-                               any(m in msg.lower() for m in _CONTEXT_MARKERS) else LLMError)
-                        raise cls(f"HTTP {resp.status}: {msg}", status=resp.status)
+                        raise http_error(resp.status, await resp.read())
                     conn = resp.connection
                     st.first_byte = getattr(conn and conn.protocol, "t_first_rx", None)
                     if not body.get("stream"):
@@ -432,7 +331,7 @@ class LLMClient:
                         buf = buf[start:]
             except (aiohttp.ClientError, TimeoutError) as e:
                 # refused, reset, dropped mid-stream (payload error), read or connect timeouts
-                raise _Retryable(f"{type(e).__name__}: {e}") from None
+                raise RetryableError(f"{type(e).__name__}: {e}") from None
         finally:
             t_end = mono()
             sent = box[1] or box[0]
@@ -441,199 +340,8 @@ class LLMClient:
             rec.t_first_content = (clock.to_model(st.first_content) if st.first_content
                                    else None)
             rec.t_end = clock.to_model(t_end)
-        rec.server = st.server
-        rec.finish_reason = st.finish
-        usage = st.usage
-        pt = ct = cached = None
-        if usage:
-            pt, ct = usage.get("prompt_tokens"), usage.get("completion_tokens")
-            det = usage.get("prompt_tokens_details")
-            if isinstance(det, dict):
-                cached = det.get("cached_tokens") or 0
-            elif "prompt_tokens_details" in usage:
-                cached = 0
-        rec.prompt_tokens, rec.completion_tokens, rec.cached_tokens = pt, ct, cached
-        ids, raw = st.prompt_ids, st.prompt_ids_json
-        add_json = getattr(self.ledger, "add_json", None)
-        if raw is not None and ids is None and add_json is not None:
-            # the ledger parses the ids itself, off this loop; a JSON int array's length is
-            # its commas + 1
-            n = raw.count(b",") + 1 if raw.strip(b"[] \t\r\n") else 0
-            rec.n_prompt_blocks = n // BLOCK_SIZE
-            if rec.prompt_tokens is None:
-                rec.prompt_tokens = n
-            if n:
-                add_json(rec.t_sent, rec.session_id, rec.call_id, raw)
-        else:
-            if raw is not None and ids is None:
-                try:
-                    ids = _loads(raw)
-                except ValueError:
-                    raise LLMError(f"malformed prompt_token_ids: {raw[:200]!r}") from None
-            if ids:
-                rec.n_prompt_blocks = len(ids) // BLOCK_SIZE
-                if rec.prompt_tokens is None:
-                    rec.prompt_tokens = len(ids)
-                if self.ledger is not None:
-                    self.ledger.add(rec.t_sent, rec.session_id, rec.call_id, ids)
-        tool_calls = [ToolCallOut(id=c[0] or f"call_{i}", name=c[1], arguments="".join(c[2]))
-                      for i, c in sorted(st.calls.items())]
-        rec.n_tool_calls = len(tool_calls)
-        return ChatResult(content="".join(st.content), reasoning="".join(st.reasoning),
-                          tool_calls=tool_calls, finish_reason=st.finish,
-                          prompt_tokens=rec.prompt_tokens, completion_tokens=ct,
-                          cached_tokens=cached, record=rec,
-                          kv_transfer_params=st.kv_transfer_params)
+        return call_result(st, rec, self.ledger)
 
     def _record(self, rec: CallRecord) -> None:
         if self.run_dir is not None:
             self.run_dir.append(rec)
-
-
-class _StampedHandler(ResponseHandler):
-    """aiohttp's client protocol, plus ``t_first_rx``: when the current request's first response
-    bytes were read from the socket (reset as each request on the connection starts)."""
-
-    t_first_rx: float | None = None
-
-    def set_response_params(self, **kw: Any) -> None:
-        self.t_first_rx = None
-        super().set_response_params(**kw)
-
-    def data_received(self, data: bytes) -> None:
-        if self.t_first_rx is None:
-            self.t_first_rx = mono()
-        super().data_received(data)
-
-
-async def _stamp_headers(session: Any, ctx: Any, params: Any) -> None:
-    """aiohttp trace hook: the request's headers were serialised on a connection."""
-    box = ctx.trace_request_ctx
-    if box is not None and not box[0]:
-        box[0] = mono()
-
-
-async def _stamp_body(session: Any, ctx: Any, params: Any) -> None:
-    """aiohttp trace hook: the first body chunk (with the buffered headers) is being handed to
-    the connection's transport, which writes it to the socket at once (``t_sent``)."""
-    box = ctx.trace_request_ctx
-    if box is not None and not box[1]:
-        box[1] = mono()
-
-
-class _StreamState:
-    """Accumulates one streamed chat completion, one SSE line at a time (hot path)."""
-
-    __slots__ = ("content", "reasoning", "calls", "finish", "usage", "server", "prompt_ids",
-                 "prompt_ids_json", "first_byte", "first_content", "done", "kv_transfer_params")
-
-    def __init__(self) -> None:
-        self.content: list[str] = []
-        self.reasoning: list[str] = []
-        self.calls: dict[int, list] = {}  # index -> [id, name, [argument pieces]]
-        self.finish = self.usage = self.server = self.prompt_ids = None
-        self.prompt_ids_json: bytes | None = None  # the raw JSON array of prompt_token_ids
-        self.first_byte: float | None = None      # time.monotonic() stamps
-        self.first_content: float | None = None
-        self.done = False
-        self.kv_transfer_params: dict[str, Any] | None = None
-
-    def whole(self, raw: bytes) -> None:
-        """A non-streamed answer (chat or completion), parsed as one event."""
-        try:
-            d = _loads(raw)
-        except ValueError:
-            raise LLMError(f"malformed response: {raw[:200]!r}") from None
-        if isinstance(d, dict):
-            for ch in d.get("choices") or ():
-                if isinstance(ch, dict) and "message" in ch:
-                    ch["delta"] = ch.pop("message") or {}
-        self._event(_dumps(d) if isinstance(d, dict) else raw)
-        if self.first_content is None:  # the whole answer, even an empty one, arrived now
-            self.first_content = mono()
-        self.done = True
-
-    def feed(self, line: bytes) -> bool:
-        """Process one line; True once the stream is complete (``[DONE]``).
-
-        The event carrying ``prompt_token_ids`` (tens of thousands of integers, the first event)
-        is not parsed whole: the ids' JSON array is cut out as raw bytes (for the ledger, which
-        parses it off the event loop) and the rest of the event is parsed as any other."""
-        if not line.startswith(b"data:"):
-            return False  # blank separators, comments, event: lines
-        data = line[5:].strip()
-        if data == b"[DONE]":
-            self.done = True
-            return True
-        if self.prompt_ids_json is None and len(data) > 4096:
-            m = _IDS_FIELD.search(data)
-            if m is not None:
-                end = data.find(b"]", m.end())
-                if end > 0:
-                    self.prompt_ids_json = data[m.end() - 1:end + 1]
-                    data = data[:m.end() - 1] + b"null" + data[end + 1:]
-        return self._event(data)
-
-    def _event(self, data: bytes) -> bool:
-        try:
-            chunk = _loads(data)
-        except ValueError:
-            raise LLMError(f"malformed stream event: {data[:200]!r}") from None
-        if not isinstance(chunk, dict):
-            raise LLMError(f"malformed stream event: {data[:200]!r}")
-        if "error" in chunk and not chunk.get("choices"):
-            err = chunk["error"]
-            msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
-            code = err.get("code") if isinstance(err, dict) else None
-            if isinstance(code, int) and code >= 500:
-                raise _Retryable(f"stream error {code}: {msg}", code)
-            raise LLMError(f"stream error: {msg}", status=code if isinstance(code, int) else None)
-        ids = chunk.get("prompt_token_ids")
-        if ids and self.prompt_ids is None:
-            self.prompt_ids = ids
-        for ch in chunk.get("choices") or ():
-            d = ch.get("delta") or {}
-            c = d.get("content") or ch.get("text")  # chat delta, or a completion's text
-            r = d.get("reasoning_content") or d.get("reasoning")
-            tcs = d.get("tool_calls")
-            if self.first_content is None and (c or r or tcs):
-                self.first_content = mono()
-            if c:
-                self.content.append(c)
-            if r:
-                self.reasoning.append(r)
-            if tcs:
-                for tc in tcs:
-                    slot = self.calls.setdefault(tc.get("index", len(self.calls)), ["", "", []])
-                    if tc.get("id"):
-                        slot[0] = tc["id"]
-                    fn = tc.get("function") or {}
-                    if fn.get("name"):
-                        slot[1] += fn["name"]
-                    if fn.get("arguments"):
-                        slot[2].append(fn["arguments"])
-            if ch.get("finish_reason"):
-                self.finish = ch["finish_reason"]
-        if chunk.get("usage"):
-            self.usage = chunk["usage"]
-        if "adev" in chunk:
-            self.server = chunk["adev"]
-        if isinstance(chunk.get("kv_transfer_params"), dict):
-            self.kv_transfer_params = chunk["kv_transfer_params"]
-        return False
-
-
-def _error_message(raw: bytes, status: int) -> str:
-    try:
-        body = _loads(raw)
-    except ValueError:
-        return raw[:500].decode("utf-8", "replace") or f"HTTP {status}"
-    if isinstance(body, dict):
-        inner = body.get("error", body)
-        if isinstance(inner, dict) and inner.get("message"):
-            return str(inner["message"])[:500]
-        if isinstance(inner, str):
-            return inner[:500]
-        if body.get("message"):
-            return str(body["message"])[:500]
-    return str(body)[:500]

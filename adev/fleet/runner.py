@@ -12,93 +12,46 @@ the summary is printed. ``resume_fleet(run)`` continues an interrupted run (see
 :func:`adev.fleet.windows.resume_plan`).
 
 Everything outside the fleet stage (stack, sessions, gate, analysis) is reached through
-:class:`Deps` so unit tests can pass small fakes; :func:`real_deps` wires the real stages.
+:class:`~adev.fleet.deps.Deps` so unit tests can pass small fakes. The parts: :mod:`.deps`,
+:mod:`.signals` (the stop signals), :mod:`.stack_meter` (the stack's CPU and held clock),
+:mod:`.resume` (continuing an interrupted run) and :mod:`.summary` (the outcome and its text).
 """
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import dataclasses
-import json
-import math
 import os
-import signal
 import sys
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .. import event_loop
 from ..analysis.faults import FaultTracker, tracker_from_records
-from ..clock import RunClock, mono, open_held_clock, stack_held_dir, stack_run_clock, use_held_clock
+from ..clock import RunClock, stack_run_clock
 from ..config import ROOT, ConfigError, StackConfig
 from ..manifest import build_manifest
-from ..records import (
-    RECORD_TYPES,
-    EventKind,
-    EventRecord,
-    SessionRecord,
-    WindowRecord,
-    create_run_path,
-    ends_torn,
-)
-from ..stack.state import state_dir_path
-from .config import FleetConfig, fleet_from_dict
+from ..records import RECORD_TYPES, EventKind, EventRecord, create_run_path
+from .config import FleetConfig
+from .deps import Deps, real_deps
 from .live import FleetState, LiveDisplay, ObservedRunDir
 from .lock import RunLock
 from .protocols import Fleet, FleetAborted
+from .resume import (
+    FLEET_STATE,
+    close_interrupted,
+    find_fleet_run,
+    read_fleet_state,
+    repair_torn_tails,
+    resumed_clock,
+)
 from .scraper import Scraper
+from .signals import StopSignals
+from .stack_meter import metered_stack
+from .summary import RunOutcome, fleet_summary
 from .windows import RegimeDetector, last_stamp, resume_plan
-
-FLEET_STATE = "fleet.json"
-
-
-@dataclass
-class Deps:
-    """What the fleet needs from the other stages."""
-
-    running_stack: Callable[[StackConfig], Any]          # async context manager -> StackInfo
-    list_tasks: Callable[[], list[str]]
-    # make_sessions(cfg, info, run_dir, clock, state, gate) -> async context manager yielding a
-    # launcher ``await launcher(task, seed, session_id)``
-    make_sessions: Callable[..., Any]
-    open_gate: Callable[[str], Any] | None = None       # kind -> async context manager -> Gate
-    summarise: Callable[[Path], str] | None = None       # run dir -> printable summary
-    report: Callable[[Path], Path | None] | None = None  # run dir -> path of the full report
-    # stack info -> {process: {"cpu_s": CPU seconds since start, ...}} (adev.stack.process_usage)
-    stack_usage: Callable[[Any], dict[str, dict[str, float]]] | None = None
-
-
-def real_deps() -> Deps:
-    from . import wiring
-    return Deps(running_stack=wiring.running_stack, list_tasks=wiring.list_tasks,
-                make_sessions=wiring.make_sessions, open_gate=wiring.open_gate,
-                summarise=wiring.summarise,
-                report=wiring.report, stack_usage=wiring.stack_usage)
-
-
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class RunOutcome:
-    run_dir: Path
-    windows: list[dict[str, Any]]
-    stopped: str | None
-    aborted: str | None
-    summary: str
-    report_path: Path | None
-    wall_s: float
-
-    @property
-    def exit_code(self) -> int:
-        if self.aborted:
-            return 1
-        if self.stopped:
-            return 130
-        return 0
 
 
 def _asdict_or_none(obj: Any) -> Any:
@@ -110,50 +63,6 @@ def _targets(info: Any) -> dict[str, str]:
     if info.master_metrics_url:
         t["master"] = info.master_metrics_url
     return t
-
-
-def repair_torn_tails(run_path: Path) -> dict[str, int]:
-    """End every record file whose last line was torn by a crash with a newline, so records
-    appended after a resume start on a line of their own (the torn fragment stays, unreadable,
-    and is counted by ``RunDir.torn_lines``). Returns {kind: fragments terminated}."""
-    fixed: dict[str, int] = {}
-    for kind in RECORD_TYPES:
-        p = run_path / f"{kind}.jsonl"
-        if ends_torn(p):
-            with p.open("ab") as fh:
-                fh.write(b"\n")
-            fixed[kind] = 1
-    return fixed
-
-
-class _Signals:
-    """SIGINT/SIGTERM -> a clean stop of the current fleet; a second signal cancels outright."""
-
-    def __init__(self, main_task: asyncio.Task):
-        self.main = main_task
-        self.fleet: Fleet | None = None
-        self.received: str | None = None
-        self.loop = asyncio.get_running_loop()
-
-    def _handle(self, name: str) -> None:
-        if self.received is None:
-            self.received = name
-            print(f"\nadev: {name}: stopping the fleet (again to abort)", file=sys.stderr)
-            if self.fleet is not None:
-                self.fleet.stop(name)
-        else:
-            self.main.cancel()
-
-    def __enter__(self) -> _Signals:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                self.loop.add_signal_handler(s, self._handle, s.name)
-        return self
-
-    def __exit__(self, *exc: Any) -> None:
-        for s in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                self.loop.remove_signal_handler(s)
 
 
 class FleetRun:
@@ -182,7 +91,7 @@ class FleetRun:
         self.clock: RunClock | None = None
         self.gate: Any = None
         self._records_started = False
-        self.signals: _Signals | None = None
+        self.signals: StopSignals | None = None
         self.fleet: Fleet | None = None
         self.result_windows: list[dict[str, Any]] = []
         self.stopped: str | None = None
@@ -242,7 +151,7 @@ class FleetRun:
             raise
         main = asyncio.current_task()
         assert main is not None  # run() is a coroutine: it runs in a task
-        self.signals = _Signals(main)
+        self.signals = StopSignals(main)
         try:
             with self.signals:
                 async with self._gate() as gate:
@@ -310,43 +219,15 @@ class FleetRun:
                                   f"run's clock at {self.clock.time_scale}")
             # (a stack that a crashed run started is reused by its --resume, which registers as
             # its user and, being the last user out, stops it: adev.stack.running_stack)
-            u0, w0 = self._stack_usage(info), time.monotonic()
-            held = open_held_clock(stack_held_dir(info))
-            h0 = held.held_s() if held is not None else None
-            try:
+            with metered_stack(info, self.deps.stack_usage, self._event,
+                               lambda: self.clock is not None):
                 result = await body(info)
-            finally:
-                if held is not None and h0 is not None:  # wall seconds model time stood still (slow reads)
-                    wall = max(1e-9, time.monotonic() - w0)
-                    h = held.held_s() - h0
-                    self._event("model_clock_held", held_wall_s=round(h, 3), wall_s=round(wall, 3),
-                                held_share=round(h / wall, 4))
-                    held.close()
-                u1 = self._stack_usage(info) if u0 else None
-                if self.clock is not None and u0 and u1:
-                    # cores = delta CPU seconds / wall seconds, per process alive at both readings
-                    wall = max(1e-9, time.monotonic() - w0)
-                    per = {k: round((u1[k]["cpu_s"] - u0[k]["cpu_s"]) / wall, 4)
-                           for k in u0 if k in u1}
-                    self._event("stack_cpu", wall_s=round(wall, 3), cores=round(sum(per.values()), 4),
-                                per_process=per, gone=sorted(set(u0) - set(u1)),
-                                host_cores=os.cpu_count() or 1)
             t_exit = time.monotonic()
             started = bool(getattr(info, "started_here", False))
         if self.clock is not None:
             self._event("stack_released", stopped=started,
                         took_wall_s=round(time.monotonic() - t_exit, 3))
         return result
-
-    def _stack_usage(self, info: Any) -> dict[str, dict[str, float]] | None:
-        """The stack processes' CPU readings, or None (no reader, or the stack is not ours to read:
-        an external stack, a reader error -- the figure is then absent, never zero)."""
-        if self.deps.stack_usage is None:
-            return None
-        try:
-            return self.deps.stack_usage(info) or None
-        except Exception:  # noqa: BLE001
-            return None
 
     async def _session_env(self, info: Any, tasks: list[str], *, epoch: int,
                            seed_offset: int, body: Callable[[Fleet], Any]) -> Any:
@@ -428,7 +309,6 @@ class FleetRun:
     def _resume_bookkeeping(self) -> tuple[int, int, int, int]:
         """Close what the interrupted process left open; returns (epoch, seed offset, next
         window index, windows still to measure)."""
-        st = json.loads((self.path / FLEET_STATE).read_text())  # checked by _read_state
         fixed = repair_torn_tails(self.path)
         rd = self.run_dir
         recs = {k: rd.read(k) for k in RECORD_TYPES}
@@ -437,24 +317,8 @@ class FleetRun:
         self.faults.on_event = self._fault_event
         count = self.cfg.windows.count if self.cfg.protocol == "steady" else self.cfg.runs
         plan = resume_plan(recs["windows"], recs["events"], recs["sessions"], count, t_last)
-        # the clock continues the interrupted run's timeline (CLOCK_MONOTONIC is host-wide);
-        # after a reboot it is shifted so that new stamps follow the last recorded one
-        ck = st["clock"]
-        if self.stack_cfg.mode == "embedded" and self.stack_cfg.model_clock == "held":
-            use_held_clock(state_dir_path(self.stack_cfg.state_dir))
-        clock = RunClock(time_scale=float(ck["time_scale"]), t0=float(ck["t0_mono"]))
-        if clock.now() <= t_last:
-            clock = RunClock(time_scale=clock.time_scale,
-                             t0=mono() - (t_last + 1.0) / clock.time_scale)
-        self.clock = clock
-        for w in plan.interrupted:
-            self.run_dir.append(WindowRecord(run_id=self.run_id, **w))
-            self.result_windows.append({"run_id": self.run_id, **w})
-        for s in plan.orphan_sessions:
-            self.run_dir.append(SessionRecord(
-                run_id=self.run_id, session_id=s["session_id"], task=s.get("task", ""),
-                t=t_last, status="cancelled", seed=int(s.get("seed", 0)),
-                reason="interrupted: the fleet process stopped during the session"))
+        clock = self.clock = resumed_clock(self.path, self.stack_cfg, t_last)
+        self.result_windows += close_interrupted(self.run_dir, self.run_id, plan, t_last)
         self._event("resume", epoch=plan.epoch, interrupted=[w["index"] for w in plan.interrupted],
                     valid_done=plan.valid_done, remaining=plan.remaining,
                     next_index=plan.next_index, t_last=t_last, torn_fixed=fixed,
@@ -465,41 +329,8 @@ class FleetRun:
 
     # -- the end ------------------------------------------------------------------------
     def _summary(self) -> str:
-        ws = self.run_dir.read("windows")
-        valid = [w for w in ws if w.get("valid")]
-        lines = [f"run {self.run_id}: {self.path}",
-                 f"windows: {len(valid)} valid, {len(ws) - len(valid)} invalid"
-                 + "".join(f"\n  window {w['index']}: [{w['t0']:.0f}, {w['t1']:.0f}) "
-                           f"{'valid' if w['valid'] else 'INVALID: ' + str(w.get('reason'))}"
-                           + (f" (faults: {', '.join(w['faults'])})"
-                              if w.get("faults") and w["valid"] else "")
-                           for w in ws)]
-        if self.stopped:
-            lines.append(f"stopped early: {self.stopped}")
-        if self.aborted:
-            lines.append(f"aborted: {self.aborted}")
-        ss = self.run_dir.read("sessions")
-        ends: dict[str, int] = {}
-        for s in ss:
-            if s["status"] != "started":
-                ends[s["status"]] = ends.get(s["status"], 0) + 1
-        lines.append(f"sessions: {sum(1 for s in ss if s['status'] == 'started')} started; "
-                     + ", ".join(f"{k} {v}" for k, v in sorted(ends.items())))
-        calls = self.run_dir.read("calls")
-        lines.append(f"calls: {len(calls)} records, "
-                     f"{sum(1 for c in calls if c.get('status') != 'ok')} not ok")
-        for e in self.run_dir.read("events"):
-            if e.get("event") == "stack_cpu":
-                d = e["detail"]
-                lines.append(f"stack CPU: {d['cores']:.2f} cores over {d['wall_s']:.0f} s wall ("
-                             + ", ".join(f"{k} {v:.2f}" for k, v in d["per_process"].items())
-                             + f"; host has {d['host_cores']})")
-        if self.deps.summarise is not None and self.clock is not None:
-            try:
-                lines.append(self.deps.summarise(self.path))
-            except Exception as e:
-                lines.append(f"summary figures: unavailable ({type(e).__name__}: {e})")
-        return "\n".join(lines)
+        return fleet_summary(self.run_dir, stopped=self.stopped, aborted=self.aborted,
+                             summarise=self.deps.summarise, clock_started=self.clock is not None)
 
 
 # --------------------------------------------------------------------------------------------
@@ -539,16 +370,10 @@ def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
     """Continue the interrupted run ``run`` (a run id under results/runs or a path). Refused
     (ConfigError, exit 2) while the run's own fleet is alive (:mod:`adev.fleet.lock`) or when its
     ``fleet.json`` cannot be read back."""
-    p = Path(run)
-    if not (p / FLEET_STATE).exists():
-        cand = ROOT / "results" / "runs" / str(run)
-        if (cand / FLEET_STATE).exists():
-            p = cand
-        else:
-            raise ConfigError(f"--resume: {run} is not a fleet run directory (no {FLEET_STATE})")
+    p = find_fleet_run(run)
     lock = RunLock(p).acquire("--resume")
     try:
-        cfg = _read_state(p / FLEET_STATE)
+        cfg = read_fleet_state(p / FLEET_STATE)
         deps = deps or real_deps()
         stack_cfg = cfg.stack_config()
         pin_client(cfg, stack_cfg)
@@ -558,31 +383,3 @@ def resume_fleet(run: str | Path, *, deps: Deps | None = None, out=None,
         lock.release()
         raise
     return event_loop.run(fr.run())
-
-
-def _read_state(path: Path) -> FleetConfig:
-    """The fleet configuration saved in ``fleet.json`` (ConfigError naming the file, line and
-    field when it is not what a fleet wrote)."""
-    try:
-        st = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); not a fleet.json a fleet "
-                          "wrote") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}); not a fleet.json "
-                          "a fleet wrote") from None
-    for key, typ in (("fleet", dict), ("clock", dict)):
-        if not isinstance(st, dict) or not isinstance(st.get(key), typ):
-            raise ConfigError(f"{path}: field {key!r} missing or not an object; not a fleet.json "
-                              "a fleet wrote")
-    ck = st["clock"]
-    for key in ("t0_mono", "time_scale"):
-        v = ck.get(key)
-        if not isinstance(v, (int, float)) or isinstance(v, bool) or not math.isfinite(v):
-            raise ConfigError(f"{path}: field clock.{key} is {v!r}; expected a finite number")
-    try:
-        return fleet_from_dict(st["fleet"])
-    except ConfigError as e:
-        raise ConfigError(f"{path}: {e}") from None
-    except (TypeError, ValueError, KeyError) as e:
-        raise ConfigError(f"{path}: field 'fleet': {type(e).__name__}: {e}") from None

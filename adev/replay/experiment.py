@@ -30,7 +30,8 @@ from typing import Any, ClassVar, Literal
 
 import numpy as np
 
-from ..client.llm import Endpoint, LLMClient, LLMError
+from ..client.llm import Endpoint, LLMClient
+from ..client.retry import LLMError
 from ..clock import RunClock, stack_run_clock
 from ..config import ConfigError, Configuration, StackConfig
 from ..records import RunDir

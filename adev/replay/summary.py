@@ -1,6 +1,6 @@
 """Figures of one replay run, computed from its records only (``replay.jsonl``, ``calls.jsonl``,
 ``scrapes.jsonl``, ``manifest.json``). Formulas that the fleet analysis already defines are
-called from :mod:`adev.analysis.windows`, not restated. A figure that cannot be computed is None
+called from :mod:`adev.analysis.figures`, not restated. A figure that cannot be computed is None
 with its reason in ``missing``.
 
 - ``throughput_rps`` = OK calls / (last call end - first call ready), model seconds;
@@ -10,17 +10,17 @@ with its reason in ``missing``.
 - ``exact_output_share``: OK calls whose live output length equals the recorded one;
 - ``stickiness``: non-initial turns on their session's preferred prefill replica / non-initial
   turns; ``traffic``: calls per ``"prefill>decode"`` pair, and ``traffic_shares``;
-- ``dispatch_delay_p99_s``: :func:`adev.analysis.windows.dispatch_delay` of the first request of
+- ``dispatch_delay_p99_s``: :func:`adev.analysis.figures.dispatch_delay` of the first request of
   every call;
 - store figures, counter deltas between the first and last OK scrape of each target:
   ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
   bytes per block; ``physical_read_bytes`` = those loaded from the disk tier; ``evictions`` =
   the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
-  (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.windows.disk_rate_estimate` over
+  (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
   the calls' tier split and load time;
 - host fidelity: ``store_read_over_profile_p50/p99``
-  (:func:`adev.analysis.windows.store_read_over_profile`) and ``ttft_over_model_p50/p99``
-  (:func:`adev.analysis.windows.ttft_model_error` of TTFT from send against the endpoint's
+  (:func:`adev.analysis.figures.store_read_over_profile`) and ``ttft_over_model_p50/p99``
+  (:func:`adev.analysis.figures.ttft_model_error` of TTFT from send against the endpoint's
   modelled TTFT), over the calls that carry the emulator's figures.
 """
 from __future__ import annotations
@@ -33,7 +33,7 @@ from typing import Any
 import numpy as np
 
 from ..analysis import counters as K
-from ..analysis.windows import (
+from ..analysis.figures import (
     disk_rate_estimate,
     dispatch_delay,
     pct,

@@ -75,7 +75,8 @@ def main(args: argparse.Namespace) -> int:
 async def run(args: argparse.Namespace) -> dict[str, Any]:
     import os
 
-    from ..client.llm import Endpoint, LLMClient, LLMError
+    from ..client.llm import Endpoint, LLMClient
+    from ..client.retry import LLMError
     from ..clock import RunClock, stack_run_clock
     from ..config import ConfigError, load_stack
     from ..gate.registry import check_gate_policy, make_gate

@@ -18,17 +18,10 @@ errors are answered to the model as tool results. A reply without a tool call is
 reminder; after ``no_tool_limit`` consecutive replies without a valid tool call the role gives up,
 and if it made no valid tool call at all the session ends with reason ``no_progress``.
 
-**Context rule.** Before each call the loop estimates the prompt's tokens (characters divided by
-the characters-per-token ratio measured on this session's previous call; 3.0 before the first)
-plus the role's ``max_tokens``, against the endpoint's ``max_model_len`` (from ``/v1/models``)
-minus ``context_margin_tokens``. (1) If it does not fit, ``max_tokens`` is lowered to the room
-left, down to a floor of min(role max_tokens, 4,096). (2) Below the floor the loop *elides*
-history, oldest first, until the role's full ``max_tokens`` fits again: a tool result or a
-``write_file`` content longer than 200 characters is replaced by a one-line marker (``[elided to
-fit the context: N characters ...]``). Elision is permanent (the trimmed history is what later
-calls resend, so they share its prefix). (3) If everything elidable is elided and the floor still
-does not fit -- or the endpoint answers twice that the prompt is over its context -- the session
-ends with status ``ended`` and reason ``context_limit``.
+**Context rule** (:mod:`adev.session.context_rule`): before each call ``max_tokens`` is lowered
+to the room the prompt leaves in the endpoint's context, and below a floor the oldest history is
+elided; when even that is not enough -- or the endpoint answers twice that the prompt is over its
+context -- the session ends with status ``ended`` and reason ``context_limit``.
 
 Records: a ``SessionRecord`` at start and at end, a ``CallRecord`` per call attempt (by the
 client), a ``ToolEvent`` per tool call and a ``GateRecord`` per gate run, all appended as they
@@ -43,17 +36,19 @@ import json
 import shutil
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, overload
+from typing import Any
 
-from ..client.llm import ChatResult, ContextLengthError, LLMClient, LLMError
+from ..client.llm import LLMClient
+from ..client.retry import ContextLengthError, LLMError
+from ..client.stream import ChatResult
 from ..clock import RunClock
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
+from .context_rule import ContextLimit, fit_context, message_chars
+from .model_output import args_summary, call_tool, clean_text
 from .roles import Role, Roles, load_roles
-from .tools import ToolOutcome, Workspace, schemas
+from .tools import Workspace, schemas
 
-ELIDE_MIN_CHARS = 200
-MIN_MAX_TOKENS = 4096
 NUDGE = ("You replied without calling a tool. Act only through the tools ({tools}); call "
          "`finish` with your report when your part is done.")
 
@@ -170,11 +165,11 @@ class _Session:
             if res is None:  # context refused twice
                 raise _SessionEnd("ended", f"context_limit: {tag} round {rnd}: the endpoint "
                                   "refused the prompt as over its context")
-            asst: dict[str, Any] = {"role": "assistant", "content": _text(res.content) or None}
+            asst: dict[str, Any] = {"role": "assistant", "content": clean_text(res.content) or None}
             if res.tool_calls:
-                asst["tool_calls"] = [{"id": _text(tc.id), "type": "function",
-                                       "function": {"name": _text(tc.name),
-                                                    "arguments": _text(tc.arguments)}}
+                asst["tool_calls"] = [{"id": clean_text(tc.id), "type": "function",
+                                       "function": {"name": clean_text(tc.name),
+                                                    "arguments": clean_text(tc.arguments)}}
                                       for tc in res.tool_calls]
             elif not res.content:
                 asst["content"] = ""
@@ -188,14 +183,14 @@ class _Session:
                 continue
             any_ok = False
             for tc in res.tool_calls:
-                out = _call_tool(self._workspace(), tc.name, tc.arguments, st.tools)
+                out = call_tool(self._workspace(), tc.name, tc.arguments, st.tools)
                 self.ctx.run_dir.append(ToolEvent(
                     run_id=self.run_id, session_id=self.sid, call_id=call_id,
                     t=ctx.clock.now(), tool=tc.name[:64], ok=out.ok,
-                    args_summary=_args_summary(tc.name, tc.arguments, out),
+                    args_summary=args_summary(tc.name, tc.arguments, out),
                     error=out.error[:500] if out.error else None, bytes_out=out.bytes_out))
-                local.append({"role": "tool", "tool_call_id": _text(tc.id),
-                              "content": _text(out.text)})
+                local.append({"role": "tool", "tool_call_id": clean_text(tc.id),
+                              "content": clean_text(out.text)})
                 if out.ok:
                     any_ok = True
                     ok_calls += 1
@@ -234,41 +229,23 @@ class _Session:
                 raise _SessionEnd("error", f"llm_error: {call_id}: {e}") from None
             if res.prompt_tokens:
                 self.prompt_tokens += res.prompt_tokens
-                chars = _chars(messages) + tools_chars
+                chars = message_chars(messages) + tools_chars
                 self.cpt = max(1.0, chars / res.prompt_tokens)
             self.call_tokens.append((rnd, role.name, res.prompt_tokens, res.cached_tokens))
             return res
         return None
 
     # ---- the context rule ------------------------------------------------------------
-    def estimate(self, messages: list[dict[str, Any]], tools_chars: int) -> int:
-        return int((_chars(messages) + tools_chars) / self.cpt) + 8 * len(messages)
-
     def fit_context(self, messages: list[dict[str, Any]], tools_chars: int, max_tokens: int,
                     endpoint: str) -> int:
-        """Apply the context rule (module docstring); returns the max_tokens to use.
-        May elide ``self.history`` in place (``messages`` shares its dicts)."""
-        mml = self.ctx.llm.max_model_len(endpoint)
-        if not mml:
-            return max_tokens
-        floor = min(max_tokens, MIN_MAX_TOKENS)
-        limit = mml - self.ctx.context_margin_tokens
-        est = self.estimate(messages, tools_chars)
-        if limit - est >= floor:
-            return min(max_tokens, limit - est)
-        # elide the oldest history until the role's full max_tokens fits again
-        for msg in self.history:
-            saved = _elide(msg)
-            if saved:
-                est -= int(saved / self.cpt)
-                if limit - est >= max_tokens:
-                    break
-        est = self.estimate(messages, tools_chars)
-        if limit - est >= floor:
-            return min(max_tokens, limit - est)
-        raise _SessionEnd("ended", f"context_limit: prompt of ~{est} tokens leaves "
-                          f"{limit - est} of {mml} for the reply after eliding all earlier "
-                          "tool output")
+        """Apply the context rule (module docstring, :func:`adev.session.context_rule.fit_context`);
+        returns the max_tokens to use. May elide ``self.history`` in place."""
+        try:
+            return fit_context(messages, self.history, tools_chars, max_tokens, self.cpt,
+                               self.ctx.llm.max_model_len(endpoint),
+                               self.ctx.context_margin_tokens)
+        except ContextLimit as e:
+            raise _SessionEnd("ended", str(e)) from None
 
     # ---- the gate --------------------------------------------------------------------
     async def gate(self, rnd: int, suite: Suite) -> GateResult:
@@ -414,99 +391,3 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
                           prompt_tokens=s.prompt_tokens, acceptance=acceptance,
                           workspace=str(wroot), t_start=t_start, t_end=t_end,
                           call_tokens=s.call_tokens)
-
-
-# ---- helpers ---------------------------------------------------------------------------
-
-
-@overload
-def _text(s: str) -> str: ...
-@overload
-def _text(s: str | None) -> str | None: ...
-def _text(s: str | None) -> str | None:
-    """``s`` with any lone surrogate (model output may hold one, e.g. a ``\\ud800`` escape in
-    a tool call's JSON) replaced by U+FFFD, so that the messages sent back stay valid UTF-8."""
-    if not s:
-        return s
-    try:
-        s.encode("utf-8")
-        return s
-    except UnicodeEncodeError:
-        return s.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
-
-
-def _call_tool(ws: Workspace, name: str, arguments: str, allowed: list[str]) -> ToolOutcome:
-    """Run one tool call of the model. Model output is untrusted: whatever its arguments make a
-    tool raise (JSON or a path nested past the recursion limit, a lone surrogate in a path, a
-    name the file system refuses) is answered to the model as an error, never ends the
-    session."""
-    try:
-        return ws.call(_text(name) or "", arguments, allowed=allowed)
-    except RecursionError:
-        why = ("arguments nested too deeply (JSON or a path deeper than this workspace "
-               "handles); send a flat JSON object and a shorter path")
-    except UnicodeError:
-        why = ("arguments hold text that is not valid Unicode (a lone surrogate, e.g. "
-               "\\ud800); paths and contents must be valid UTF-8")
-    except (OSError, ValueError, TypeError, OverflowError) as e:
-        why = f"the tool failed on these arguments: {type(e).__name__}: {_text(str(e))[:300]}"
-    return ToolOutcome(False, f"error: {why}", error=why)
-
-
-def _chars(messages: list[dict[str, Any]]) -> int:
-    n = 0
-    for m in messages:
-        c = m.get("content")
-        if c:
-            n += len(c)
-        for tc in m.get("tool_calls") or ():
-            f = tc["function"]
-            n += len(f["name"]) + len(f["arguments"])
-    return n
-
-
-def _elide(msg: dict[str, Any]) -> int:
-    """Elide one history message in place; returns the characters saved."""
-    saved = 0
-    if msg.get("role") == "tool":
-        c = msg.get("content") or ""
-        if len(c) > ELIDE_MIN_CHARS and not c.startswith("[elided"):
-            marker = f"[elided to fit the context: {len(c)} characters of tool output]"
-            msg["content"] = marker
-            saved += len(c) - len(marker)
-    for tc in msg.get("tool_calls") or ():
-        f = tc["function"]
-        if f["name"] != "write_file" or len(f["arguments"]) <= ELIDE_MIN_CHARS:
-            continue
-        try:
-            args = json.loads(f["arguments"])
-            content = args.get("content")
-        except (ValueError, AttributeError, RecursionError):
-            continue
-        if isinstance(content, str) and not content.startswith("[elided"):
-            args["content"] = f"[elided to fit the context: {len(content)} characters]"
-            new = json.dumps(args)
-            saved += len(f["arguments"]) - len(new)
-            tc["function"] = {"name": f["name"], "arguments": new}
-    return saved
-
-
-def _args_summary(name: str, arguments: str, out: Any) -> str:
-    """A short, content-free description of a tool call for ToolEvent (never file content)."""
-    try:
-        args = json.loads(arguments) if arguments else {}
-    except (ValueError, TypeError):
-        return f"<malformed JSON, {len(arguments)} chars>"
-    except RecursionError:
-        return f"<JSON nested too deeply, {len(arguments)} chars>"
-    if not isinstance(args, dict):
-        return f"<{type(args).__name__}>"
-    path = args.get("path")
-    parts = []
-    if isinstance(path, str):
-        parts.append(path[:160])
-    if isinstance(args.get("content"), str):
-        parts.append(f"{len(args['content'])} chars")
-    if name == "finish" and isinstance(args.get("summary"), str):
-        parts.append(f"summary {len(args['summary'])} chars")
-    return " ".join(parts)[:200]

@@ -154,7 +154,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
                   seed: int = 0) -> list[Reactivation]:
     """Warm, evict and re-activate sessions on the running stack ``info`` (a
     :class:`adev.stack.StackInfo`); one :class:`Reactivation` per session and context."""
-    from ..analysis.windows import in_flight
+    from ..analysis.figures import in_flight
     from ..client.llm import Endpoint, LLMClient
     from ..clock import stack_run_clock
     cfg: StackConfig = info.config

@@ -24,7 +24,7 @@ The store's eviction thread runs lazily at each event (its latest wake-up, at mo
 ``tick_s``). The figures of a window count what the endpoint's counters would: hits (GPU and store),
 offered and refused writes of the calls *admitted* in it, prompt tokens of the calls whose
 prefill ended in it (vLLM counts ``prompt_tokens`` at the first token); the shares and the gross
-saving are the functions of :mod:`adev.analysis.windows`, so each figure has one definition for a
+saving are the functions of :mod:`adev.analysis.figures`, so each figure has one definition for a
 run and its prediction.
 """
 from __future__ import annotations
@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..analysis.windows import busy_time, gross_saving, hit_share, refusal_share
+from ..analysis.figures import busy_time, gross_saving, hit_share, refusal_share
 from .gpu import GpuPool
 from .store import StoreModel, StoreRules
 from .workload import Workload
@@ -80,7 +80,7 @@ class Window:
 
     gpu_hit_share = GPU-hit tokens / prompt tokens; store_hit_share = store-served tokens /
     prompt tokens; refused_share = refused blocks / offered blocks; gross_saving and
-    gross_saving_disk as :func:`adev.analysis.windows.gross_saving` with busy time ``busy_s``
+    gross_saving_disk as :func:`adev.analysis.figures.gross_saving` with busy time ``busy_s``
     (summed over endpoints, each the union of its calls' intervals); read_s = modelled store read
     time (blocks x bytes per block / tier read rate).
     """

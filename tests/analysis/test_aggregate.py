@@ -233,6 +233,6 @@ def test_summarise_without_a_valid_window(tmp_path):
 
 
 def test_tier_token_and_read_rate_formulas():
-    from adev.analysis.windows import effective_read_rate, tier_tokens_from_bytes
+    from adev.analysis.figures import effective_read_rate, tier_tokens_from_bytes
     assert tier_tokens_from_bytes(1536.0, 64, 98304) == pytest.approx(1.0)   # 1536 x 64 / 98304
     assert effective_read_rate(3e9, 1.5) == 2e9

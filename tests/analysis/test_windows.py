@@ -8,17 +8,9 @@ import numpy as np
 import pytest
 
 from adev.analysis import counters as C
+from adev.analysis.figures import busy_time, in_flight, store_read_late, store_read_over_profile, ttft_model_error
 from adev.analysis.run import Scrape, load_run
-from adev.analysis.windows import (
-    ALL,
-    analyse_window,
-    busy_time,
-    in_flight,
-    store_read_late,
-    store_read_over_profile,
-    ttft_model_error,
-    window_table,
-)
+from adev.analysis.windows import ALL, analyse_window, window_table
 from adev.config import StackConfig, StoreSpec, load_model_profile
 from adev.records import CallRecord, RunDir, ScrapeRecord, WindowRecord
 
@@ -411,13 +403,13 @@ def test_real_store_reads_over_the_tier_profile(tmp_path):
 
 
 def test_rel_diff_by_hand():
-    from adev.analysis.windows import rel_diff
+    from adev.analysis.figures import rel_diff
     assert rel_diff(3.0, 2.0) == 0.5 and rel_diff(1.0, -2.0) == 1.5
     assert rel_diff(0.5, 0.2) == pytest.approx(0.3)            # |b| < 1: divided by 1
 
 
 def test_disk_rate_from_disk_only_requests_or_a_fit():
-    from adev.analysis.windows import disk_rate_estimate as est
+    from adev.analysis.figures import disk_rate_estimate as est
     G = 1e9
     # requests that read only from disk: sum of disk bytes / sum of load time (NaN loads skipped)
     # (a request that loaded nothing is not disk-only, whatever its load time)

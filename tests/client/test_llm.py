@@ -8,8 +8,10 @@ import time
 import pytest
 from aiohttp import web
 
-from adev.client import llm as llm_mod
-from adev.client.llm import ContextLengthError, Endpoint, LLMClient, LLMError, RetryPolicy
+from adev.client.llm import Endpoint, LLMClient
+from adev.client.retry import ContextLengthError, LLMError, RetryPolicy
+from adev.client.stamps import StampedHandler
+from adev.client.stream import StreamState
 from adev.clock import RunClock
 from adev.records import RunDir
 
@@ -150,12 +152,12 @@ class Ledger:
 @pytest.fixture
 async def server(monkeypatch):
     s = FakeServer()
-    received = llm_mod._StampedHandler.data_received
+    received = StampedHandler.data_received
 
     def data_received(self, data):
         received(self, data)
         s.client_rx.set()
-    monkeypatch.setattr(llm_mod._StampedHandler, "data_received", data_received)
+    monkeypatch.setattr(StampedHandler, "data_received", data_received)
     await s.start()
     yield s
     await s.stop()
@@ -207,7 +209,7 @@ async def test_first_byte_stamp_guard_of_the_aiohttp_protocol_patch(server, tmp_
     async with c:
         await c.chat("coder", [{"role": "user", "content": "hi"}], call_id="g")
         conns = [p for k in c._pool().connector._conns.values() for p, _ in k]
-        assert conns and all(isinstance(p, llm_mod._StampedHandler) for p in conns)
+        assert conns and all(isinstance(p, StampedHandler) for p in conns)
         assert all(p.t_first_rx is not None for p in conns)
     assert server.client_rx.is_set()                # the stamped data_received ran
     (rec,) = rd.read("calls")
@@ -273,12 +275,12 @@ async def test_connection_refused_retried(tmp_path):
 async def test_cancel_records_cancelled(server, tmp_path, monkeypatch):
     server.behaviours = ["slow"]
     parsed = asyncio.Event()   # the client has parsed the role chunk (its first SSE line)
-    feed = llm_mod._StreamState.feed
+    feed = StreamState.feed
 
     def feeding(self, line):
         parsed.set()
         return feed(self, line)
-    monkeypatch.setattr(llm_mod._StreamState, "feed", feeding)
+    monkeypatch.setattr(StreamState, "feed", feeding)
     c, rd, _ = _client(tmp_path, server.url)
     async with c:
         t = asyncio.create_task(c.chat("coder", [{"role": "user", "content": "x"}]))
@@ -383,4 +385,4 @@ async def test_first_byte_is_stamped_at_the_socket_read_and_reset_per_request(se
     assert r2["t_first_byte"] > r1["t_end"]  # re-armed, not the first request's stamp
     # the role-only chunk comes 50 ms before the content: the first byte is the first read
     assert r1["t_first_content"] - r1["t_first_byte"] >= 0.04
-    assert proto.t_first_rx is not None and type(proto).__name__ == "_StampedHandler"
+    assert proto.t_first_rx is not None and type(proto).__name__ == "StampedHandler"

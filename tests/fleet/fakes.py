@@ -10,7 +10,7 @@ from types import SimpleNamespace
 from aiohttp import web
 
 from adev.config import ModelProfile, StackConfig
-from adev.fleet.runner import Deps
+from adev.fleet.deps import Deps
 from adev.records import CallRecord, SessionRecord
 
 PROFILE = ModelProfile(name="fake", num_layers=2, num_kv_heads=2, head_dim=8,

@@ -11,7 +11,8 @@ from __future__ import annotations
 import json
 from typing import Any
 
-from adev.client.llm import ChatResult, ContextLengthError, ToolCallOut
+from adev.client.retry import ContextLengthError
+from adev.client.stream import ChatResult, ToolCallOut
 from adev.emulator.policies.base import PolicyReply, PolicyRequest, ToolCall
 from adev.records import CallRecord
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from adev.client.llm import LLMError
+from adev.client.retry import LLMError
 from adev.clock import RunClock
 from adev.emulator.policies.base import PolicyReply, ToolCall
 from adev.emulator.policies.oracle import OraclePolicy

@@ -11,7 +11,9 @@ import pytest
 from adev.clock import RunClock
 from adev.config import ConfigError
 from adev.emulator.policies.base import PolicyRequest, load_policy
-from adev.emulator.policies.oracle import OracleConfig, OraclePolicy, _stub_mistake
+from adev.emulator.policies.oracle import OraclePolicy
+from adev.emulator.policies.oracle_config import OracleConfig
+from adev.emulator.policies.oracle_mistakes import stub_mistake
 from adev.emulator.tokenizer import Tokenizer
 from adev.gate.local import LocalGate
 from adev.records import RunDir
@@ -62,7 +64,7 @@ def test_mistakes_by_round():
 
 def test_fallback_mistake_when_task_has_none():
     src = tiny_task().reference["calc/ops.py"]
-    m = _stub_mistake("calc/ops.py", src)
+    m = stub_mistake("calc/ops.py", src)
     text = src.replace(m.find, m.replace)
     ast.parse(text)
     assert "NotImplementedError" in text and text != src

@@ -4,7 +4,7 @@ import math
 import numpy as np
 import pytest
 
-from adev.analysis.windows import gross_saving
+from adev.analysis.figures import gross_saving
 from adev.whatif.simulator import Params, figures, simulate
 from adev.whatif.workload import Workload
 

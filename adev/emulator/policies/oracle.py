@@ -34,16 +34,28 @@ and replays give the same answers for the same seed.
 """
 from __future__ import annotations
 
-import ast
 import hashlib
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
 from .base import PolicyReply, PolicyRequest, ToolCall
+from .oracle_config import OracleConfig
+from .oracle_mistakes import Mistake, apply_mistake, mistake_pool
+from .oracle_text import (
+    OracleState,
+    contract_text,
+    dependency_order,
+    failing_files,
+    integration_text,
+    message_text,
+    plan_text,
+    role_reasoning,
+    tests_for,
+    voice,
+)
 
 if TYPE_CHECKING:
     from ..tokenizer import Tokenizer
@@ -51,62 +63,6 @@ if TYPE_CHECKING:
 ROLE_HEAD = re.compile(r"^## Role: ([a-z _]+)$", re.M)
 ROUND = re.compile(r"This is round (\d+) of (\d+) of task `([A-Za-z0-9_-]+)`")
 MODULE = re.compile(r"You are the implementer of module `([^`]+)`")
-GATE_HEAD = re.compile(r"^## Gate report, round (\d+)", re.M)
-NODE = re.compile(r"((?:tests|acceptance)/[\w./-]+\.py)::")
-
-
-@dataclass(frozen=True)
-class OracleConfig:
-    round_shares: tuple[float, float, float] = (0.40, 0.35, 0.25)
-    output_tokens: dict[str, tuple[float, float]] = field(default_factory=lambda: {
-        "architect": (1100.0, 0.45), "contract": (800.0, 0.45), "test_writer": (500.0, 0.5),
-        "implementer": (700.0, 0.5), "integrator": (900.0, 0.45), "other": (300.0, 0.5)})
-    salt: str = "adev-oracle-v1"
-    thinking: bool = False
-    one_call_per_turn: bool = False
-
-    @classmethod
-    def from_dict(cls, d: dict[str, Any] | None) -> OracleConfig:
-        from ...config import ConfigError
-        d = dict(d or {})
-        unknown = set(d) - {"round_shares", "output_tokens", "salt", "thinking",
-                            "one_call_per_turn"}
-        if unknown:
-            raise ConfigError(f"oracle: unknown key(s) {sorted(unknown)}; allowed: "
-                              "one_call_per_turn, output_tokens, round_shares, salt, thinking")
-        kw: dict[str, Any] = {}
-        if "round_shares" in d:
-            rs = d["round_shares"]
-            if (not isinstance(rs, list | tuple) or len(rs) != 3
-                    or any(not isinstance(x, int | float) or x < 0 for x in rs)
-                    or not math.isclose(sum(rs), 1.0, abs_tol=1e-6)):
-                raise ConfigError("oracle.round_shares: expected three shares >= 0 summing to "
-                                  f"1 (rounds 1, 2, 3), got {rs!r}")
-            kw["round_shares"] = tuple(float(x) for x in rs)
-        if "output_tokens" in d:
-            ot = dict(OracleConfig().output_tokens)
-            for k, v in d["output_tokens"].items():
-                if (not isinstance(v, list | tuple) or len(v) != 2 or v[0] <= 0 or v[1] < 0):
-                    raise ConfigError(f"oracle.output_tokens.{k}: expected [median > 0, "
-                                      f"sigma >= 0], got {v!r}")
-                ot[k] = (float(v[0]), float(v[1]))
-            kw["output_tokens"] = ot
-        if "salt" in d:
-            kw["salt"] = str(d["salt"])
-        for key in ("thinking", "one_call_per_turn"):
-            if key in d:
-                if not isinstance(d[key], bool):
-                    raise ConfigError(f"oracle.{key}: expected true or false, got {d[key]!r}")
-                kw[key] = d[key]
-        return cls(**kw)
-
-
-@dataclass(frozen=True)
-class _Mistake:
-    path: str
-    find: str
-    replace: str
-    note: str
 
 
 class OraclePolicy:
@@ -121,32 +77,33 @@ class OraclePolicy:
         self._tok: Tokenizer | None = None
 
     # ---- seeded decisions ---------------------------------------------------------------
-    def _u(self, seed: int | None, *parts: Any) -> float:
+    def draw(self, seed: int | None, *parts: Any) -> float:
+        """A uniform draw in [0, 1) that is a pure function of the salt, ``seed`` and ``parts``."""
         h = hashlib.sha256(repr((self.config.salt, seed, *parts)).encode()).digest()
         return int.from_bytes(h[:8], "big") / 2 ** 64
 
     def rounds_needed(self, seed: int | None) -> int:
         """How many rounds this session's team needs (1, 2 or 3), from the seed alone."""
-        u = self._u(seed, "rounds")
+        u = self.draw(seed, "rounds")
         a, b, _ = self.config.round_shares
         return 1 if u < a else 2 if u < a + b else 3
 
-    def mistakes_for(self, task: Any, seed: int | None, rnd: int) -> list[_Mistake]:
+    def mistakes_for(self, task: Any, seed: int | None, rnd: int) -> list[Mistake]:
         """The mistakes the implementers make in round ``rnd`` (empty once the team gets it)."""
         if rnd >= self.rounds_needed(seed):
             return []
-        pool = _mistake_pool(task)
+        pool = mistake_pool(task)
         if not pool:
             return []
-        i1 = int(self._u(seed, "mistake", 1) * len(pool))
+        i1 = int(self.draw(seed, "mistake", 1) * len(pool))
         if rnd == 1:
             return [pool[i1]]
         rest = [m for j, m in enumerate(pool) if j != i1] or pool
-        return [rest[int(self._u(seed, "mistake", rnd) * len(rest))]]
+        return [rest[int(self.draw(seed, "mistake", rnd) * len(rest))]]
 
     def _output_tokens(self, role: str, seed: int | None, key: tuple, max_tokens: int | None) -> int:
         med, sigma = self.config.output_tokens.get(role) or self.config.output_tokens["other"]
-        u = min(max(self._u(seed, "len", *key), 1e-9), 1 - 1e-9)
+        u = min(max(self.draw(seed, "len", *key), 1e-9), 1 - 1e-9)
         z = _norm_ppf(u)
         n = int(med * math.exp(sigma * z))
         if max_tokens:
@@ -170,7 +127,7 @@ class OraclePolicy:
                                                                  request.max_tokens)
                                if self.config.thinking else None)
         idx, role = found
-        prompt = _text(msgs[idx])
+        prompt = message_text(msgs[idx])
         m = ROUND.search(prompt)
         if not m:
             return PolicyReply(content="The role prompt names no round or task.")
@@ -185,14 +142,14 @@ class OraclePolicy:
         step = sum(1 for x in turn if x.get("role") == "assistant")
         mm = MODULE.search(prompt)
         module = mm.group(1) if mm else None
-        st = _State(self, task, request.seed, rnd, role, module, step, msgs[:idx], turn)
+        st = OracleState(self, task, request.seed, rnd, role, module, step, msgs[:idx], turn)
         play = getattr(self, f"_play_{role}", None)
         if play and self.config.one_call_per_turn and step == 0:
             content, reasoning, calls = self._whole_turn(play, st)
         else:
             content, reasoning, calls = play(st) if play else ("Done.", None, [_finish("done")])
         if content:
-            content = f"{_voice(st)} {content}"
+            content = f"{voice(st)} {content}"
         if not self.config.thinking:  # a non-thinking model says what it means to do, visibly
             if reasoning:
                 content = f"{reasoning}\n\n{content}" if content else reasoning
@@ -205,7 +162,7 @@ class OraclePolicy:
                            output_tokens=out)
 
     @staticmethod
-    def _whole_turn(play, st: _State):
+    def _whole_turn(play, st: OracleState):
         """A what-if (``one_call_per_turn``): the turn's scripted steps in one reply (reads,
         writes and ``finish`` together), so a role turn is one model call."""
         texts, reasoning, calls = [], None, []
@@ -232,23 +189,23 @@ class OraclePolicy:
         return n
 
     # ---- roles (each returns content, reasoning, tool calls) ----------------------------
-    def _play_architect(self, st: _State):
+    def _play_architect(self, st: OracleState):
         t = st.task
         if st.step == 0:
             calls = [_call("list_files", path=".")]
             if st.rnd > 1:
                 calls.append(_call("read_file", path="INTEGRATION.md"))
             return (f"I'll look at the workspace{' and the integrator notes' if st.rnd > 1 else ''}"
-                    " before writing the plan.", _reason("architect", t, st), calls)
+                    " before writing the plan.", role_reasoning("architect", t, st), calls)
         if st.step == 1:
             return ("Writing the module plan to PLAN.md.", None,
-                    [_call("write_file", path="PLAN.md", content=_plan(t, st))])
+                    [_call("write_file", path="PLAN.md", content=plan_text(t, st))])
         return ("The plan is in PLAN.md.", None,
                 [_finish(f"PLAN.md: {len(t.modules)} modules, dependency order "
-                         + " -> ".join(PurePosixPath(x.path).stem for x in _dep_order(t))
+                         + " -> ".join(PurePosixPath(x.path).stem for x in dependency_order(t))
                          + (f"; round {st.rnd} focuses on the failing tests" if st.rnd > 1 else ""))])
 
-    def _play_contract(self, st: _State):
+    def _play_contract(self, st: OracleState):
         t = st.task
         if st.rnd > 1:
             if st.step == 0:
@@ -258,20 +215,20 @@ class OraclePolicy:
                     None, [_finish("CONTRACT.md unchanged: the failing tests exercise "
                                    "behaviour, not interfaces")])
         if st.step == 0:
-            return ("Reading the plan first.", _reason("contract", t, st),
+            return ("Reading the plan first.", role_reasoning("contract", t, st),
                     [_call("read_file", path="PLAN.md")])
         if st.step == 1:
             return ("Writing the public interfaces of every module to CONTRACT.md.", None,
-                    [_call("write_file", path="CONTRACT.md", content=_contract(t))])
+                    [_call("write_file", path="CONTRACT.md", content=contract_text(t))])
         return ("CONTRACT.md is written.", None,
                 [_finish("CONTRACT.md fixes the public interface of "
                          + ", ".join(f"`{x.path}`" for x in t.modules))])
 
-    def _play_test_writer(self, st: _State):
+    def _play_test_writer(self, st: OracleState):
         t = st.task
         files = sorted(t.tests)
         if st.rnd > 1:
-            failing = [p for p in _failing_files(st.history) if p in t.tests] or files[:1]
+            failing = [p for p in failing_files(st.history) if p in t.tests] or files[:1]
             if st.step == 0:
                 return ("Checking the failing tests against the contract.", None,
                         [_call("read_file", path=p) for p in failing[:3]])
@@ -280,7 +237,7 @@ class OraclePolicy:
                     [_finish("tests unchanged; failures are implementation bugs: "
                              + ", ".join(failing[:3]))])
         if st.step == 0:
-            return ("Reading the contract before writing tests.", _reason("test_writer", t, st),
+            return ("Reading the contract before writing tests.", role_reasoning("test_writer", t, st),
                     [_call("read_file", path="CONTRACT.md")])
         k = st.step - 1
         if k < len(files):
@@ -289,7 +246,7 @@ class OraclePolicy:
         return ("All test files are written.", None,
                 [_finish(f"wrote {len(files)} test files: " + ", ".join(files))])
 
-    def _play_implementer(self, st: _State):
+    def _play_implementer(self, st: OracleState):
         t, path = st.task, st.module
         if path is None or path not in t.reference:
             return ("That module is not part of this task's plan.", None,
@@ -300,15 +257,15 @@ class OraclePolicy:
         rewrite = st.rnd == 1 or bool(now) or bool(before)
         text = t.reference[path]
         for m in now:
-            text = _apply(text, m)
-        tests = _tests_for(t, path)
+            text = apply_mistake(text, m)
+        tests = tests_for(t, path)
         if st.step == 0:
             if st.rnd == 1:
-                return (f"I'll read the tests for `{path}` first.", _reason("implementer", t, st),
+                return (f"I'll read the tests for `{path}` first.", role_reasoning("implementer", t, st),
                         [_call("read_file", path=p) for p in tests] or
                         [_call("list_files", path="tests")])
             return (f"Reading my module `{path}` and the integrator's notes against the gate "
-                    "report.", _reason("implementer", t, st),
+                    "report.", role_reasoning("implementer", t, st),
                     [_call("read_file", path=path), _call("read_file", path="INTEGRATION.md")])
         if st.step == 1 and rewrite:
             what = ("Writing the module." if st.rnd == 1 else
@@ -320,49 +277,26 @@ class OraclePolicy:
                    f"rewrote {path}" if now else f"{path}: no failing test involves it")
         return ("Done with my module.", None, [_finish(summary)])
 
-    def _play_integrator(self, st: _State):
+    def _play_integrator(self, st: OracleState):
         t = st.task
         if st.step == 0:
             calls = [_call("read_file", path=x.path) for x in t.modules]
             return ("Reading every module to check that they fit together.",
-                    _reason("integrator", t, st), calls)
+                    role_reasoning("integrator", t, st), calls)
         if st.step == 1:
             return ("Recording the review and assignments in INTEGRATION.md.", None,
-                    [_call("write_file", path="INTEGRATION.md", content=_integration(t, st))])
+                    [_call("write_file", path="INTEGRATION.md", content=integration_text(t, st))])
         return ("Integration review done; the gate can run.", None,
                 [_finish(f"reviewed {len(t.modules)} modules; imports resolve to contract names")])
 
 
-# ---- per-request state -------------------------------------------------------------------
-
-
-@dataclass
-class _State:
-    oracle: OraclePolicy
-    task: Any
-    seed: int | None
-    rnd: int
-    role: str
-    module: str | None
-    step: int
-    history: list[dict[str, Any]]
-    turn: list[dict[str, Any]]
-
-
-# ---- content builders --------------------------------------------------------------------
-
-
-def _text(msg: dict[str, Any]) -> str:
-    c = msg.get("content")
-    if isinstance(c, list):  # content parts
-        return "".join(p.get("text", "") for p in c if isinstance(p, dict))
-    return c or ""
+# ---- reading the request -------------------------------------------------------------
 
 
 def _role_prompt(msgs: list[dict[str, Any]]) -> tuple[int, str] | None:
     """The index of the last user message with a role heading, and the role it names."""
     for i in range(len(msgs) - 1, -1, -1):
-        head = ROLE_HEAD.search(_text(msgs[i])) if msgs[i].get("role") == "user" else None
+        head = ROLE_HEAD.search(message_text(msgs[i])) if msgs[i].get("role") == "user" else None
         if head:
             return i, head.group(1).strip().replace(" ", "_")
     return None
@@ -374,186 +308,6 @@ def _call(name: str, **args: Any) -> ToolCall:
 
 def _finish(summary: str) -> ToolCall:
     return _call("finish", summary=summary)
-
-
-_OPENERS = ("Okay.", "Right.", "Alright,", "Good.", "Let me think.", "Understood.", "Next step:",
-            "So,", "Fine.", "Looking at this,", "Plan:", "Noted.")
-_ANGLES = ("keeping the specification's names exact", "with the error types in mind",
-           "checking the edge cases the spec lists", "watching the module boundaries",
-           "minding the invariants", "with the tests' expectations in view",
-           "staying inside the contract", "keeping the change small",
-           "looking for off-by-one risks", "favouring the simplest correct form",
-           "tracking what each module imports", "reading the examples closely")
-
-
-def _voice(st: _State) -> str:
-    """A seeded lead-in to every visible reply: like a sampled model, each session words its
-    messages its own way, so sessions share the task text and then diverge (docs/design.md §2)
-    instead of replaying byte-identical transcripts across the fleet."""
-    key = (st.rnd, st.role, st.module, st.step)
-    a = _OPENERS[int(st.oracle._u(st.seed, "voice-a", *key) * len(_OPENERS))]
-    b = _ANGLES[int(st.oracle._u(st.seed, "voice-b", *key) * len(_ANGLES))]
-    return f"{a} Proceeding {b}."
-
-
-def _reason(role: str, task: Any, st: _State) -> str:
-    mods = ", ".join(f"`{m.path}`" for m in task.modules)
-    if st.rnd > 1:
-        return (f"Round {st.rnd}: the gate reported failures. I should read the report, find "
-                f"which of {mods} is responsible, and change only what the failures prove wrong.")
-    return (f"The task has {len(task.modules)} modules ({mods}). As the {role.replace('_', ' ')} "
-            "I should follow the specification's names and error types exactly.")
-
-
-def _publics(source: str) -> list[str]:
-    out = []
-    for node in ast.parse(source).body:
-        if isinstance(node, ast.ClassDef | ast.FunctionDef) and not node.name.startswith("_"):
-            out.append(node.name)
-    return out
-
-
-def _imports(task: Any, path: str) -> list[str]:
-    mods = {m.path[:-3].replace("/", "."): m.path for m in task.modules}
-    out = []
-    for node in ast.walk(ast.parse(task.reference[path])):
-        if isinstance(node, ast.ImportFrom):
-            name = node.module or ""
-            if node.level:
-                pkg = PurePosixPath(path).parent.as_posix().replace("/", ".")
-                name = f"{pkg}.{name}" if name else pkg
-            for full in (name, *(f"{name}.{a.name}" for a in node.names)):
-                if full in mods and mods[full] != path and mods[full] not in out:
-                    out.append(mods[full])
-        elif isinstance(node, ast.Import):
-            for a in node.names:
-                if a.name in mods and mods[a.name] != path and mods[a.name] not in out:
-                    out.append(mods[a.name])
-    return out
-
-
-def _dep_order(task: Any) -> list[Any]:
-    order: list[Any] = []
-    seen: set[str] = set()
-    by_path = {m.path: m for m in task.modules}
-
-    def visit(p: str, depth: int = 0) -> None:
-        if p in seen or depth > 20:
-            return
-        seen.add(p)
-        for d in _imports(task, p):
-            visit(d, depth + 1)
-        order.append(by_path[p])
-    for m in task.modules:
-        visit(m.path)
-    return order
-
-
-def _plan(task: Any, st: _State) -> str:
-    lines = [f"# Plan: {task.title}", ""]
-    if st.rnd > 1:
-        fails = _failing_files(st.history)
-        lines += [f"## Changes in round {st.rnd}", "",
-                  "The module split stays. The gate report shows failing tests in "
-                  + (", ".join(f"`{f}`" for f in fails) or "the suite")
-                  + "; the owners of the modules those tests exercise fix them this round, "
-                  "guided by INTEGRATION.md. Interfaces do not change.", ""]
-    lines += ["## Modules", ""]
-    for m in _dep_order(task):
-        deps = _imports(task, m.path)
-        lines += [f"### `{m.path}`", "", m.summary, "",
-                  "Exports: " + ", ".join(f"`{n}`" for n in _publics(task.reference[m.path])),
-                  "Imports: " + (", ".join(f"`{d}`" for d in deps) or "standard library only"),
-                  ""]
-    lines += ["## Data flow", ""]
-    for i, (head, _) in enumerate([s for s in task.spec_sections() if s[0]][:12], 1):
-        lines.append(f"{i}. {head}")
-    lines += ["", "## Cross-module invariants and risks", ""]
-    for k in getattr(task, "mistakes", []) or []:
-        lines.append(f"- `{k.path}`: easy to get wrong -- an implementation that {k.note} must "
-                     "fail a test.")
-    lines += ["- Every public boundary validates its arguments and raises the specification's "
-              "exception types.", ""]
-    return "\n".join(lines)
-
-
-def _contract(task: Any) -> str:
-    parts = [f"# Contract: {task.title}", "",
-             "Binding public interfaces. Implementers implement exactly these names; tests "
-             "use only these names.", ""]
-    for path, text in task.interfaces().items():
-        parts += [f"## `{path}`", "", "```python", text.rstrip(), "```", ""]
-    return "\n".join(parts)
-
-
-def _integration(task: Any, st: _State) -> str:
-    lines = [f"# Integration review, round {st.rnd}", ""]
-    for m in task.modules:
-        deps = _imports(task, m.path)
-        lines += [f"## `{m.path}`", "",
-                  "- Public names match CONTRACT.md: "
-                  + ", ".join(f"`{n}`" for n in _publics(task.reference[m.path])),
-                  "- Imports: " + (", ".join(f"`{d}`" for d in deps) or "standard library only")
-                  + "; no cycle.", ""]
-    fails = _failing_files(st.history)
-    if st.rnd > 1 and fails:
-        lines += ["## Assignments", "", "Owners of the modules exercised by "
-                  + ", ".join(f"`{f}`" for f in fails)
-                  + " re-check the behaviour the failing assertions name against the "
-                  "specification.", ""]
-    return "\n".join(lines)
-
-
-def _tests_for(task: Any, path: str) -> list[str]:
-    stem = PurePosixPath(path).stem
-    hits = [p for p in sorted(task.tests) if PurePosixPath(p).stem == f"test_{stem}"]
-    if not hits:
-        dotted = path[:-3].replace("/", ".")
-        hits = [p for p in sorted(task.tests) if dotted in task.tests[p]][:2]
-    return hits
-
-
-def _failing_files(history: list[dict[str, Any]]) -> list[str]:
-    for msg in reversed(history):
-        if msg.get("role") == "user":
-            text = _text(msg)
-            if GATE_HEAD.search(text):
-                return sorted(set(NODE.findall(text)))
-    return []
-
-
-def _mistake_pool(task: Any) -> list[_Mistake]:
-    pool = [_Mistake(k.path, k.find, k.replace, k.note) for k in (getattr(task, "mistakes", None)
-                                                                   or [])]
-    if pool:
-        return pool
-    for m in task.modules:  # fallback: leave one public function unimplemented
-        fb = _stub_mistake(m.path, task.reference[m.path])
-        if fb:
-            pool.append(fb)
-    return pool
-
-
-def _stub_mistake(path: str, source: str) -> _Mistake | None:
-    lines = source.splitlines(keepends=True)
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef) and not node.name.startswith("_") and node.body:
-            body = node.body[1:] if (isinstance(node.body[0], ast.Expr) and isinstance(
-                getattr(node.body[0], "value", None), ast.Constant)) else node.body
-            if not body:
-                continue
-            a, b = body[0].lineno - 1, body[-1].end_lineno
-            find = "".join(lines[a:b])
-            if source.count(find) != 1:
-                continue
-            indent = lines[a][:len(lines[a]) - len(lines[a].lstrip())]
-            return _Mistake(path, find, f"{indent}raise NotImplementedError('TODO')\n",
-                            f"leaves {node.name}() unimplemented")
-    return None
-
-
-def _apply(text: str, m: _Mistake) -> str:
-    return text.replace(m.find, m.replace, 1) if m.find in text else text
 
 
 def _norm_ppf(p: float) -> float:

@@ -20,15 +20,8 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
   retry), and refused / never-offered blocks are counted.
 
-Which tier served a hit: Mooncake's client does not say. The master's HTTP admin endpoint
-``/batch_query_keys`` lists each key's memory replicas and disk replicas *without* bumping the
-master's hit counters (``get_replica_desc`` does bump them, so it would double-count
-``mem_cache_hit_bytes_total``); the engine queries it (:meth:`MooncakeTier.tiers`) for the hit
-keys concurrently with the load: a key with a memory replica was served from RAM (Mooncake reads
-memory replicas first), one with only a disk replica from disk. To keep the master's work small it
-queries every 16th key and then every key between two samples that differ (exact unless a tier
-changes twice within 16 consecutive blocks). It needs the master's HTTP (metrics) address; without it every hit is
-attributed to RAM and counted as unknown.
+Which tier served a hit: Mooncake's client does not say; :class:`adev.emulator.store_tiers.TierQuery`
+asks the master (:meth:`MooncakeTier.tiers`, concurrently with the load).
 
 Placement: puts carry ``ReplicateConfig.preferred_segment`` = this client's own segment (the
 master falls back to any other segment when it is full; eviction stays global). On one CPU host a
@@ -50,8 +43,6 @@ from __future__ import annotations
 
 import asyncio
 import ctypes
-import itertools
-import json
 import logging
 import os
 import socket
@@ -60,11 +51,9 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, cast
-from urllib.parse import quote
+from typing import Any, cast
 
-if TYPE_CHECKING:
-    import aiohttp
+from adev.emulator.store_tiers import TierQuery
 
 log = logging.getLogger("adev.emulator.store")
 
@@ -140,12 +129,11 @@ class MooncakeTier:
         self._conn: _Conn | None = None
         self._gen = 0
         self._task: asyncio.Task | None = None
-        self._http: aiohttp.ClientSession | None = None
+        self.tier_query = TierQuery(settings.master_http)
         self.on_error = lambda op: None   # metrics hook: op in lookup|load|put|connect
         self.connects = 0
         self._retired: list[_Conn] = []
         self._key_cache: dict[int, str] = {}
-        self.unknown_tiers = 0            # hit blocks whose tier could not be queried (taken as RAM)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -165,8 +153,7 @@ class MooncakeTier:
     async def close(self) -> None:
         if self._task:
             self._task.cancel()
-        if self._http is not None:
-            await self._http.close()
+        await self.tier_query.close()
         c = self._conn
         self._conn = None
         if c is not None and not c.closed:
@@ -375,71 +362,19 @@ class MooncakeTier:
         return res
 
     async def tiers(self, keys: list[str]) -> list[str]:
-        """The tier holding each key now, "ram" or "disk" (see module doc); "ram" for every key
-        without the master's HTTP address or when the query fails (counted in ``unknown_tiers``)."""
-        got: list[str | None] = [None] * len(keys)
-        if self.s.master_http and keys:
-            try:
-                got = await self._tiers(keys)
-            except Exception as e:  # noqa: BLE001
-                log.warning("tier query failed: %s", e)
-        self.unknown_tiers += sum(1 for t in got if t is None)
-        return [t or "ram" for t in got]
+        """The tier holding each key now, "ram" or "disk" (:class:`TierQuery`)."""
+        return await self.tier_query.tiers(keys)
+
+    @property
+    def unknown_tiers(self) -> int:
+        """Hit objects whose tier could not be queried (taken as RAM)."""
+        return self.tier_query.unknown
 
     def _lease_stale(self, granted_at: float | None) -> bool:
         """Whether half the real lease has passed since ``granted_at`` (always, if unknown)."""
         if granted_at is None or not self.s.lease_s:
             return True
         return time.monotonic() - granted_at > self.s.lease_s / 2
-
-    async def _query(self, keys: list[str]) -> dict[str, str | None]:
-        """Tier of each key from the master's ``/batch_query_keys`` (no hit counters bumped)."""
-        import aiohttp
-        http = self._http
-        if http is None:
-            http = self._http = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=5))
-        out: dict[str, str | None] = {}
-        for i in range(0, len(keys), 200):
-            batch = keys[i:i + 200]
-            url = f"http://{self.s.master_http}/batch_query_keys?keys=" + ",".join(quote(k, safe="@:") for k in batch)
-            async with http.get(url) as resp:
-                data = json.loads(await resp.text()).get("data") or {}
-            for k in batch:
-                d = data.get(k) or {}
-                if d.get("values"):
-                    out[k] = "ram"
-                elif d.get("local_disk_values") or d.get("disk_values"):
-                    out[k] = "disk"
-                else:
-                    out[k] = None
-        return out
-
-    async def _tiers(self, keys: list[str], stride: int = 16) -> list[str | None]:
-        """Tier per key, querying every ``stride``-th key (and the last) and then every key of a
-        stride whose two ends differ. Exact whenever tier membership changes at most once within
-        any ``stride`` consecutive blocks (evictions take whole LRU runs); 1/stride of the master
-        work otherwise spent on a full query."""
-        n = len(keys)
-        if n <= 2 * stride:
-            q = await self._query(keys)
-            return [q[k] for k in keys]
-        idx = sorted(set(range(0, n, stride)) | {n - 1})
-        q = await self._query([keys[i] for i in idx])
-        out: list[str | None] = [None] * n
-        refine: list[int] = []
-        for a, b in itertools.pairwise(idx):
-            ta, tb = q[keys[a]], q[keys[b]]
-            if ta == tb:
-                for i in range(a, b + 1):
-                    out[i] = ta
-            else:
-                out[a], out[b] = ta, tb
-                refine.extend(range(a + 1, b))
-        if refine:
-            q2 = await self._query([keys[i] for i in refine])
-            for i in refine:
-                out[i] = q2[keys[i]]
-        return out
 
     async def save(self, keys: list[str]) -> SaveResult:
         """Put the blocks of ``keys`` not yet in the store (the caller leaves out blocks it just

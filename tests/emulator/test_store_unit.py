@@ -41,8 +41,8 @@ async def test_sampled_tier_query_is_exact_for_runs_and_cheap():
         asked.extend(ks)
         return {k: truth[k] for k in ks}
 
-    t._query = fake_query
-    got = await t._tiers(keys)
+    t.tier_query.query = fake_query
+    got = await t.tier_query.sampled(keys)
     assert got == [truth[k] for k in keys]
     assert len(asked) < 200  # sampled: ~1/16 of the keys plus the strides around tier changes
 
@@ -130,8 +130,8 @@ async def _tiers_asked(n, tier_of):
         asked.append(list(ks))
         return {k: tier_of(int(k[1:])) for k in ks}
 
-    t._query = fake_query
-    got = await t._tiers(keys)
+    t.tier_query.query = fake_query
+    got = await t.tier_query.sampled(keys)
     assert got == [tier_of(i) for i in range(n)]
     return asked
 

@@ -12,13 +12,14 @@ modelled request, client stamp or busy time sees the host's slow reads.
 """
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import math
 import mmap
 import os
 import struct
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -175,6 +176,60 @@ class HeldClock:
             _HEAD.pack_into(mm, 0, seq + 1, max(held, w - u))
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
+
+
+CLIENT_SLOT = SLOTS - 1
+"""The slot of the stack's client process (the fleet: its sessions' gate runs; endpoints take
+the slots from 0 up, one each)."""
+
+
+class Holds:
+    """The holds of one process in one slot of a :class:`HeldClock`: any number of keyed holds,
+    of which the earliest is published (``until`` in held-clock time; a hold in the past holds the
+    clock where it is)."""
+
+    def __init__(self, clock: HeldClock, slot: int) -> None:
+        self.clock = clock
+        self.slot = slot
+        self._holds: dict[object, float] = {}
+        self._at = math.inf
+
+    def set(self, key: object, until: float | None) -> None:
+        """Hold at ``until`` for ``key`` (None: release ``key``'s hold)."""
+        if until is None:
+            self._holds.pop(key, None)
+        else:
+            self._holds[key] = until
+        at = min(self._holds.values(), default=math.inf)
+        if at != self._at:
+            self._at = at
+            self.clock.set_hold(self.slot, at)
+
+    @contextlib.contextmanager
+    def holding(self, key: object, until: float) -> Iterator[None]:
+        """Hold at ``until`` while the block runs."""
+        self.set(key, until)
+        try:
+            yield
+        finally:
+            self.set(key, None)
+
+
+_client_holds: Holds | None = None
+
+
+def hold_until(clock: RunClock, model_t: float) -> contextlib.AbstractContextManager[None]:
+    """While the block runs, model time on ``clock`` does not pass ``model_t`` (model seconds of
+    ``clock``), for every process of the stack: the client's work that the model times (a gate
+    run with a modelled duration) holds the stack's clock while it is behind, as an endpoint's
+    store read does. A no-op unless ``clock`` runs on the stack's held clock."""
+    global _client_holds
+    held = _source if isinstance(_source, HeldClock) else None
+    if held is None or clock.source not in (mono, held):
+        return contextlib.nullcontext()
+    if _client_holds is None or _client_holds.clock is not held:
+        _client_holds = Holds(held, CLIENT_SLOT)
+    return _client_holds.holding(object(), clock.t0 + model_t / clock.time_scale)
 
 
 def _alive(pid: int) -> bool:

@@ -152,3 +152,29 @@ def test_a_zombie_holders_hold_is_released(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_a_client_hold_stops_model_time_at_its_end(tmp_path):
+    """hold_until: model time on the stack's held clock does not pass the hold's end while the
+    block runs, and moves on once it is left; without a held clock it is a no-op."""
+    import time as _time
+
+    from adev import clock as clk
+    HeldClock.create(tmp_path / clk.CLOCK_FILE)
+    try:
+        held = clk.use_held_clock(tmp_path)
+        assert held is not None
+        rc = RunClock(time_scale=10.0)
+        end = rc.now() + 0.5
+        with clk.hold_until(rc, end):                   # 0.05 wall seconds from now
+            _time.sleep(0.2)                            # 2 model seconds of wall time
+            assert end - 0.05 <= rc.now() <= end + 1e-9
+        _time.sleep(0.05)
+        assert end < rc.now() < end + 1.0              # moving again, from where it stood
+        assert held.held_s() >= 0.14                    # ~0.15 wall seconds held
+    finally:
+        clk.use_held_clock(None)
+    rc = RunClock(time_scale=10.0)
+    with clk.hold_until(rc, 0.0):                       # no held clock: nothing held
+        _time.sleep(0.05)
+    assert rc.now() >= 0.45

@@ -44,7 +44,7 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from adev.clock import HeldClock
+from adev.clock import HeldClock, Holds
 from adev.emulator.chunks import lookup_span, save_chunks
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
@@ -80,8 +80,7 @@ class Engine:
         self.held = clock if isinstance(clock, HeldClock) else None
         self.real: Callable[[], float] = self.held.source if self.held else clock
         self.slot = slot
-        self._holds: dict[int, float] = {}
-        self._hold_at = float("inf")
+        self._holds = Holds(self.held, slot) if self.held is not None else None
         self.spin_wall_s = SPIN_WALL_S
         self.sched = Scheduler(cfg, metrics, has_store=store is not None)
         self.sched.on_load = self._start_read
@@ -305,19 +304,11 @@ class Engine:
         keys = self.store.keys([r.hashes[(j + 1) * c - 1] for j in idx])
         self._spawn(self._save(r, keys, c))
 
-    def _hold(self, key: int, until: float | None) -> None:
+    def _hold(self, key: object, until: float | None) -> None:
         """Hold the shared clock at model time ``until`` for read ``key`` (None: release). The
         engine publishes the earliest of its reads' holds in its slot."""
-        if self.held is None:
-            return
-        if until is None:
-            self._holds.pop(key, None)
-        else:
-            self._holds[key] = self.wall(until)
-        at = min(self._holds.values(), default=float("inf"))
-        if at != self._hold_at:
-            self._hold_at = at
-            self.held.set_hold(self.slot, at)
+        if self._holds is not None:
+            self._holds.set(key, None if until is None else self.wall(until))
 
     @contextlib.contextmanager
     def preparing(self, key: object) -> Iterator[None]:

@@ -27,11 +27,14 @@ Records: a ``SessionRecord`` at start and at end, a ``CallRecord`` per call atte
 client), a ``ToolEvent`` per tool call and a ``GateRecord`` per gate run, all appended as they
 happen. The acceptance suite (hidden from the roles) runs once after the last gate and is recorded
 as its own ``GateRecord`` (suite ``acceptance``). In delayed runs the session waits
-``gate_pause_s`` model seconds from the gate's start (or until the real verdict, if later).
+``gate_pause_s`` model seconds from the gate's start; on the stack's held clock a real run that
+outlasts the pause holds model time at the pause's end until its verdict is in
+(:func:`adev.clock.hold_until`), elsewhere the session waits for the verdict.
 """
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import shutil
 from dataclasses import dataclass, field
@@ -41,7 +44,7 @@ from typing import Any
 from ..client.llm import LLMClient
 from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
-from ..clock import RunClock
+from ..clock import RunClock, hold_until
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
@@ -263,8 +266,13 @@ class _Session:
                               needs_nvme=task.needs_block_device,
                               timeout_s=task.test_timeout_s, modelled_duration_s=None)
         t0 = ctx.clock.now()
+        # a modelled gate holds the stack's clock (if held) at its modelled end while the real
+        # run is behind it, so a slow host's gate does not stretch the model's timeline
+        hold = (hold_until(ctx.clock, t0 + req.modelled_duration_s)
+                if req.modelled_duration_s is not None else contextlib.nullcontext())
         try:
-            res = await ctx.gate.run(req)
+            with hold:
+                res = await ctx.gate.run(req)
         except asyncio.CancelledError:
             raise
         except Exception as e:  # an executor fault is a recorded gate error, not a crash

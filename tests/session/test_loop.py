@@ -340,3 +340,28 @@ async def test_hostile_tool_arguments_get_an_error_answer(tmp_path, tool, argume
     assert answer["content"].startswith("error: ") and expect in answer["content"]
     for req in llm.requests:
         orjson.dumps(req["messages"])  # what the real client sends: raises on lone surrogates
+
+
+class SlowGate(FakeGate):
+    async def run(self, req):
+        await asyncio.sleep(0.2)        # the real run: 0.2 wall s = 20 model s at S = 100
+        return await super().run(req)
+
+
+async def test_a_slow_real_gate_holds_the_stacks_clock_at_the_modelled_pause(tmp_path):
+    """With the stack's held clock, a gate whose real run outlasts its modelled pause (1 model
+    s here) holds model time at the pause's end: the model's timeline sees 1 s, not 20."""
+    from adev import clock as clk
+    clk.HeldClock.create(tmp_path / clk.CLOCK_FILE)
+    try:
+        assert clk.use_held_clock(tmp_path) is not None
+        task = tiny_task()
+        oracle = OraclePolicy(tasks={"calc": task})
+        ctx, _, rd = make_ctx(tmp_path, oracle, SlowGate(), clock=RunClock(time_scale=100.0),
+                              gate_pause_s=1.0, run_acceptance=False)
+        out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    finally:
+        clk.use_held_clock(None)
+    assert out.status == "passed"
+    g = rd.read("gates")
+    assert g and all(0.999 <= x["t_end"] - x["t_start"] <= 1.2 for x in g), g

@@ -125,6 +125,17 @@ def ends_torn(p: Path) -> bool:
         return False
 
 
+def read_json(p: Path, what: str, error: type[Exception]) -> Any:
+    """The JSON document in file ``p``; ``error`` naming the file (and line) when it is not UTF-8
+    JSON, ``what`` saying what the file should have been (e.g. "a manifest adev wrote")."""
+    try:
+        return json.loads(p.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as e:
+        raise error(f"{p}: not UTF-8 text (byte {e.start}); not {what}") from None
+    except json.JSONDecodeError as e:
+        raise error(f"{p}: line {e.lineno}: not valid JSON ({e.msg}); not {what}") from None
+
+
 class RecordError(ValueError):
     """A line of a record file that adev did not write (the message names file and line)."""
 
@@ -298,13 +309,7 @@ class RunDir:
         p = self.path / "manifest.json"
         if not p.exists():
             return {}
-        try:
-            doc = json.loads(p.read_bytes().decode("utf-8"))
-        except UnicodeDecodeError as e:
-            raise RecordError(f"{p}: not UTF-8 (byte {e.start}); not a manifest adev "
-                              "wrote") from None
-        except json.JSONDecodeError as e:
-            raise RecordError(f"{p}: line {e.lineno}: not valid JSON ({e.msg})") from None
+        doc = read_json(p, "a manifest adev wrote", RecordError)
         if not isinstance(doc, dict):
             raise RecordError(f"{p}: not a JSON object; not a manifest adev wrote")
         return doc

@@ -12,7 +12,7 @@ from typing import Any
 
 from ..clock import RunClock, mono, use_held_clock
 from ..config import ROOT, ConfigError, StackConfig
-from ..records import RECORD_TYPES, RunDir, SessionRecord, WindowRecord, ends_torn
+from ..records import RECORD_TYPES, RunDir, SessionRecord, WindowRecord, ends_torn, read_json
 from ..stack.state import state_dir_path
 from .config import FleetConfig, fleet_from_dict
 from .windows import ResumePlan
@@ -36,14 +36,7 @@ def find_fleet_run(run: str | Path) -> Path:
 def read_fleet_state(path: Path) -> FleetConfig:
     """The fleet configuration saved in ``fleet.json`` (ConfigError naming the file, line and
     field when it is not what a fleet wrote)."""
-    try:
-        st = json.loads(path.read_bytes().decode("utf-8"))
-    except UnicodeDecodeError as e:
-        raise ConfigError(f"{path}: not UTF-8 text (byte {e.start}); not a fleet.json a fleet "
-                          "wrote") from None
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{path}: line {e.lineno}: not valid JSON ({e.msg}); not a fleet.json "
-                          "a fleet wrote") from None
+    st = read_json(path, "a fleet.json a fleet wrote", ConfigError)
     for key, typ in (("fleet", dict), ("clock", dict)):
         if not isinstance(st, dict) or not isinstance(st.get(key), typ):
             raise ConfigError(f"{path}: field {key!r} missing or not an object; not a fleet.json "

@@ -191,7 +191,7 @@ class FleetState:
         ended = ",".join(f"{k}:{v}" for k, v in sorted(self.ended.items()))
         return (f"[t={self.t_now:7.0f}s] {self.phase} | {w} | active {len(self.sessions)}/"
                 f"{self.width} ({rr}) | in flight {fl} | calls {sum(self.calls_done.values())} "
-                f"errors {self.call_errors} | refused blocks {self.refused_blocks}/{self.put_blocks}"
+                f"errors {self.call_errors} | store blocks put {self.put_blocks}, refused {self.refused_blocks}"
                 f" | sessions ended {ended or 0}{figs}")
 
     def render(self):
@@ -225,7 +225,7 @@ class FleetState:
                 t_fig.add_row(k, _fmt(v))
         if self.figures_note:
             t_fig.add_row(self.figures_note, "")
-        t_fig.add_row("store refused blocks", f"{self.refused_blocks}/{self.put_blocks}")
+        t_fig.add_row("store blocks put / refused", f"{self.put_blocks} / {self.refused_blocks}")
         t_fig.add_row("call errors", str(self.call_errors))
         t_fig.add_row("session errors", str(self.session_errors))
         t_fig.add_row("sessions ended", ", ".join(f"{k} {v}" for k, v in sorted(self.ended.items())) or "0")

@@ -148,7 +148,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
     ap.add_argument("--recheck", action="store_true",
                     help="with an existing --workdir: copy the working tree's tests/ there again "
-                         "and rerun only the mutants that survived (or had no tests); the other "
+                         "(run with the --tests and --pytest-args given now) and rerun only the mutants that survived (or had no tests); the other "
                          "mutants keep their earlier results")
     a = ap.parse_args(argv)
     for m in a.modules:
@@ -158,10 +158,14 @@ def main(argv: list[str] | None = None) -> int:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="adev-mutation-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        if not (work / "pyproject.toml").exists():
+        fresh = not (work / "pyproject.toml").exists()
+        if fresh:
             copy_tree(work)
+        if fresh or a.recheck:
+            # a recheck runs the tests named now (--tests), e.g. a new test file
             top = sorted(p.name + ("/" if p.is_dir() else "") for p in work.iterdir()
                          if p.name not in ("adev", "tests", "pyproject.toml", "mutants"))
+            shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")
             with open(work / "pyproject.toml", "a") as f:
                 f.write(mutmut_config(a.modules, a.tests, top, shlex.split(a.pytest_args)))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}

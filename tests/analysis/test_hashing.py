@@ -143,3 +143,27 @@ def test_as_tokens_from_lists_and_arrays():
     for src in ([1, 2, 2**32 - 1], np.array([1, 2, 2**32 - 1], dtype=np.int64), (1, 2, 2**32 - 1)):
         t = H.as_tokens(src)
         assert t.dtype == np.uint32 and t.tolist() == [1, 2, 2**32 - 1]
+
+
+@pytest.mark.parametrize("bs", [255, 256, 300])
+def test_sha256_cbor_block_sizes_with_one_and_two_byte_array_headers(bs):
+    # CBOR array header: 0x98 + 1 byte below 256, 0x99 + 2 bytes (big endian) from 256 on
+    toks = np.arange(2 * bs + 5, dtype=np.uint32)
+    assert sha256_cbor_chain(toks, bs, 0, none_hash_sha256_cbor("0")) == \
+        vllm_sha256_cbor_reference(toks, bs)
+    assert H._cbor_array_header(bs) == (bytes([0x98, bs]) if bs < 256
+                                        else bytes([0x99]) + bs.to_bytes(2, "big"))
+
+
+def test_cbor_table_edge_and_a_fresh_table(monkeypatch):
+    # ids up to 2**18 - 1 come from the lookup table, 2**18 is computed
+    toks = np.array([2**18 - 1, 2**18] + list(range(14)), dtype=np.uint32)
+    want = vllm_sha256_cbor_reference(toks)
+    assert sha256_cbor_chain(toks, 16, 0, none_hash_sha256_cbor("0")) == want
+    monkeypatch.setattr(H, "_enc_table", None)
+    monkeypatch.setattr(H, "_len_table", None)
+    small = np.array([0, 23, 24, 255, 256, 65535, 65536, 2**18 - 1] * 2, dtype=np.uint32)
+    assert sha256_cbor_chain(small, 16, 0, none_hash_sha256_cbor("0")) == \
+        vllm_sha256_cbor_reference(small)
+    assert H._enc_table.shape == (2**18, 5) and H._len_table[[0, 24, 256, 65536]].tolist() == \
+        [1, 2, 3, 5]

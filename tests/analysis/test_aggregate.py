@@ -367,3 +367,10 @@ def test_summarise_without_a_ledger_says_why(tmp_path):
     s = summarise(run)
     assert s.reuse is None and s.missing["reuse"] == run.missing["ledger"]
     assert "ledger" in s.missing["reuse"] and s.missing["reuse"] != "no ledger"
+
+
+def test_sweep_table_orders_operating_points_by_their_values():
+    # lease 60 inserted first; "5.0" < "60.0" puts lease 5 first
+    l60 = _summary("l60", 4, 0.6, conf="store-ram", lease=60.0)
+    l5 = _summary("l5", 4, 0.5, conf="store-ram", lease=5.0)
+    assert list(sweep_table([l60, l5]).gross_saving) == [0.5, 0.6]

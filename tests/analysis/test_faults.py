@@ -93,3 +93,74 @@ def test_clean_run_says_no_faults(tmp_path):
     doc = build_report(load_all([path], with_reuse=False)).md()
     assert "No faults: no call failed" in doc
     assert "across faults" not in summarise_run(path)
+
+
+def test_fault_rows_by_hand():
+    """fault_rows over a hand-made run: windows [10, 20), [20, 30), [30, 40) and the rows
+    before and after them (kept only when something went wrong there)."""
+    import math
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from adev.analysis.faults import fault_rows
+    from adev.analysis.run import Scrape
+
+    calls = pd.DataFrame({
+        "t_sent": [5.0, 10.0, 15.0, 20.0, 35.0, 45.0],
+        "status": ["error", "ok", "error", "ok", "ok", "error"],
+        "srv_store_errors": [0.0, 2.0, 1.0, 0.0, math.nan, 0.0]})
+    sessions = pd.DataFrame({"t": [12.0, 20.0, 25.0],
+                             "status": ["started", "error", "done"],
+                             "reason": [None, "llm_error: refused", None]})
+    windows = [{"index": 1, "t0": 10.0, "t1": 20.0, "valid": True, "reason": None,
+                "faults": ["call_errors:coder"]},
+               {"index": 2, "t0": 20.0, "t1": 30.0, "valid": False,
+                "reason": "fault: master_down (1)", "faults": ["master_down"]},
+               {"index": 3, "t0": 30.0, "t1": 40.0}]
+
+    class Faults:
+        def touching(self, a, b):
+            return ({"session_error": 1} if a == -math.inf
+                    else {"endpoint_down:coder": 1} if b == math.inf else {})
+
+    def sc(t, ok):
+        return Scrape(t, ok, {})
+    scrapes = {"master": [sc(1, False), sc(2, True), sc(12, False), sc(20, False), sc(28, False),
+                          sc(30, True)],
+               "reasoner": [sc(15, False), sc(16, False)]}   # never answered: not counted
+    run = SimpleNamespace(calls=calls, sessions=sessions, scrapes=scrapes, faults=Faults(),
+                          measurement_windows=lambda: windows)
+    rows = fault_rows(run)
+    z = dict(failed_calls=0, store_error_calls=0, sessions_ended_llm_error=0,
+             sessions_ended_error=0, failed_scrapes=0)
+    assert rows == [
+        # the call at 5 failed; the master's failure at 1 came before it ever answered
+        {"window": "before", "t0": -math.inf, "t1": 10.0, "valid": "outside", "reason": "",
+         "faults": "session_error", "calls": 1, **z, "failed_calls": 1},
+        # calls at 10 and 15 (store errors 2 and 1; the one at 15 failed); failed scrapes at 12
+        # and 20 (both ends inclusive); the session ending at 20 belongs to the next window
+        {"window": 1, "t0": 10.0, "t1": 20.0, "valid": True, "reason": "",
+         "faults": "call_errors:coder", "calls": 2, **z, "failed_calls": 1,
+         "store_error_calls": 2, "failed_scrapes": 2},
+        {"window": 2, "t0": 20.0, "t1": 30.0, "valid": False, "reason": "fault: master_down (1)",
+         "faults": "master_down", "calls": 1, **z, "sessions_ended_llm_error": 1,
+         "sessions_ended_error": 1, "failed_scrapes": 2},
+        # nothing went wrong in window 3: its row stays (only outside rows are dropped)
+        {"window": 3, "t0": 30.0, "t1": 40.0, "valid": True, "reason": "", "faults": "none",
+         "calls": 1, **z},
+        {"window": "after", "t0": 40.0, "t1": math.inf, "valid": "outside", "reason": "",
+         "faults": "endpoint_down:coder", "calls": 1, **z, "failed_calls": 1}]
+    # nothing wrong after the windows: no "after" row; no tracker: no fault names
+    run.calls = calls.iloc[:5]
+    run.faults = None
+    rows = fault_rows(run)
+    assert [r["window"] for r in rows] == ["before", 1, 2, 3] and rows[0]["faults"] == "none"
+
+
+def test_fault_kind_of_a_target_with_colons():
+    from adev.analysis.faults import invalidating, kind_of
+    assert kind_of("endpoint_down:127.0.0.1:8000") == "endpoint_down"
+    assert kind_of("master_down") == "master_down"
+    assert invalidating(["sessions_llm_error", "endpoint_down:h:1", "call_errors:c"]) == \
+        ["endpoint_down:h:1", "call_errors:c"]

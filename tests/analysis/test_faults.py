@@ -95,15 +95,13 @@ def test_clean_run_says_no_faults(tmp_path):
     assert "across faults" not in summarise_run(path)
 
 
-def test_fault_rows_by_hand():
-    """fault_rows over a hand-made run: windows [10, 20), [20, 30), [30, 40) and the rows
-    before and after them (kept only when something went wrong there)."""
+def _hand_run():
+    """A hand-made run for fault_rows / faults_md: windows [10, 20), [20, 30), [30, 40)."""
     import math
     from types import SimpleNamespace
 
     import pandas as pd
 
-    from adev.analysis.faults import fault_rows
     from adev.analysis.run import Scrape
 
     calls = pd.DataFrame({
@@ -129,8 +127,18 @@ def test_fault_rows_by_hand():
     scrapes = {"master": [sc(1, False), sc(2, True), sc(12, False), sc(20, False), sc(28, False),
                           sc(30, True)],
                "reasoner": [sc(15, False), sc(16, False)]}   # never answered: not counted
-    run = SimpleNamespace(calls=calls, sessions=sessions, scrapes=scrapes, faults=Faults(),
-                          measurement_windows=lambda: windows)
+    return SimpleNamespace(calls=calls, sessions=sessions, scrapes=scrapes, faults=Faults(),
+                           measurement_windows=lambda: windows, events=pd.DataFrame())
+
+
+def test_fault_rows_by_hand():
+    """fault_rows over a hand-made run: the three windows and the rows before and after them
+    (kept only when something went wrong there)."""
+    import math
+
+    from adev.analysis.faults import fault_rows
+    run = _hand_run()
+    calls = run.calls
     rows = fault_rows(run)
     z = dict(failed_calls=0, store_error_calls=0, sessions_ended_llm_error=0,
              sessions_ended_error=0, failed_scrapes=0)
@@ -164,3 +172,57 @@ def test_fault_kind_of_a_target_with_colons():
     assert kind_of("master_down") == "master_down"
     assert invalidating(["sessions_llm_error", "endpoint_down:h:1", "call_errors:c"]) == \
         ["endpoint_down:h:1", "call_errors:c"]
+
+
+def test_fault_events_and_faults_md_by_hand():
+    import pandas as pd
+
+    from adev.analysis.faults import fault_events, faults_md
+    run = _hand_run()
+    assert fault_events(run) == []
+    run.events = pd.DataFrame({"t": [3.0], "kind": ["x"]})          # no "event" column
+    assert fault_events(run) == []
+    run.events = pd.DataFrame({
+        "t": [12.0, 14.5, 16.0],
+        "event": ["fault", "window_close", "fault"],
+        "detail": [{"fault": "master_down", "state": "begin", "target": "master"}, {},
+                   {"fault": "master_down", "state": "end", "failed_scrapes": 3}]})
+    ev = fault_events(run)
+    assert [e["t"] for e in ev] == [12.0, 16.0] and ev[0]["detail"]["state"] == "begin"
+    md = faults_md(run, "hand")
+    head, _, rest = md.partition("\n\n")
+    assert head == "## Faults and failures: hand"
+    # totals over every row: failed calls 1 + 1 + 1 (before, window 1, after); store-error calls
+    # 2 (window 1); llm_error sessions 1 (window 2); failed scrapes 2 + 2
+    assert rest.startswith(
+        "3 failed calls, 2 calls with store errors, 1 sessions ended with llm_error, 4 failed "
+        "scrapes of targets that had answered, over the whole run (rows before and after: "
+        "outside the windows). A window touched by master_down or endpoint_down is invalid, and "
+        "so is one where a call_errors or store_errors fault touches more than 5% of its calls; "
+        "otherwise it stays valid with the faults named, and every figure over it carries "
+        "them.\n\n| Window | ")
+    lines = md.splitlines()
+    assert sum(line.startswith("| ") for line in lines) == 6        # heading + 5 rows
+    assert md.endswith("Fault events:\n\n"
+                       "- t=12.0 s: `master_down` begin, target master\n"
+                       "- t=16.0 s: `master_down` end, failed_scrapes 3\n")
+
+
+def test_faults_md_of_a_clean_run_lists_the_invalid_windows():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from adev.analysis.faults import faults_md
+    windows = [{"index": 1, "t0": 0.0, "t1": 10.0, "valid": True},
+               {"index": 2, "t0": 10.0, "t1": 20.0, "valid": False, "reason": "stack restarted"}]
+    run = SimpleNamespace(calls=pd.DataFrame({"t_sent": [1.0], "status": ["ok"],
+                                              "srv_store_errors": [0.0]}),
+                          sessions=pd.DataFrame(), scrapes={}, faults=None, events=pd.DataFrame(),
+                          measurement_windows=lambda: windows)
+    assert faults_md(run, "clean") == (
+        "## Faults and failures: clean\n\nNo faults: no call failed, no store error, no session "
+        "ended with llm_error, every target that answered kept answering.\n"
+        "\nInvalid windows:\n\n- window 2: stack restarted\n")
+    run.measurement_windows = lambda: windows[:1]
+    assert faults_md(run, "clean").endswith("kept answering.\n")

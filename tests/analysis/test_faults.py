@@ -108,19 +108,19 @@ def _hand_run():
         "t_sent": [5.0, 10.0, 15.0, 20.0, 35.0, 45.0],
         "status": ["error", "ok", "error", "ok", "ok", "error"],
         "srv_store_errors": [0.0, 2.0, 1.0, 0.0, math.nan, 0.0]})
-    sessions = pd.DataFrame({"t": [12.0, 20.0, 25.0],
-                             "status": ["started", "error", "done"],
-                             "reason": [None, "llm_error: refused", None]})
+    sessions = pd.DataFrame({"t": [12.0, 20.0, 25.0, 26.0],
+                             "status": ["started", "error", "done", "done"],
+                             "reason": [None, "llm_error: refused", None, None]})
     windows = [{"index": 1, "t0": 10.0, "t1": 20.0, "valid": True, "reason": None,
-                "faults": ["call_errors:coder"]},
+                "faults": ["call_errors:coder", "store_errors:coder"]},
                {"index": 2, "t0": 20.0, "t1": 30.0, "valid": False,
                 "reason": "fault: master_down (1)", "faults": ["master_down"]},
                {"index": 3, "t0": 30.0, "t1": 40.0}]
 
     class Faults:
         def touching(self, a, b):
-            return ({"session_error": 1} if a == -math.inf
-                    else {"endpoint_down:coder": 1} if b == math.inf else {})
+            return ({"session_error": 1} if (a, b) == (-math.inf, 10.0)
+                    else {"endpoint_down:coder": 1} if (a, b) == (40.0, math.inf) else {})
 
     def sc(t, ok):
         return Scrape(t, ok, {})
@@ -149,7 +149,7 @@ def test_fault_rows_by_hand():
         # calls at 10 and 15 (store errors 2 and 1; the one at 15 failed); failed scrapes at 12
         # and 20 (both ends inclusive); the session ending at 20 belongs to the next window
         {"window": 1, "t0": 10.0, "t1": 20.0, "valid": True, "reason": "",
-         "faults": "call_errors:coder", "calls": 2, **z, "failed_calls": 1,
+         "faults": "call_errors:coder, store_errors:coder", "calls": 2, **z, "failed_calls": 1,
          "store_error_calls": 2, "failed_scrapes": 2},
         {"window": 2, "t0": 20.0, "t1": 30.0, "valid": False, "reason": "fault: master_down (1)",
          "faults": "master_down", "calls": 1, **z, "sessions_ended_llm_error": 1,
@@ -226,3 +226,142 @@ def test_faults_md_of_a_clean_run_lists_the_invalid_windows():
         "\nInvalid windows:\n\n- window 2: stack restarted\n")
     run.measurement_windows = lambda: windows[:1]
     assert faults_md(run, "clean").endswith("kept answering.\n")
+    # no call and no session recorded at all (frames without columns)
+    run.calls = pd.DataFrame()
+    from adev.analysis.faults import fault_rows
+    assert fault_rows(run) == [{"window": 1, "t0": 0.0, "t1": 10.0, "valid": True, "reason": "",
+                                "faults": "none", "calls": 0, "failed_calls": 0,
+                                "store_error_calls": 0, "sessions_ended_llm_error": 0,
+                                "sessions_ended_error": 0, "failed_scrapes": 0}]
+
+
+def _tracker_records():
+    bad = "y" * 400
+    scrapes = [{"target": "reasoner", "ok": True},                      # no time: sorted at 0
+               {"target": "reasoner", "t": 0.5, "ok": False, "error": "reset"},
+               {"target": "reasoner", "t": 0.8, "ok": True},
+               {"target": "master", "t": 1.0, "ok": True},
+               {"target": "coder", "t": 2.0, "ok": True},
+               {"target": "master", "t": 5.0, "ok": False, "error": "refused"},
+               {"target": "master", "t": 6.0, "ok": False},
+               {"target": "master", "t": 7.0, "ok": False},
+               {"target": "master", "t": 9.0, "ok": True},
+               {"target": "coder", "t": 20.0, "ok": False, "error": bad}]
+    calls = [{"endpoint": "coder", "call_id": "c1", "t_sent": 10.0, "t_end": 11.0,
+              "status": "error", "error": "refused"},
+             {"endpoint": "coder", "call_id": "c2", "t_sent": 10.5, "t_end": 12.0,
+              "status": "error"},
+             {"endpoint": "coder", "call_id": "c3", "t_sent": 12.5, "t_end": 13.0, "status": "ok",
+              "server": {"store_errors": 2}},
+             {"endpoint": "coder", "call_id": "c0", "t_sent": 9.5, "t_end": 13.5,
+              "status": "error", "error": "late"},                   # sent first, ends later
+             {"endpoint": "coder", "call_id": "c4", "t_sent": 14.0, "t_end": None,
+              "status": "ok"}]                                      # no end: placed at its send
+    # 19 plain calls and one with a store error in [50, 60): 1 of 20 is exactly 5%
+    calls += [{"endpoint": "coder", "call_id": f"p{k}", "t_sent": 50.0 + 0.4 * k,
+               "t_end": 50.1 + 0.4 * k, "status": "ok"} for k in range(19)]
+    calls.append({"endpoint": "coder", "call_id": "s20", "t_sent": 59.5, "t_end": 59.6,
+                  "status": "ok", "server": {"store_errors": 1}})
+    sessions = [{"t": 15.0, "status": "error", "reason": "llm_error: " + "x" * 400,
+                 "session_id": "s1"},
+                {"t": 16.0, "status": "started", "reason": "llm_error"},
+                {"t": 17.0, "status": "done", "reason": None}]
+    events = [{"t": 18.0, "event": "session_error"}, {"t": 19.0, "event": "window_close"}]
+    return {"scrapes": scrapes, "calls": calls, "sessions": sessions, "events": events}
+
+
+def test_tracker_from_records_intervals_and_events_by_hand():
+    from adev.analysis.faults import tracker_from_records
+    tr = tracker_from_records(_tracker_records())
+    got_events = []
+    tr2 = tracker_from_records({})
+    assert tr2.intervals == [] and tr2.sent == []
+    # records are fed by time (calls by their end, else their send; no time: 0)
+    assert tr.intervals == [("endpoint_down:reasoner", 0.5, 0.8), ("master_down", 5.0, 9.0),
+                            ("call_errors:coder", 10.0, 11.0), ("call_errors:coder", 10.5, 12.0),
+                            ("store_errors:coder", 12.5, 13.0), ("call_errors:coder", 9.5, 13.5),
+                            ("sessions_llm_error", 15.0, 15.0), ("session_error", 18.0, 18.0),
+                            ("endpoint_down:coder", 20.0, None),
+                            ("store_errors:coder", 59.5, 59.6)]
+    assert tr.sent[:5] == [10.0, 10.5, 12.5, 9.5, 14.0] and len(tr.sent) == 25
+    # the same records fed one by one, watching the events
+    tr3 = type(tr)(on_event=lambda n, t, d: got_events.append((n, t, d)))
+    recs = _tracker_records()
+    items = sorted(((r.get("t", 0.0) if k != "calls" else (r["t_end"] or r["t_sent"]), k, r)
+                    for k in ("scrapes", "calls", "sessions", "events") for r in recs[k]),
+                   key=lambda x: x[0])
+    for _, k, r in items:
+        tr3.feed(k, r)
+    assert tr3.intervals == tr.intervals
+    assert got_events == [
+        ("endpoint_down:reasoner", 0.5, {"state": "begin", "target": "reasoner", "error": "reset"}),
+        ("endpoint_down:reasoner", 0.8, {"state": "end", "failed_scrapes": 1, "down_since": 0.5}),
+        ("master_down", 5.0, {"state": "begin", "target": "master", "error": "refused"}),
+        ("master_down", 9.0, {"state": "end", "failed_scrapes": 3, "down_since": 5.0}),
+        ("call_errors:coder", 11.0, {"state": "begin", "call_id": "c1", "error": "refused"}),
+        ("store_errors:coder", 13.0, {"state": "begin", "call_id": "c3", "error": "2 store errors"}),
+        ("call_errors:coder", 13.0, {"state": "end", "calls": 2, "since": 10.0}),
+        ("call_errors:coder", 13.5, {"state": "begin", "call_id": "c0", "error": "late"}),
+        ("call_errors:coder", 14.0, {"state": "end", "calls": 1, "since": 9.5}),
+        ("store_errors:coder", 14.0, {"state": "end", "calls": 1, "since": 12.5}),
+        ("sessions_llm_error", 15.0, {"state": "occurred", "session_id": "s1",
+                                      "reason": "llm_error: " + "x" * 289}),
+        ("endpoint_down:coder", 20.0, {"state": "begin", "target": "coder", "error": "y" * 300}),
+        ("store_errors:coder", 59.6, {"state": "begin", "call_id": "s20",
+                                      "error": "1 store errors"})]
+    # touching: closed intervals, both ends inclusive; one count per interval
+    assert tr.touching(9.0, 9.0) == {"master_down": 1}
+    assert tr.touching(11.0, 11.5) == {"call_errors:coder": 3}
+    assert tr.touching(0.0, 0.5) == {"endpoint_down:reasoner": 1}
+    assert tr.calls_sent(10.0, 12.5) == 2                       # 10 and 10.5; 12.5 is out
+
+
+def test_mark_windows_by_hand():
+    from adev.analysis.faults import mark_windows, tracker_from_records
+    tr = tracker_from_records(_tracker_records())
+    windows = [{"index": 1, "t0": 10.0, "t1": 12.5, "valid": True, "faults": ["x"]},
+               {"index": 2, "t0": 19.0, "t1": 25.0},
+               {"index": 3, "t0": 30.0, "t1": 40.0, "valid": False, "reason": "stack restarted"},
+               {"index": 4, "t0": 14.5, "t1": 15.5, "valid": True},
+               {"index": 5, "t0": 50.0, "t1": 60.0, "valid": True}]
+    out = mark_windows(windows, tr)
+    assert out == [
+        # calls sent in [10, 12.5): 10 and 10.5 (9.5 came before): 3 call errors (of c0, c1,
+        # c2) and 1 store error of 2 calls, over 5%
+        {"index": 1, "t0": 10.0, "t1": 12.5, "valid": False,
+         "reason": "fault: call_errors:coder (3), store_errors:coder (1)",
+         "faults": ["call_errors:coder", "store_errors:coder", "x"]},
+        # an endpoint down from 20 on: invalid whatever the call count
+        {"index": 2, "t0": 19.0, "t1": 25.0, "valid": False,
+         "reason": "fault: endpoint_down:coder (1)", "faults": ["endpoint_down:coder"]},
+        # already invalid: keeps its own reason
+        {"index": 3, "t0": 30.0, "t1": 40.0, "valid": False, "reason": "stack restarted",
+         "faults": ["endpoint_down:coder"]},
+        # a session ended with llm_error: named, not invalidating
+        {"index": 4, "t0": 14.5, "t1": 15.5, "valid": True, "faults": ["sessions_llm_error"]},
+        # 1 store-error call of 20 sent (exactly 5%) does not invalidate it (named only); the
+        # endpoint fault open since t=20 does
+        {"index": 5, "t0": 50.0, "t1": 60.0, "valid": False,
+         "reason": "fault: endpoint_down:coder (1)",
+         "faults": ["endpoint_down:coder", "store_errors:coder"]}]
+    assert windows[1] == {"index": 2, "t0": 19.0, "t1": 25.0}     # the input is not changed
+
+
+def test_tracker_feed_without_times_targets_or_endpoints():
+    from adev.analysis.faults import FaultTracker
+    from adev.records import CallRecord
+    tr = FaultTracker()
+    tr.feed("scrapes", {"t": 1.0, "ok": True})
+    tr.feed("scrapes", {"t": 2.0, "ok": False})
+    tr.feed("calls", {"t_end": 3.0, "status": "error"})
+    tr.feed("calls", {"t_sent": 4.0, "status": "ok", "server": "not a dict"})
+    tr.feed("sessions", {"status": "error", "reason": "llm_error"})
+    tr.feed("sessions", {"t": 5.0, "status": None, "reason": "llm_error"})
+    tr.feed("events", {"event": "session_error"})
+    tr.feed("other", {"t": 6.0, "event": "session_error"})
+    tr.feed("calls", CallRecord(run_id="x", session_id="s", call_id="k", endpoint="e",
+                                t_sent=7.0, t_end=8.0, status="error", error="boom"))
+    assert tr.intervals == [("endpoint_down:?", 2.0, None), ("call_errors:?", 0.0, 3.0),
+                            ("sessions_llm_error", 0.0, 0.0), ("session_error", 0.0, 0.0),
+                            ("call_errors:e", 7.0, 8.0)]
+    assert tr.sent == [0.0, 4.0, 7.0]

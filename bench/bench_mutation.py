@@ -148,8 +148,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
     ap.add_argument("--recheck", action="store_true",
                     help="with an existing --workdir: copy the working tree's tests/ there again "
-                         "(run with the --tests and --pytest-args given now) and rerun only the mutants that survived (or had no tests); the other "
-                         "mutants keep their earlier results")
+                         "(run with the --tests and --pytest-args given now) and rerun only the "
+                         "mutants that survived (or had no tests); the other mutants keep their "
+                         "earlier results")
     a = ap.parse_args(argv)
     for m in a.modules:
         if not (ROOT / m).exists():

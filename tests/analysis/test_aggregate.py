@@ -340,9 +340,10 @@ def test_sweep_table_every_mean_and_the_order_of_unknowns():
 
 
 def test_summarise_a_given_empty_table_and_the_runs_own_fields(tmp_path):
+    from dataclasses import asdict
+
     from adev.analysis.ledger import reuse_profile
     from adev.analysis.windows import cross_check
-    from dataclasses import asdict
     run = load_run(make_run(tmp_path, width=2, windows=2, window_s=150, seed=1))
     empty = window_table(run).iloc[0:0]
     s0 = summarise(run, empty, with_reuse=False)

@@ -12,9 +12,16 @@ import warnings
 import numpy as np
 import pytest
 
-from adev.analysis.figures import (busy_time, disk_rate_estimate, in_flight, pct,
-                                   store_read_late, store_read_over_profile, ttft_model_error,
-                                   tier_tokens_from_bytes)
+from adev.analysis.figures import (
+    busy_time,
+    disk_rate_estimate,
+    in_flight,
+    pct,
+    store_read_late,
+    store_read_over_profile,
+    tier_tokens_from_bytes,
+    ttft_model_error,
+)
 
 
 def test_busy_time_reads_none_as_a_missing_start_or_end():

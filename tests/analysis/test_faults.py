@@ -185,11 +185,15 @@ def test_fault_events_and_faults_md_by_hand():
     run.events = pd.DataFrame({
         "t": [12.0, 14.5, 16.0],
         "event": ["fault", "window_close", "fault"],
-        "detail": [{"fault": "master_down", "state": "begin", "target": "master"}, {},
+        "detail": [{"fault": "master_down", "state": "begin", "target": "master",
+                    "error": "e" * 130}, {},
                    {"fault": "master_down", "state": "end", "failed_scrapes": 3}]})
     ev = fault_events(run)
     assert [e["t"] for e in ev] == [12.0, 16.0] and ev[0]["detail"]["state"] == "begin"
+    assert faults_md(run.__class__(**{**vars(run), "events": pd.DataFrame()}), "hand") \
+        .split("\n\n")[1].startswith("3 failed calls")            # failures, no events
     md = faults_md(run, "hand")
+    assert "|\n\nFault events:\n\n- t=12.0" in md
     head, _, rest = md.partition("\n\n")
     assert head == "## Faults and failures: hand"
     # totals over every row: failed calls 1 + 1 + 1 (before, window 1, after); store-error calls
@@ -204,7 +208,8 @@ def test_fault_events_and_faults_md_by_hand():
     lines = md.splitlines()
     assert sum(line.startswith("| ") for line in lines) == 6        # heading + 5 rows
     assert md.endswith("Fault events:\n\n"
-                       "- t=12.0 s: `master_down` begin, target master\n"
+                       "- t=12.0 s: `master_down` begin, target master, error " + "e" * 120
+                       + "\n"
                        "- t=16.0 s: `master_down` end, failed_scrapes 3\n")
 
 
@@ -350,7 +355,10 @@ def test_mark_windows_by_hand():
 def test_tracker_feed_without_times_targets_or_endpoints():
     from adev.analysis.faults import FaultTracker
     from adev.records import CallRecord
-    tr = FaultTracker()
+    ev = []
+    tr = FaultTracker(on_event=lambda n, t, d: ev.append((n, d.get("error"))))
+    tr.feed("scrapes", {"target": "z", "ok": True})
+    tr.feed("scrapes", {"target": "z", "ok": False})
     tr.feed("scrapes", {"t": 1.0, "ok": True})
     tr.feed("scrapes", {"t": 2.0, "ok": False})
     tr.feed("calls", {"t_end": 3.0, "status": "error"})
@@ -360,8 +368,32 @@ def test_tracker_feed_without_times_targets_or_endpoints():
     tr.feed("events", {"event": "session_error"})
     tr.feed("other", {"t": 6.0, "event": "session_error"})
     tr.feed("calls", CallRecord(run_id="x", session_id="s", call_id="k", endpoint="e",
-                                t_sent=7.0, t_end=8.0, status="error", error="boom"))
-    assert tr.intervals == [("endpoint_down:?", 2.0, None), ("call_errors:?", 0.0, 3.0),
+                                t_sent=7.0, t_end=8.0, status="error", error="b" * 400))
+    assert ("call_errors:?", "") in ev and ("call_errors:e", "b" * 300) in ev
+    assert tr.intervals == [("endpoint_down:z", 0.0, None), ("endpoint_down:?", 2.0, None), ("call_errors:?", 0.0, 3.0),
                             ("sessions_llm_error", 0.0, 0.0), ("session_error", 0.0, 0.0),
                             ("call_errors:e", 7.0, 8.0)]
     assert tr.sent == [0.0, 4.0, 7.0]
+
+
+def test_faults_md_names_faults_without_failures_and_caps_the_events():
+    from types import SimpleNamespace
+
+    import pandas as pd
+
+    from adev.analysis.faults import faults_md
+    windows = [{"index": 1, "t0": 0.0, "t1": 10.0, "valid": True, "faults": ["sessions_llm_error"]},
+               {"index": 2, "t0": 10.0, "t1": 20.0, "valid": False, "reason": "a"},
+               {"index": 3, "t0": 20.0, "t1": 30.0, "valid": False, "reason": "b"}]
+    run = SimpleNamespace(calls=pd.DataFrame({"t_sent": [1.0], "status": ["ok"],
+                                              "srv_store_errors": [0.0]}),
+                          sessions=pd.DataFrame(), scrapes={}, faults=None, events=pd.DataFrame(),
+                          measurement_windows=lambda: windows)
+    # a window names a fault though nothing failed: the table, not "No faults"
+    assert faults_md(run, "r").split("\n\n")[1].startswith("0 failed calls, 0 calls with")
+    run.measurement_windows = lambda: windows[1:]
+    assert faults_md(run, "r").endswith("Invalid windows:\n\n- window 2: a\n- window 3: b\n")
+    run.events = pd.DataFrame({"t": [float(k) for k in range(51)], "event": ["fault"] * 51,
+                               "detail": [{"fault": "f", "state": "occurred"}] * 51})
+    md = faults_md(run, "r")
+    assert md.count("`f` occurred") == 50 and "- t=49.0 s:" in md and "- t=50.0 s:" not in md

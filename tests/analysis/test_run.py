@@ -161,6 +161,8 @@ def test_load_run_reads_every_record_kind(tmp_path):
                            "samples": {"m": 2.0}},
                           {"run_id": "x", "target": "master", "url": "u", "t": 3.0, "ok": False,
                            "error": "refused"}], tail='{"torn')
+    _lines(p, "calls", [{"run_id": "x", "session_id": "s", "call_id": "b", "endpoint": "coder",
+                         "t_sent": 1.5, "t_end": 1.6, "status": "error"}])
     _lines(p, "sessions", [{"run_id": "x", "session_id": "s", "task": "t", "t": 4.0,
                             "status": "error", "reason": "llm_error: 500"}], tail='{"torn')
     _lines(p, "events", [{"run_id": "x", "event": "session_error", "t": 6.0},
@@ -177,17 +179,17 @@ def test_load_run_reads_every_record_kind(tmp_path):
     assert (len(r.sessions), len(r.gates), len(r.events)) == (1, 1, 2)
     assert list(r.events["event"]) == ["session_error", "other"] and r.gates["verdict"][0] == "pass"
     assert r.sessions["reason"][0] == "llm_error: 500"
-    # the tracker saw the session, the event and the master going down at 3
-    assert r.faults.intervals == [("master_down", 3.0, None), ("sessions_llm_error", 4.0, 4.0),
-                                  ("session_error", 6.0, 6.0)]
+    # the tracker saw the failed call, the session, the event and the master going down at 3
+    assert r.faults.intervals == [("call_errors:coder", 1.5, 1.6), ("master_down", 3.0, None),
+                                  ("sessions_llm_error", 4.0, 4.0), ("session_error", 6.0, 6.0)]
     assert r.calls["srv_tok_store_ram"].isna().all()          # tokens not an object: no split
-    assert r.calls["t_admit"].tolist() == [1.0]               # no queue time: admitted at send
+    assert r.calls["t_admit"][0] == 1.0                       # no queue time: admitted at send
     w = "windows.jsonl missing or empty: the whole run is treated as one window, invalid (a " \
         "fleet run without windows: stopped before its first window, or the file is lost)"
     assert r.missing == {"windows": f"{p}/{w}"}
     [win] = r.measurement_windows()
     assert win == {"run_id": "x", "index": 0, "t0": 1.0, "t1": 2.0, "valid": False,
-                   "protocol": "whole-run", "faults": [],
+                   "protocol": "whole-run", "faults": ["call_errors:coder"],
                    "reason": "no windows.jsonl: the whole run is one window (a fleet run without "
                              "windows: stopped before its first window, or the file is lost)"}
 

@@ -259,3 +259,44 @@ def test_stream_interval_changes_no_modelled_figure(seed):
             assert [getattr(r0, f) for f in fields] == [getattr(r1, f) for f in fields], r0.rid
             assert n0 == n1 == r0.n_gen   # every generated token streamed exactly once
         assert other_text == text
+
+
+@pytest.mark.parametrize("refused,skipped,error", [(2, 1, True), (0, 0, False)])
+def test_save_counts_accepted_refused_and_skipped_blocks(refused, skipped, error):
+    """One save of 6 keys: 3 accepted, ``refused`` refused, ``skipped`` already there. The
+    request and the endpoint's counters each add them once (refused bytes = blocks x 1 MB)."""
+    from adev.emulator.store import SaveResult
+    saved = []
+
+    class Store:
+        async def save(self, keys):
+            saved.append(keys)
+            return SaveResult(put=3, refused=refused, skipped=skipped, error=error)
+
+    eng = make_engine(lambda: 0.0, store=Store())
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    r.put_blocks, r.put_refused_blocks, r.store_errors = 1, 1, 1
+    for _ in range(2):
+        asyncio.run(eng._save(r, ["k1", "k2"]))
+    assert saved == [["k1", "k2"]] * 2
+    assert (r.put_blocks, r.put_refused_blocks, r.store_errors) == (
+        1 + 6, 1 + 2 * refused, 1 + (2 if error else 0))
+    sched = eng.sched
+    assert value(sched, "adev_emulator_store_put_blocks_total") == 6
+    assert value(sched, "adev_emulator_store_put_refused_blocks_total") == 2 * refused
+    assert value(sched, "adev_emulator_store_put_refused_bytes_total") == 2 * refused * 1_000_000
+    assert value(sched, "adev_emulator_store_put_skipped_blocks_total") == 2 * skipped
+
+
+def test_engine_decode_step_and_abort_of_a_finished_request():
+    eng = make_engine(lambda: 0.0)
+    # 0.010 + 0.001 x 3 + 0.00001 x 2000 = 0.033 s
+    assert eng.decode_step_s(3, 2000) == pytest.approx(0.033)
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    eng.submit(r)
+    r.aborted = True                         # already aborted: a second abort does nothing
+    eng.abort(r)
+    assert r in eng.waiting
+    r.aborted = False
+    eng.abort(r)
+    assert r.aborted and r not in eng.waiting

@@ -300,3 +300,31 @@ def test_engine_decode_step_and_abort_of_a_finished_request():
     r.aborted = False
     eng.abort(r)
     assert r.aborted and r not in eng.waiting
+
+
+def test_stop_cancels_the_loop_and_the_store_io_in_flight():
+    import time
+
+    async def main():
+        gate, saved = asyncio.Event(), []
+
+        class Store:
+            def keys(self, hashes):
+                return [f"k{h}" for h in hashes]
+
+            async def save(self, keys):
+                saved.append(keys)
+                await gate.wait()             # never set: the save is still running at stop()
+
+        eng = make_engine(time.monotonic, store=Store())
+        eng.start()
+        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+        eng._start_save(r, [1, 2])
+        await asyncio.sleep(0)
+        [bg] = list(eng._bg)
+        await eng.stop()
+        assert saved == [["k1", "k2"]]
+        assert eng._task.cancelled() and bg.cancelled()
+        await asyncio.sleep(0)
+        assert not eng._bg                    # finished tasks leave the set
+    asyncio.run(main())

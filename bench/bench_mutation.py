@@ -23,6 +23,7 @@ Slow: thousands of mutants; each runs the covering tests in a forked worker
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shlex
@@ -128,6 +129,11 @@ def write_merged(work: Path, before: dict[str, dict[str, int | None]],
             meta_path.write_text(json.dumps(meta, indent=4))
 
 
+def select(names: list[str], only: list[str]) -> list[str]:
+    """The mutant names matching any of the ``only`` globs (all of them without globs)."""
+    return [n for n in names if not only or any(fnmatch.fnmatchcase(n, g) for g in only)]
+
+
 def score(c: Counter) -> float:
     """killed / (killed + survived + no tests)."""
     n = c["killed"] + c["survived"] + c["no tests"]
@@ -151,6 +157,9 @@ def main(argv: list[str] | None = None) -> int:
                          "(run with the --tests and --pytest-args given now) and rerun only the "
                          "mutants that survived (or had no tests); the other mutants keep their "
                          "earlier results")
+    ap.add_argument("--only", nargs="+", default=[], metavar="GLOB",
+                    help="with --recheck: rerun only the survivors whose mutant name matches a "
+                         "glob, e.g. 'adev.emulator.engine.*_save__*'")
     a = ap.parse_args(argv)
     for m in a.modules:
         if not (ROOT / m).exists():
@@ -178,8 +187,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
             before = read_codes(work)
-            rechecked = sorted(k.split(":", 1)[1] for c in outcomes(work, a.modules).values()
-                               for k in c if k.startswith("survivor:"))
+            rechecked = select(sorted(k.split(":", 1)[1] for c in outcomes(work, a.modules).values()
+                                      for k in c if k.startswith("survivor:")), a.only)
             cmd += rechecked
         rc = 0
         if a.recheck and not rechecked:

@@ -69,3 +69,11 @@ def test_recheck_merge_rewrites_meta_files_in_place(tmp_path):
     assert out["durations_by_key"] == {"m.x_f__mutmut_2": 0.5}
     c = bm.outcomes(tmp_path, ["adev/m.py"])["adev/m.py"]
     assert (c["killed"], c["survived"], c["not run"]) == (3, 0, 0)
+
+
+def test_recheck_only_the_survivors_matching_a_glob():
+    names = ["adev.e.engine.xǁEngineǁ_save__mutmut_1", "adev.e.engine.xǁEngineǁstop__mutmut_2",
+             "adev.e.engine.x__spin_until__mutmut_3"]
+    assert bm.select(names, []) == names
+    assert bm.select(names, ["*_save__*", "*stop__*"]) == names[:2]
+    assert bm.select(names, ["*nothing*"]) == []

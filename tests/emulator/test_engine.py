@@ -328,3 +328,26 @@ def test_stop_cancels_the_loop_and_the_store_io_in_flight():
         await asyncio.sleep(0)
         assert not eng._bg                    # finished tasks leave the set
     asyncio.run(main())
+
+
+def test_start_save_accounts_to_its_request_and_stop_before_start():
+    import time
+
+    from adev.emulator.store import SaveResult
+
+    async def main():
+        class Store:
+            def keys(self, hashes):
+                return [f"k{h}" for h in hashes]
+
+            async def save(self, keys):
+                return SaveResult(put=len(keys))
+
+        eng = make_engine(time.monotonic, store=Store())
+        await eng.stop()                      # never started: nothing to cancel
+        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+        eng._start_save(r, [1, 2, 3])
+        while eng._bg:
+            await asyncio.sleep(0)
+        return r
+    assert asyncio.run(main()).put_blocks == 3

@@ -23,6 +23,7 @@ Slow: thousands of mutants; each runs the covering tests in a forked worker
 from __future__ import annotations
 
 import argparse
+import fnmatch
 import json
 import os
 import shlex
@@ -94,6 +95,45 @@ def outcomes(work: Path, modules: list[str]) -> dict[str, Counter]:
     return res
 
 
+def read_codes(work: Path) -> dict[str, dict[str, int | None]]:
+    """Every meta file's ``exit_code_by_key`` under ``work/mutants``, by the meta file's path."""
+    return {meta.relative_to(work).as_posix(): json.loads(meta.read_text())["exit_code_by_key"]
+            for meta in sorted((work / "mutants").rglob("*.py.meta"))}
+
+
+def merge_codes(before: dict[str, int | None], after: dict[str, int | None],
+                rechecked: set[str]) -> dict[str, int | None]:
+    """One meta file's results after a recheck: a rechecked mutant takes its new result (its old
+    one if the rerun left it unrun); any other mutant keeps its earlier result, which mutmut resets
+    to not run when the test files changed. Mutants are those of ``after`` (the current source)."""
+    out: dict[str, int | None] = {}
+    for key, new in after.items():
+        old = before.get(key)
+        if key in rechecked:
+            out[key] = new if new is not None else old
+        else:
+            out[key] = old if old is not None else new
+    return out
+
+
+def write_merged(work: Path, before: dict[str, dict[str, int | None]],
+                 rechecked: set[str]) -> None:
+    """Rewrite each meta file under ``work/mutants`` with :func:`merge_codes` of the results read
+    ``before`` the recheck and those mutmut left, so ``mutmut results`` shows them too."""
+    for rel, after in read_codes(work).items():
+        merged = merge_codes(before.get(rel, {}), after, rechecked)
+        if merged != after:
+            meta_path = work / rel
+            meta = json.loads(meta_path.read_text())
+            meta["exit_code_by_key"] = merged
+            meta_path.write_text(json.dumps(meta, indent=4))
+
+
+def select(names: list[str], only: list[str]) -> list[str]:
+    """The mutant names matching any of the ``only`` globs (all of them without globs)."""
+    return [n for n in names if not only or any(fnmatch.fnmatchcase(n, g) for g in only)]
+
+
 def score(c: Counter) -> float:
     """killed / (killed + survived + no tests)."""
     n = c["killed"] + c["survived"] + c["no tests"]
@@ -114,7 +154,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
     ap.add_argument("--recheck", action="store_true",
                     help="with an existing --workdir: copy the working tree's tests/ there again "
-                         "and rerun only the mutants that survived (or had no tests)")
+                         "(run with the --tests and --pytest-args given now) and rerun only the "
+                         "mutants that survived (or had no tests); the other mutants keep their "
+                         "earlier results")
+    ap.add_argument("--only", nargs="+", default=[], metavar="GLOB",
+                    help="with --recheck: rerun only the survivors whose mutant name matches a "
+                         "glob, e.g. 'adev.emulator.engine.*_save__*'")
     a = ap.parse_args(argv)
     for m in a.modules:
         if not (ROOT / m).exists():
@@ -123,22 +168,36 @@ def main(argv: list[str] | None = None) -> int:
     work = a.workdir or Path(tempfile.mkdtemp(prefix="adev-mutation-"))
     work.mkdir(parents=True, exist_ok=True)
     try:
-        if not (work / "pyproject.toml").exists():
+        fresh = not (work / "pyproject.toml").exists()
+        if fresh:
             copy_tree(work)
+        if fresh or a.recheck:
+            # a recheck runs the tests named now (--tests), e.g. a new test file
             top = sorted(p.name + ("/" if p.is_dir() else "") for p in work.iterdir()
                          if p.name not in ("adev", "tests", "pyproject.toml", "mutants"))
+            shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")
             with open(work / "pyproject.toml", "a") as f:
                 f.write(mutmut_config(a.modules, a.tests, top, shlex.split(a.pytest_args)))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["MPLBACKEND"] = "Agg"
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(a.max_children)]
+        before: dict[str, dict[str, int | None]] = {}
+        rechecked: list[str] = []
         if a.recheck:
             shutil.copytree(ROOT / "tests", work / "tests", dirs_exist_ok=True,
                             ignore=shutil.ignore_patterns("__pycache__"))
-            cmd += sorted(k.split(":", 1)[1] for c in outcomes(work, a.modules).values()
-                          for k in c if k.startswith("survivor:"))
-        print("$", " ".join(cmd), f"  (in {work})", flush=True)
-        rc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode
+            before = read_codes(work)
+            rechecked = select(sorted(k.split(":", 1)[1] for c in outcomes(work, a.modules).values()
+                                      for k in c if k.startswith("survivor:")), a.only)
+            cmd += rechecked
+        rc = 0
+        if a.recheck and not rechecked:
+            print("bench_mutation: no survivors to recheck", flush=True)
+        else:
+            print("$", " ".join(cmd), f"  (in {work})", flush=True)
+            rc = subprocess.run(cmd, cwd=work, env=env, stdout=subprocess.DEVNULL).returncode
+        if a.recheck:
+            write_merged(work, before, set(rechecked))
         res = outcomes(work, a.modules)
         if rc != 0 and not res:
             print(f"bench_mutation: mutmut exited {rc}; see {work}", file=sys.stderr)

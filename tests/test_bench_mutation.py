@@ -39,3 +39,41 @@ def test_outcomes_and_score_from_mutmut_meta_files(tmp_path):
     assert c["survivor:m.x_f__mutmut_2"] and c["survivor:m.x_f__mutmut_3"]
     assert set(bm.outcomes(tmp_path, ["adev/analysis/"])) == {"adev/analysis/other.py",
                                                               "adev/analysis/windows.py"}
+
+
+def test_merge_keeps_earlier_results_and_takes_the_rechecked_ones():
+    before = {"a": 1, "b": 0, "c": 33, "d": 0, "e": None}
+    # mutmut reset a (killed before) and e; reran b (now killed) and d (left unrun)
+    after = {"a": None, "b": 1, "c": 33, "d": None, "e": None, "f": 0}
+    merged = bm.merge_codes(before, after, {"b", "d"})
+    assert merged == {"a": 1, "b": 1, "c": 33, "d": 0, "e": None, "f": 0}
+    # a rechecked mutant that survives again stays a survivor; one not rechecked keeps its kill
+    assert bm.merge_codes({"x": 0, "y": 3}, {"x": 0, "y": 0}, {"x"}) == {"x": 0, "y": 3}
+
+
+def test_recheck_merge_rewrites_meta_files_in_place(tmp_path):
+    meta = tmp_path / "mutants" / "adev" / "m.py.meta"
+    meta.parent.mkdir(parents=True)
+    before_codes = {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 0, "m.x_f__mutmut_3": 1}
+    meta.write_text(json.dumps({"exit_code_by_key": before_codes, "durations_by_key": {}}))
+    before = bm.read_codes(tmp_path)
+    assert before == {"mutants/adev/m.py.meta": before_codes}
+    # what mutmut leaves after `run m.x_f__mutmut_2` with changed tests: the others reset
+    meta.write_text(json.dumps({"exit_code_by_key": {"m.x_f__mutmut_1": None, "m.x_f__mutmut_2": 1,
+                                                     "m.x_f__mutmut_3": None},
+                                "durations_by_key": {"m.x_f__mutmut_2": 0.5}}))
+    bm.write_merged(tmp_path, before, {"m.x_f__mutmut_2"})
+    out = json.loads(meta.read_text())
+    assert out["exit_code_by_key"] == {"m.x_f__mutmut_1": 1, "m.x_f__mutmut_2": 1,
+                                       "m.x_f__mutmut_3": 1}
+    assert out["durations_by_key"] == {"m.x_f__mutmut_2": 0.5}
+    c = bm.outcomes(tmp_path, ["adev/m.py"])["adev/m.py"]
+    assert (c["killed"], c["survived"], c["not run"]) == (3, 0, 0)
+
+
+def test_recheck_only_the_survivors_matching_a_glob():
+    names = ["adev.e.engine.xǁEngineǁ_save__mutmut_1", "adev.e.engine.xǁEngineǁstop__mutmut_2",
+             "adev.e.engine.x__spin_until__mutmut_3"]
+    assert bm.select(names, []) == names
+    assert bm.select(names, ["*_save__*", "*stop__*"]) == names[:2]
+    assert bm.select(names, ["*nothing*"]) == []

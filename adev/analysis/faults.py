@@ -72,10 +72,6 @@ def _as_dict(rec: Any) -> dict[str, Any]:
     return rec if isinstance(rec, dict) else dataclasses.asdict(rec)
 
 
-def _kind(rec: Any) -> str | None:
-    return getattr(rec, "kind", None) if not isinstance(rec, dict) else rec.get("__kind")
-
-
 def _num(v: Any) -> float | None:
     return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 

@@ -236,3 +236,142 @@ def test_tier_token_and_read_rate_formulas():
     from adev.analysis.figures import effective_read_rate, tier_tokens_from_bytes
     assert tier_tokens_from_bytes(1536.0, 64, 98304) == pytest.approx(1.0)   # 1536 x 64 / 98304
     assert effective_read_rate(3e9, 1.5) == 2e9
+
+
+def _no_warnings():
+    import warnings
+    w = warnings.catch_warnings()
+    w.__enter__()
+    warnings.simplefilter("error")
+    return w
+
+
+def test_interval_and_spread_dicts_of_zero_one_and_three_values():
+    w = _no_warnings()
+    try:
+        e, one, three = t_interval([]), t_interval([2.0]), t_interval([1.0, 2.0, 3.0])
+        se, s1 = spread([]), spread([5.0])         # one value: sd undefined, and no warning
+    finally:
+        w.__exit__(None, None, None)
+    assert list(e) == ["n", "mean", "lo", "hi", "sd"] and e["n"] == 0
+    assert all(math.isnan(e[k]) for k in ("mean", "lo", "hi", "sd"))
+    assert list(one) == ["n", "mean", "lo", "hi", "sd"] and (one["n"], one["mean"]) == (1, 2.0)
+    assert all(math.isnan(one[k]) for k in ("lo", "hi", "sd"))
+    assert three["sd"] == 1.0 and three["n"] == 3          # sample sd of 1, 2, 3
+    assert list(se) == ["n", "mean", "sd", "min", "max", "cv"] and se["n"] == 0
+    assert all(math.isnan(se[k]) for k in ("mean", "sd", "min", "max", "cv"))
+    assert (s1["n"], s1["mean"], s1["min"], s1["max"]) == (1, 5.0, 5.0, 5.0)
+    assert math.isnan(s1["sd"]) and math.isnan(s1["cv"])
+
+
+def test_burst_rule_edge_cases():
+    from adev.analysis.aggregate import _nanmean
+    empty = burst_windows(_table([]))
+    assert len(empty) == 0 and empty.dtype == bool
+    w = _no_warnings()
+    try:
+        # no preemption figure at all: median taken as 0 (no warning), nothing is a burst
+        t = _table([math.nan] * 3)
+        assert burst_windows(t).to_dict() == {1: False, 2: False, 3: False}
+        assert math.isnan(_nanmean([])) and math.isnan(_nanmean([None]))
+    finally:
+        w.__exit__(None, None, None)
+    # threshold max(0, 3 x median 0) = 0: a window without a figure counts 0, not a burst
+    t = _table([0, 0, math.nan])
+    assert burst_windows(t, min_count=0).to_dict() == {1: False, 2: False, 3: False}
+    assert _nanmean([1.0, None, 3.0, math.nan]) == 2.0
+
+
+def test_window_stats_only_the_endpoints_valid_rows_and_absent_figures():
+    t = pd.DataFrame({"endpoint": [ALL, ALL, "coder", "coder"], "valid": [True, False, True, True],
+                      "window": [1, 2, 1, 2], "gross_saving": [0.1, 0.5, 0.7, 0.9]})
+    ws = window_stats(t, ["gross_saving", "nope"])
+    assert ws.loc["gross_saving", "n"] == 1 and ws.loc["gross_saving", "mean"] == 0.1
+    assert ws.loc["nope", "n"] == 0 and math.isnan(ws.loc["nope", "mean"])
+    assert window_stats(t, ["gross_saving"], endpoint="coder").loc["gross_saving", "mean"] == \
+        pytest.approx(0.8)
+
+
+def test_summary_flat_leaves_out_the_nested_dicts():
+    s = _summary("a", 4, 0.1, reuse={"touches": 10})
+    f = s.flat()
+    assert not {"stats", "quiet", "interval", "reuse", "missing"} & set(f)
+
+
+def test_operating_point_row_has_every_figure():
+    s = _summary("a", 12, 0.11, conf="store-ram+disk", disk="remote-nvmeof", lease=60.0,
+                 pause=30.0, quiet=0.12, net_saving=0.09, gross_saving_disk=0.04,
+                 disk_share_of_saving=0.36, gpu_hit_share=0.5, store_hit_share=0.3,
+                 store_hit_rate=0.8, refused_share=0.05)
+    s.burst_windows, s.windows = 1, 7
+    op = operating_points([s])
+    assert list(op.index) == [0]
+    assert op.iloc[0].to_dict() == {
+        "operating_point": "store-ram+disk (remote-nvmeof), lease 60 s, pause 30 s",
+        "label": "a", "run_id": "a", "width": 12, "configuration": "store-ram+disk",
+        "disk_tier": "remote-nvmeof", "lease_ttl_s": 60.0, "pause_s": 30.0,
+        "protocol": "steady", "gross_saving": 0.11, "gross_saving_quiet": 0.12,
+        "net_saving": 0.09, "gross_saving_disk": 0.04, "disk_share_of_saving": 0.36,
+        "gpu_hit_share": 0.5, "store_hit_share": 0.3, "store_hit_rate": 0.8,
+        "refused_share": 0.05, "burst_windows": 1, "windows": 7}
+
+
+def test_sweep_table_every_mean_and_the_order_of_unknowns():
+    figs = dict(net_saving=0.09, net_saving_full=0.07, gross_saving_disk=0.04,
+                disk_share_of_saving=0.36, gpu_hit_share=0.5, store_hit_share=0.3,
+                store_hit_rate=0.8, refused_share=0.05, ttft_send_p50=1.5, ttft_send_p99=4.0)
+    a = _summary("a", 4, 0.1, **figs)
+    w = _no_warnings()
+    try:
+        sw = sweep_table([a])
+    finally:
+        w.__exit__(None, None, None)
+    row = sw.iloc[0]
+    assert {k: row[k] for k in figs} == figs
+    assert math.isnan(row["reuse_aged_share"])          # no run has it (and no warning)
+    # pause unknown sorts before pause 0 ("" < "0.0"); an unknown width after the known ones
+    p0 = _summary("p0", 4, 0.1, conf="store-ram", pause=0.0)
+    pn = _summary("pn", 4, 0.2, conf="store-ram", pause=None)
+    wn = _summary("wn", None, 0.3, conf="store-ram", pause=0.0)
+    sw = sweep_table([wn, p0, pn])
+    assert list(sw.gross_saving) == [0.2, 0.1, 0.3]
+    assert list(sw.operating_point) == ["store-ram, lease 5 s, pause ? s"] + \
+        ["store-ram, lease 5 s, pause 0 s"] * 2
+
+
+def test_summarise_a_given_empty_table_and_the_runs_own_fields(tmp_path):
+    from dataclasses import asdict
+
+    from adev.analysis.ledger import reuse_profile
+    from adev.analysis.windows import cross_check
+    run = load_run(make_run(tmp_path, width=2, windows=2, window_s=150, seed=1))
+    empty = window_table(run).iloc[0:0]
+    s0 = summarise(run, empty, with_reuse=False)
+    assert (s0.windows, s0.invalid_windows, s0.burst_windows) == (0, 0, 0)
+    s = summarise(run)
+    assert (s.run_id, s.label, s.path, s.width, s.protocol, s.configuration, s.lease_ttl_s,
+            s.pause_s, s.disk_tier) == (run.run_id, run.label, str(run.path), run.width,
+                                        run.protocol, run.configuration, run.lease_ttl_s,
+                                        run.pause_s, run.disk_tier)
+    assert None not in (run.protocol, run.configuration, run.pause_s, run.disk_tier)
+    assert s.reuse == asdict(reuse_profile(run.ledger, run.lease_ttl_s)) and "reuse" not in s.missing
+    x = cross_check(run).set_index("endpoint")
+    assert list(x.index)[-1] == ALL and len(x) == 3
+    keys = ("xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel", "store_load_failed_tokens")
+    assert s.xcheck == pytest.approx({k: float(x.loc[ALL, k]) for k in keys}, nan_ok=True)
+    # the ALL row, not the first endpoint's
+    assert s.xcheck["xcheck_disk_rel"] != float(x.iloc[0]["xcheck_disk_rel"])
+
+
+def test_summarise_without_a_ledger_says_why(tmp_path):
+    run = load_run(make_run(tmp_path, width=2, windows=1, window_s=150, seed=2, ledger=False))
+    s = summarise(run)
+    assert s.reuse is None and s.missing["reuse"] == run.missing["ledger"]
+    assert "ledger" in s.missing["reuse"] and s.missing["reuse"] != "no ledger"
+
+
+def test_sweep_table_orders_operating_points_by_their_values():
+    # lease 60 inserted first; "5.0" < "60.0" puts lease 5 first
+    l60 = _summary("l60", 4, 0.6, conf="store-ram", lease=60.0)
+    l5 = _summary("l5", 4, 0.5, conf="store-ram", lease=5.0)
+    assert list(sweep_table([l60, l5]).gross_saving) == [0.5, 0.6]

@@ -106,3 +106,40 @@ def test_master_counters_read_under_either_name(names):
     for n in names:
         pts = [Scrape(0, True, {n: 1.0}), Scrape(5, True, {n: 6.0})]
         assert C.counter_delta(pts, names, 0, 5, tol=1.0).value == 5.0
+
+
+def test_why_gives_the_first_unmeasured_reason():
+    ok = C.Delta(5.0, 0.0, 10.0)
+    assert C.why(ok, C.NoDelta("first"), C.NoDelta("second")) == "first"
+    assert C.why(ok, ok) == "" and C.why() == ""
+
+
+def test_median_interval_of_two_scrapes_and_sub_second_gaps():
+    assert C.median_interval([0.0, 5.0]) == 5.0                  # one gap: 5
+    assert C.median_interval([0.0, 0.5, 1.0, 1.25]) == 0.5       # gaps 0.5, 0.5, 0.25
+    assert C.median_interval([2.0, 2.0, 2.0]) is None             # only zero gaps
+
+
+def test_a_failed_scrape_is_a_gap_even_when_it_carries_samples():
+    # the failed scrape's stale 999 must not enter the sum: 10 -> 30 = +20, two gaps crossed
+    pts = [sc(0, 10), Scrape(5, False, {f'{HITS}{{engine="0"}}': 999.0}),
+           sc(7, None, ok=False), sc(10, 30)]
+    d = C.counter_delta(pts, C.PREFIX_HITS, 0, 10, tol=1.0)
+    assert (d.value, d.resets, d.gaps) == (20, 0, 2)
+
+
+def test_boundary_scrape_at_exactly_the_tolerance_plus_rounding_slack():
+    far = 1.0 + 1e-9                     # tol + the 1e-9 slack, the same float
+    d = C.counter_delta([sc(far, 3), sc(5, 8)], C.PREFIX_HITS, 0.0, 5.0, tol=1.0)
+    assert (d.value, d.t_from) == (5, far)
+
+
+def test_idle_boundary_takes_an_early_scrape_before_it():
+    # t1 = 12.5: no scrape within 1 s; both neighbours across an idle stretch: the scrape at 10
+    # (index 1, 2.5 s away) is nearer than the one at 20 (7.5 s): 5 -> 20 = +15
+    pts = [sc(0, 5), sc(10, 20), sc(20, 45), sc(30, 60)]
+    d = C.counter_delta(pts, C.PREFIX_HITS, 0, 12.5, tol=1.0, idle=lambda a, b: True)
+    assert (d.value, d.t_to) == (15, 10)
+    # t0 = 1.5 after the first scrape (index 0) and t1 = 30: 5 -> 60 = +55
+    d = C.counter_delta(pts, C.PREFIX_HITS, 1.5, 30, tol=1.0, idle=lambda a, b: True)
+    assert (d.value, d.t_from) == (55, 0)

@@ -140,3 +140,103 @@ def test_clock_origin_sources_and_admission(tmp_path):
     empty = r.calls.iloc[0:0].copy()
     add_admission(empty, t0, scale)
     assert list(empty["t_admit"]) == []
+
+
+def _lines(path, kind, recs, tail=""):
+    with open(path / f"{kind}.jsonl", "a") as f:
+        for r in recs:
+            f.write(json.dumps(r) + "\n")
+        f.write(tail)
+
+
+def test_load_run_reads_every_record_kind(tmp_path):
+    from adev.analysis.run import Scrape
+    cfg = {"fleet": {"width": 2, "protocol": "batch", "name": "n"},
+           "stack": {"profile": "qwen3-coder-30b-a3b", "payload_scale": 1,
+                     "store": {"lease_ttl_s": 5}},
+           "store": {"lease_ttl_s": 9}}                       # a stray top-level store: ignored
+    p = _rundir(tmp_path, {"run_id": "x", "kind": "fleet", "config": cfg},
+                [_call("a", 1.0, 2.0, srv={"tokens": [1, 2], "queue_s": None})])
+    _lines(p, "scrapes", [{"run_id": "x", "target": "master", "url": "u", "t": 1.0, "ok": True,
+                           "samples": {"m": 2.0}},
+                          {"run_id": "x", "target": "master", "url": "u", "t": 3.0, "ok": False,
+                           "error": "refused"}], tail='{"torn')
+    _lines(p, "calls", [{"run_id": "x", "session_id": "s", "call_id": "b", "endpoint": "coder",
+                         "t_sent": 1.5, "t_end": 1.6, "status": "error"}])
+    _lines(p, "sessions", [{"run_id": "x", "session_id": "s", "task": "t", "t": 4.0,
+                            "status": "error", "reason": "llm_error: 500"}], tail='{"torn')
+    _lines(p, "events", [{"run_id": "x", "event": "session_error", "t": 6.0},
+                         {"run_id": "x", "event": "other", "t": 7.0}], tail='{"torn')
+    _lines(p, "gates", [{"run_id": "x", "session_id": "s", "round": 1, "executor": "e",
+                         "verdict": "pass", "t_start": 1.0, "t_end": 2.0}], tail='{"torn')
+    _lines(p, "windows", [], tail='{"torn')
+    r = load_run(p)
+    assert r.scrapes == {"master": [Scrape(1.0, True, {"m": 2.0}, None),
+                                    Scrape(3.0, False, {}, "refused")]}
+    assert r.stack == cfg["stack"] and r.fleet == cfg["fleet"] and r.lease_ttl_s == 5.0
+    assert r.protocol == "batch" and r.label == "n"
+    assert r.torn == {k: 1 for k in ("scrapes", "windows", "sessions", "gates", "events")}
+    assert (len(r.sessions), len(r.gates), len(r.events)) == (1, 1, 2)
+    assert list(r.events["event"]) == ["session_error", "other"] and r.gates["verdict"][0] == "pass"
+    assert r.sessions["reason"][0] == "llm_error: 500"
+    # the tracker saw the failed call, the session, the event and the master going down at 3
+    assert r.faults.intervals == [("call_errors:coder", 1.5, 1.6), ("master_down", 3.0, None),
+                                  ("sessions_llm_error", 4.0, 4.0), ("session_error", 6.0, 6.0)]
+    assert r.calls["srv_tok_store_ram"].isna().all()          # tokens not an object: no split
+    assert r.calls["t_admit"][0] == 1.0                       # no queue time: admitted at send
+    w = "windows.jsonl missing or empty: the whole run is treated as one window, invalid (a " \
+        "fleet run without windows: stopped before its first window, or the file is lost)"
+    assert r.missing == {"windows": f"{p}/{w}"}
+    [win] = r.measurement_windows()
+    assert win == {"run_id": "x", "index": 0, "t0": 1.0, "t1": 2.0, "valid": False,
+                   "protocol": "whole-run", "faults": ["call_errors:coder"],
+                   "reason": "no windows.jsonl: the whole run is one window (a fleet run without "
+                             "windows: stopped before its first window, or the file is lost)"}
+
+
+def test_load_run_missing_texts_and_odd_manifest_values(tmp_path):
+    p = _rundir(tmp_path, None, [_call("a", 1.0, None), _call("b", 3.0, None)])
+    r = load_run(p)
+    assert r.missing == {
+        "manifest": f"{p}/manifest.json missing or empty",
+        "profile": "manifest names no model profile (config.stack.profile)",
+        "payload_scale": "config.stack.payload_scale not in the manifest",
+        "lease_ttl_s": "config.stack.store.lease_ttl_s not in the manifest",
+        "width": "config.fleet.width not in the manifest",
+        "windows": f"{p}/windows.jsonl missing or empty: the whole run is treated as one window"}
+    [win] = r.measurement_windows()                 # no call ended: the window ends at 1.0
+    assert (win["t0"], win["t1"], win["valid"]) == (1.0, 1.0, True)
+    assert win["reason"] == "no windows.jsonl: the whole run is one window"
+    assert r.stack is None and r.fleet is None
+    (tmp_path / "b").mkdir()
+    m = {"run_id": "b", "profile": "qwen3-coder-30b-a3b", "config": {"stack": "junk",
+                                                                      "fleet": "junk"}}
+    r = load_run(_rundir(tmp_path / "b", m))
+    assert r.stack is None and r.fleet is None and r.profile is None
+    assert r.missing["profile"] == "manifest names no model profile (config.stack.profile)"
+    # no calls at all: the flattened table still has every column, t_admit included
+    assert "has_server" in r.calls and "server" not in r.calls and "srv_ttft_s" in r.calls
+    assert "srv_tok_store_ram" in r.calls and r.calls["t_admit"].dtype == float
+    assert len(r.calls) == 0
+
+
+@pytest.mark.parametrize("kind", ["calls", "scrapes", "windows", "sessions", "events", "gates"])
+def test_load_run_refuses_a_line_adev_cannot_have_written(tmp_path, kind):
+    from adev.records import RecordError
+    p = _rundir(tmp_path, {"run_id": "x"})
+    _lines(p, kind, [[1, 2]])
+    with pytest.raises(RecordError, match=rf"{kind}\.jsonl: line 1: a JSON array"):
+        load_run(p)
+
+
+def test_flattened_calls_coerce_non_numbers():
+    from adev.analysis.run import _flatten_calls
+    row = dataclasses_asdict(_call("a", 1.0, 2.0))
+    row["prompt_tokens"] = "many"
+    df = _flatten_calls([row])
+    assert math.isnan(df["prompt_tokens"][0]) and df["t_end"][0] == 2.0
+
+
+def dataclasses_asdict(rec):
+    import dataclasses
+    return dataclasses.asdict(rec)

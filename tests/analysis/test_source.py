@@ -6,7 +6,7 @@ import math
 import pytest
 
 from adev.analysis.aggregate import RunSummary
-from adev.analysis.source import SourceFigure, beside, beside_markdown, load
+from adev.analysis.source import SourceFigure, beside, beside_markdown, load, ours
 
 
 def summary(width, protocol="steady", pause_s=300.0, lease=5.0, conf="store-ram+disk",
@@ -72,3 +72,61 @@ def test_malformed_entry_names_index_and_field(tmp_path):
     p.write_text('[[figure]]\nfigure = "x"\npoint = {}\nwhere = "y"\nlo = 0.1\n')
     with pytest.raises(ValueError, match=r"figure\[0\]: needs 'value' or both 'lo' and 'hi'"):
         load(p)
+
+
+def test_point_text_and_value_text_of_every_key():
+    f = SourceFigure("x", {"width": 1, "protocol": "batch", "pause_s": 0,
+                           "configuration": "store-ram", "disk_tier": "nvmeof", "lease": "short"},
+                     "w", lo=0.0, hi=0.05)
+    assert f.point_text() == "1 session, batch, pause 0 s, store-ram, nvmeof, short lease"
+    assert f.text() == "0.00-5.00%"                      # fmt(0.0) = "0.00%", its "%" dropped
+    assert SourceFigure("x", {"width": 12, "lease": 300}, "w", 0.5).point_text() == \
+        "12 sessions, lease 300 s"
+    assert SourceFigure("x", {}, "w", 0.5).point_text() == ""
+    assert SourceFigure("x", {}, "w", lo=-0.01, hi=0.0).text() == "-1.00-0.00%"
+
+
+def test_point_matching_protocol_configuration_disk_tier_and_missing_lease():
+    f = SourceFigure("x", {"protocol": "batch"}, "w", 0.1)
+    assert f.matches(summary(6, protocol="batch")) and not f.matches(summary(6, protocol="steady"))
+    g = SourceFigure("x", {"configuration": "store-ram", "disk_tier": "nvmeof"}, "w", 0.1)
+    assert g.matches(summary(6, conf="store-ram", disk_tier="nvmeof"))
+    assert not g.matches(summary(6, conf="store-ram+disk", disk_tier="nvmeof"))
+    assert not g.matches(summary(6, conf="store-ram", disk_tier="local-raid0"))
+    for lease in ("short", 300):
+        assert not SourceFigure("x", {"lease": lease}, "w", 0.1).matches(summary(6, lease=None))
+
+
+def test_load_an_empty_file_and_a_missing_field(tmp_path):
+    p = tmp_path / "s.toml"
+    p.write_text("# no figures\n")
+    assert load(p) == []
+    p.write_text('[[figure]]\nfigure = "x"\npoint = {}\nvalue = 0.1\n')
+    with pytest.raises(ValueError, match=r"^s\.toml: figure\[0\]: missing field 'where'$"):
+        load(p)
+
+
+def test_ours_of_a_reuse_figure_without_a_ledger():
+    assert math.isnan(ours(summary(12, reuse=None), "reuse_owner_share_cross_session"))
+    assert math.isnan(ours(summary(12, reuse={"other": 0.1}), "reuse_owner_share_cross_session"))
+    assert ours(summary(12, reuse={"x": 1}), "reuse_x") == 1.0
+
+
+def test_beside_reads_the_data_file_by_default_and_markdown_exactly():
+    rows = beside([summary(12)])
+    assert len(rows) == len(load())
+    f1 = SourceFigure("gross_saving", {"width": 12}, "T12", 0.1753)
+    r = beside([summary(12, gross=0.15)], [f1])
+    assert r[0].why_missing is None and r[0].ours == 0.15
+    assert beside_markdown(r) == ("| Point | Figure | Source | adev | Where in the source |\n"
+                                  "|---|---|---:|---:|---|\n"
+                                  "| 12 sessions | Gross saving | 17.53% | 15.00% | T12 |\n")
+    nan = beside([summary(12, gross=math.nan)], [f1])
+    assert beside_markdown(nan).splitlines()[2] == \
+        "| 12 sessions | Gross saving | 17.53% | not measured in the runs at this point | T12 |"
+    none = beside([summary(6)], [f1])
+    assert beside_markdown(none) == (
+        "_No run of this report was made at a point the source measured (widths 1, 2, "
+        "6, 12, 18; see `adev nightly`)._\n")
+    assert "| 12 sessions | Gross saving | 17.53% | no run at this point | T12 |" in \
+        beside_markdown(none, only_matched=False)

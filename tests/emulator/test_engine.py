@@ -286,3 +286,95 @@ def test_stream_interval_changes_no_modelled_figure(seed):
             assert [getattr(r0, f) for f in fields] == [getattr(r1, f) for f in fields], r0.rid
             assert n0 == n1 == r0.n_gen   # every generated token streamed exactly once
         assert other_text == text
+
+
+@pytest.mark.parametrize("refused,skipped,error", [(2, 1, True), (0, 0, False)])
+def test_save_counts_accepted_refused_and_skipped_blocks(refused, skipped, error):
+    """One save of 6 keys: 3 accepted, ``refused`` refused, ``skipped`` already there. The
+    request and the endpoint's counters each add them once (refused bytes = blocks x 1 MB)."""
+    from adev.emulator.store import SaveResult
+    saved = []
+
+    class Store:
+        async def save(self, keys):
+            saved.append(keys)
+            return SaveResult(put=3, refused=refused, skipped=skipped, error=error)
+
+    eng = make_engine(lambda: 0.0, store=Store())
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    r.put_blocks, r.put_refused_blocks, r.store_errors = 1, 1, 1
+    for _ in range(2):
+        asyncio.run(eng._save(r, ["k1", "k2"]))
+    assert saved == [["k1", "k2"]] * 2
+    assert (r.put_blocks, r.put_refused_blocks, r.store_errors) == (
+        1 + 6, 1 + 2 * refused, 1 + (2 if error else 0))
+    sched = eng.sched
+    assert value(sched, "adev_emulator_store_put_blocks_total") == 6
+    assert value(sched, "adev_emulator_store_put_refused_blocks_total") == 2 * refused
+    assert value(sched, "adev_emulator_store_put_refused_bytes_total") == 2 * refused * 1_000_000
+    assert value(sched, "adev_emulator_store_put_skipped_blocks_total") == 2 * skipped
+
+
+def test_engine_decode_step_and_abort_of_a_finished_request():
+    eng = make_engine(lambda: 0.0)
+    # 0.010 + 0.001 x 3 + 0.00001 x 2000 = 0.033 s
+    assert eng.decode_step_s(3, 2000) == pytest.approx(0.033)
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    eng.submit(r)
+    r.aborted = True                         # already aborted: a second abort does nothing
+    eng.abort(r)
+    assert r in eng.waiting
+    r.aborted = False
+    eng.abort(r)
+    assert r.aborted and r not in eng.waiting
+
+
+def test_stop_cancels_the_loop_and_the_store_io_in_flight():
+    import time
+
+    async def main():
+        gate, saved = asyncio.Event(), []
+
+        class Store:
+            def keys(self, hashes):
+                return [f"k{h}" for h in hashes]
+
+            async def save(self, keys):
+                saved.append(keys)
+                await gate.wait()             # never set: the save is still running at stop()
+
+        eng = make_engine(time.monotonic, store=Store())
+        eng.start()
+        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+        eng._start_save(r, [1, 2])
+        await asyncio.sleep(0)
+        [bg] = list(eng._bg)
+        await eng.stop()
+        assert saved == [["k1", "k2"]]
+        assert eng._task.cancelled() and bg.cancelled()
+        await asyncio.sleep(0)
+        assert not eng._bg                    # finished tasks leave the set
+    asyncio.run(main())
+
+
+def test_start_save_accounts_to_its_request_and_stop_before_start():
+    import time
+
+    from adev.emulator.store import SaveResult
+
+    async def main():
+        class Store:
+            def keys(self, hashes):
+                return [f"k{h}" for h in hashes]
+
+            async def save(self, keys):
+                return SaveResult(put=len(keys))
+
+        eng = make_engine(time.monotonic, store=Store())
+        await eng.stop()                      # never started: nothing to cancel
+        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+        eng._start_save(r, [1, 2, 3])
+        while eng._bg:
+            await asyncio.sleep(0)
+        return r
+    assert asyncio.run(main()).put_blocks == 3

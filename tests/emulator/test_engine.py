@@ -336,6 +336,8 @@ def test_stop_cancels_the_loop_and_the_store_io_in_flight():
         gate, saved = asyncio.Event(), []
 
         class Store:
+            chunk_blocks = 1
+
             def keys(self, hashes):
                 return [f"k{h}" for h in hashes]
 
@@ -345,7 +347,8 @@ def test_stop_cancels_the_loop_and_the_store_io_in_flight():
 
         eng = make_engine(time.monotonic, store=Store())
         eng.start()
-        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop",
+                    hashes=[1, 2])
         eng._start_save(r, [1, 2])
         await asyncio.sleep(0)
         [bg] = list(eng._bg)
@@ -364,6 +367,8 @@ def test_start_save_accounts_to_its_request_and_stop_before_start():
 
     async def main():
         class Store:
+            chunk_blocks = 1
+
             def keys(self, hashes):
                 return [f"k{h}" for h in hashes]
 
@@ -372,7 +377,8 @@ def test_start_save_accounts_to_its_request_and_stop_before_start():
 
         eng = make_engine(time.monotonic, store=Store())
         await eng.stop()                      # never started: nothing to cancel
-        r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+        r = Request(rid="a", prompt=tokens(0, 48), out_ids=[7], finish_reason="stop",
+                    hashes=[1, 2, 3])
         eng._start_save(r, [1, 2, 3])
         while eng._bg:
             await asyncio.sleep(0)

@@ -147,12 +147,15 @@ class Emulator:
 
 def make_stack(profile: str, configuration: str = "store-ram", time_scale: float = 10.0, ram_gb: float = 32.0,
                payload_scale: int = 64, endpoints=("coder",), lease_ttl_s: float = 5.0, seed: int = 0,
-               placement: str = "local") -> StackConfig:
+               placement: str = "local", chunk_blocks: int = 1) -> StackConfig:
+    """A one-endpoint stack; ``chunk_blocks`` 1 (one store object per block) unless given, so
+    the store tests' expected figures are per block."""
     return from_dict(StackConfig, {
         "time_scale": time_scale, "profile": profile, "configuration": configuration,
         "payload_scale": payload_scale, "policy": "length", "seed": seed,
         "endpoints": [{"name": n} for n in endpoints],
-        "store": {"ram_gb": ram_gb, "lease_ttl_s": lease_ttl_s, "placement": placement}}, "stack")
+        "store": {"ram_gb": ram_gb, "lease_ttl_s": lease_ttl_s, "placement": placement,
+                  "chunk_blocks": chunk_blocks}}, "stack")
 
 
 def tmpdir() -> Path:

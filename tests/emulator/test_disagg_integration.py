@@ -35,5 +35,8 @@ def test_two_prefill_two_decode(embedded_stack):
         assert a["tokens"] == {"gpu": 0, "store_ram": 0, "store_disk": 0, "kv_transfer": 2999, "computed": 1}
         assert a["transfer_s"] == pytest.approx(2e-5 + 3000 * info.profile.bytes_per_token / 45e9)
         assert a["store_keys_looked_up"] == 0           # the decode side reads no store
-    # prefill-1 found prefill-0's blocks in the store: whole blocks of (prompt - 1)
-    assert p1["adev"]["tokens"]["store_ram"] == (3000 - 1) // 16 * 16
+    # prefill-1 found prefill-0's blocks in the store: the complete 256-token chunks (the default
+    # 16 blocks per store object) below the last prompt token: 11 chunks of (3000 - 1) // 16 = 187
+    # blocks, 2,816 tokens; counted per block
+    assert p1["adev"]["tokens"]["store_ram"] == (3000 - 1) // 256 * 256 == 2816
+    assert p1["adev"]["store_hit_blocks"] == 176

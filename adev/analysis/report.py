@@ -265,8 +265,9 @@ def summarise_run(path: str | Path) -> str:
         behind = int((rows["store_behind"] == 1.0).sum()) if "store_behind" in rows else 0
         held = ((run.stack or {}).get("model_clock") or "free") == "held"
         if over > 1:
-            effect = ("model time waited for them (held model clock), so no figure includes "
-                      "host time; the run took longer on the wall" if held else
+            effect = ("model time waited for them (held model clock), so their time reaches no "
+                      "figure and the run took longer on the wall; TTFT over the emulator's model "
+                      "still carries the host's HTTP hops and event-loop wake-ups" if held else
                       "first tokens waited for them (free model clock), so TTFT and busy time "
                       "include host time")
             out.append(f"  note: this host's real store reads took {over:.3g}x the tier profile's time "

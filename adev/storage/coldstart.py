@@ -166,6 +166,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
     store = cfg.mode == "embedded" and cfg.configuration not in ("recompute", "gpu-only")
     disk = store and cfg.configuration == "disk-only" and bool(info.master_metrics_url)
     payload = max(1, prof.bytes_per_block // cfg.payload_scale) if cfg.mode == "embedded" else None
+    chunk = cfg.store.chunk_blocks if cfg.mode == "embedded" else 1   # blocks per store object
     rows: list[Reactivation] = []
     client = LLMClient({name: Endpoint(name, base, model=info.models.get(name))},
                        clock=stack_run_clock(info), return_token_ids=False)
@@ -183,12 +184,13 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
             warm = await asyncio.gather(*(client.chat(name, m, max_tokens=MAX_TOKENS,
                                                       session_id=f"s{i}", call_id=f"warm-{L}-{i}")
                                           for i, m in enumerate(msgs)))
-            if store:  # every full block saved (put, refused or already present) ...
-                expect = sum((r.prompt_tokens or 0) // bs for r in warm)
+            if store:  # every block of a complete chunk saved (put, refused or present) ...
+                expect = sum((r.prompt_tokens or 0) // bs // chunk * chunk for r in warm)
                 await _wait(mets, PUT_COUNTERS, before, expect, "store puts")
-            if disk:  # ... and, write-through to disk, on disk (the offload lags the put)
+            if disk:  # ... and, write-through to disk, on disk (the offload lags the put; the
+                # master counts objects, of ``chunk`` blocks each)
                 put = (await asyncio.to_thread(_counters, mets, PUT_COUNTERS[:1]))[0] - put_before
-                await _wait(info.master_metrics_url, (FILE_OBJECTS,), file_before, put,
+                await _wait(info.master_metrics_url, (FILE_OBJECTS,), file_before, put / chunk,
                             "disk offload")
             await asyncio.to_thread(_post, _root(base) + "/reset_prefix_cache")
             got = await asyncio.gather(*(client.chat(name, m, max_tokens=MAX_TOKENS,

@@ -17,7 +17,8 @@ Block ids are dense integers (``0 .. n_ids-1``), one per distinct block key. Sou
   without a server record is admitted at its send time ``t`` and saved and freed at once);
 - the Mooncake FAST'25 trace format (:func:`from_mooncake_trace`): one JSON object per line,
   ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (512-token blocks, the
-  last one possibly partial: only the ``input_length // 512`` full blocks are touched); one
+  last one possibly partial: only the ``input_length // 512`` full blocks are touched), read and
+  validated by the replay's importer (the same rules, the same errors); one
   endpoint; the prefill takes ``input_length / prefill rate`` and each output token one decode
   step, both from the model profile;
 - any other trace through :data:`TRACE_ADAPTERS` (``(detect, load)`` pairs tried in order).
@@ -156,51 +157,25 @@ def _engine_end(r: Any, t_admit: float, scale: float) -> float:
     return float(r["t_end"])
 
 
-def _num(d: dict[str, Any], k: str, where: str, kind: type = int) -> Any:
-    v = d.get(k)
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or v < 0:
-        raise WorkloadError(f"{where}: field {k!r} must be a non-negative number, got {v!r}")
-    return kind(v)
-
-
 def from_mooncake_trace(path: str | Path, prefill_tokens_per_s: float = 14850.0,
                         decode_step_s: float = 0.012) -> Workload:
-    """The Mooncake trace format (see module doc)."""
+    """The Mooncake trace format (see module doc), read and validated by the replay's importer
+    (:func:`adev.replay.importers.import_mooncake`)."""
+    from ..replay.format import TraceError
+    from ..replay.importers import import_mooncake
     p = Path(path)
-    ta, pt, ot, lens, chunks = [], [], [], [], []
     try:
-        fh = p.open(encoding="utf-8")
-    except OSError as e:
-        raise WorkloadError(f"{p}: {e.strerror or e}") from None
-    with fh:
-        for ln, line in enumerate(fh, 1):
-            if not line.strip():
-                continue
-            where = f"{p}:{ln}"
-            try:
-                d = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise WorkloadError(f"{where}: not JSON ({e.msg})") from None
-            if not isinstance(d, dict):
-                raise WorkloadError(f"{where}: expected a JSON object")
-            ts = _num(d, "timestamp", where, float)
-            il = _num(d, "input_length", where)
-            ol = _num(d, "output_length", where)
-            h = d.get("hash_ids")
-            if not isinstance(h, list) or not all(isinstance(x, int) and not isinstance(x, bool)
-                                                  for x in h):
-                raise WorkloadError(f"{where}: field 'hash_ids' must be a list of integers")
-            full = il // MOONCAKE_BLOCK
-            if len(h) < full:
-                raise WorkloadError(f"{where}: field 'hash_ids' has {len(h)} ids, fewer than the "
-                                    f"{full} full 512-token blocks of input_length {il}")
-            ta.append(ts / 1000.0)
-            pt.append(il)
-            ot.append(ol)
-            lens.append(full)
-            chunks.append(h[:full])
-    if not ta:
-        raise WorkloadError(f"{p}: no requests")
+        trace = import_mooncake(p, MOONCAKE_BLOCK)
+    except TraceError as e:
+        raise WorkloadError(str(e)) from None
+    ta, pt, ot, lens, chunks = [], [], [], [], []
+    for c in trace.calls:
+        full = c.prompt_tokens // MOONCAKE_BLOCK
+        ta.append(c.t)
+        pt.append(c.prompt_tokens)
+        ot.append(c.output_tokens)
+        lens.append(full)
+        chunks.append(c.blocks[:full])
     flat = np.fromiter((x for c in chunks for x in c), dtype=np.int64, count=sum(lens))
     uniq, dense = np.unique(flat, return_inverse=True)
     n = len(ta)

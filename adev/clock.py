@@ -26,8 +26,17 @@ from pathlib import Path
 CLOCK_FILE = "clock"
 """The held clock's file in the stack's state directory."""
 
-SLOTS = 32
-"""Hold slots in the clock file (one per endpoint of a stack)."""
+SLOTS = 128
+"""Hold slots in the clock file: one per endpoint of a stack (from 0 up), the request slots
+(:data:`REQUEST_SLOTS`) and the client's (:data:`CLIENT_SLOT`, the last)."""
+
+REQUEST_SLOTS = range(32, SLOTS - 1)
+"""Slots a client lends to one request in flight (:class:`RequestHolds`): it holds the clock at
+the request's send until the endpoint has received it, and the endpoint holds it at the answer's
+first tokens and at its end until the client has read them (the :data:`HOLD_HEADER` names it)."""
+
+HOLD_HEADER = "X-Adev-Hold-Slot"
+"""The request header naming the request slot the client lent to the request."""
 
 _HEAD = struct.Struct("<Qd")         # sequence number (odd while written), held seconds D
 _SLOT = struct.Struct("<d")
@@ -57,6 +66,37 @@ def use_held_clock(state_dir: str | Path | None) -> HeldClock | None:
     held = open_held_clock(state_dir)
     _source = held if held is not None else time.monotonic  # no held clock: the host's
     return held
+
+
+SENT_HEADER = "X-Adev-Sent"
+"""The request header in which a client on a stack's held clock sends the held-clock reading
+(wall seconds, a float) at which it sent the request; an emulated endpoint on the same clock
+takes it as the request's arrival (:func:`arrival_from_header`)."""
+
+MAX_BACKDATE_S = 1.0
+"""The most wall seconds an endpoint moves a request's arrival back to its client's stamp."""
+
+
+def held_source() -> HeldClock | None:
+    """This process's held clock, when :func:`use_held_clock` made one its stamp source."""
+    return _source if isinstance(_source, HeldClock) else None
+
+
+def arrival_from_header(value: str | None, now: float) -> float:
+    """A request's arrival on the held clock: the client's stamp ``value`` (the
+    :data:`SENT_HEADER`), clamped to ``[now - MAX_BACKDATE_S, now]``, or ``now`` without a
+    usable one. The request's trip from the client's socket to the handler then takes no model
+    time, as the endpoint's own parsing does not: the model has no term for either, and at time
+    scale S each wall millisecond of it would be S model milliseconds of TTFT."""
+    if not value:
+        return now
+    try:
+        t = float(value)
+    except ValueError:
+        return now
+    if not math.isfinite(t):
+        return now
+    return min(now, max(t, now - MAX_BACKDATE_S))
 
 
 class HeldClock:
@@ -123,7 +163,9 @@ class HeldClock:
     def __call__(self) -> float:
         """The held clock's time now (never less than a value this object returned before). A
         hold that lasts over :data:`STALE_S` makes this reader release the holds of dead
-        processes, so a killed endpoint cannot stop the run's model time."""
+        processes, so a killed endpoint cannot stop the run's model time, and the request slots
+        that hold it (a request's trip between two processes takes far less: one whose reader
+        went away must not stop the run)."""
         w = self.source()
         held, hold = self._read()
         if hold < w - held:                    # held now
@@ -131,7 +173,7 @@ class HeldClock:
                 self._held_since = w
             elif w - self._held_since > STALE_S:
                 self._held_since = w
-                if self.drop_dead():
+                if self.drop_dead() + self.drop_request_holds(hold):
                     held, hold = self._read()
         else:
             self._held_since = None
@@ -149,6 +191,15 @@ class HeldClock:
                 continue
             self.set_hold(i, math.inf)
             n += 1
+        return n
+
+    def drop_request_holds(self, at: float) -> int:
+        """Release every request slot holding the clock at or before ``at``; returns how many."""
+        n = 0
+        for i in REQUEST_SLOTS:
+            if _SLOT.unpack_from(self._mm, _HEAD.size + i * _SLOT.size)[0] <= at:
+                self.set_hold(i, math.inf)
+                n += 1
         return n
 
     def held_s(self) -> float:
@@ -172,7 +223,7 @@ class HeldClock:
             _HEAD.pack_into(mm, 0, seq, held)
             _HEAD.pack_into(mm, 0, seq, max(held, w - u))  # fold the time held so far
             _SLOT.pack_into(mm, off, max(until, u))
-            _PID.pack_into(mm, _PIDS + slot * _PID.size, 0 if math.isinf(until) else os.getpid())
+            _PID.pack_into(mm, _PIDS + slot * _PID.size, 0 if until == math.inf else os.getpid())
             _HEAD.pack_into(mm, 0, seq + 1, max(held, w - u))
         finally:
             fcntl.flock(self._fd, fcntl.LOCK_UN)
@@ -215,6 +266,56 @@ class Holds:
             self.set(key, None)
 
 
+class RequestHolds:
+    """This process's request slots of a :class:`HeldClock` (:data:`REQUEST_SLOTS`), lent to one
+    request in flight each. :meth:`take` holds the clock where it is in a free slot (None when
+    every slot is lent: the request then goes without); the endpoint releases that hold once it
+    has the request, holds the slot at the answer's first tokens and end, and the client releases
+    those as it reads them (:meth:`release`); :meth:`give_back` releases the slot and returns it
+    to the pool."""
+
+    def __init__(self, clock: HeldClock) -> None:
+        self.clock = clock
+        self._free = list(reversed(REQUEST_SLOTS))
+
+    def take(self) -> int | None:
+        if not self._free:
+            return None
+        slot = self._free.pop()
+        self.clock.set_hold(slot, -math.inf)   # where the clock is now
+        return slot
+
+    def release(self, slot: int) -> None:
+        self.clock.set_hold(slot, math.inf)
+
+    def give_back(self, slot: int) -> None:
+        self.clock.set_hold(slot, math.inf)
+        self._free.append(slot)
+
+
+_request_holds: RequestHolds | None = None
+
+
+def request_holds() -> RequestHolds | None:
+    """The request slots of this process's held clock (None without one)."""
+    global _request_holds
+    held = held_source()
+    if held is None:
+        return None
+    if _request_holds is None or _request_holds.clock is not held:
+        _request_holds = RequestHolds(held)
+    return _request_holds
+
+
+def hold_slot_from_header(value: str | None) -> int | None:
+    """The request slot a :data:`HOLD_HEADER` names (None: absent or not a request slot)."""
+    try:
+        slot = int(value) if value else None
+    except ValueError:
+        return None
+    return slot if slot is not None and slot in REQUEST_SLOTS else None
+
+
 _client_holds: Holds | None = None
 
 
@@ -250,11 +351,16 @@ def _alive(pid: int) -> bool:
 
 def open_held_clock(state_dir: str | Path | None) -> HeldClock | None:
     """The stack's held clock in ``state_dir`` (None when the stack has none: an external stack,
-    or one started with ``stack.model_clock = "free"``)."""
+    or one started with ``stack.model_clock = "free"``, or when the file there has another
+    layout: left by a stack of another adev version)."""
     if state_dir is None:
         return None
     p = Path(state_dir) / CLOCK_FILE
-    return HeldClock(p) if p.exists() else None
+    try:
+        ok = p.stat().st_size == _SIZE   # another size: a clock of another layout, not this stack's
+    except FileNotFoundError:
+        return None
+    return HeldClock(p) if ok else None
 
 
 def stack_held_dir(info) -> Path | None:

@@ -60,14 +60,17 @@ def test_a_hold_already_in_the_past_holds_the_clock_where_it_is(tmp_path):
     c.set_hold(3, 101.0)           # never back to 101
     w.t = 107.0
     assert c() == 105.0
-    with pytest.raises(ValueError, match="slot: expected 0..31"):
-        c.set_hold(32, 1.0)
+    with pytest.raises(ValueError, match="slot: expected 0..127"):
+        c.set_hold(128, 1.0)
 
 
 def test_run_clock_on_a_held_clock_sleeps_model_time(tmp_path):
     c = HeldClock.create(tmp_path / "clock")
     rc = RunClock(time_scale=10.0, source=c)
     assert open_held_clock(tmp_path).path == c.path and open_held_clock(tmp_path / "none") is None
+    (tmp_path / "old").mkdir()
+    (tmp_path / "old" / "clock").write_bytes(bytes(16 + 32 * 16))   # another layout: 32 slots
+    assert open_held_clock(tmp_path / "old") is None
 
     async def main():
         c.set_hold(0, rc.t0 + 0.01)    # model time stops at 0.1 for 0.05 wall seconds
@@ -178,3 +181,13 @@ def test_a_client_hold_stops_model_time_at_its_end(tmp_path):
     with clk.hold_until(rc, 0.0):                       # no held clock: nothing held
         _time.sleep(0.05)
     assert rc.now() >= 0.45
+
+
+def test_arrival_from_header_takes_the_clients_stamp_within_a_second():
+    from adev.clock import MAX_BACKDATE_S, arrival_from_header
+    assert MAX_BACKDATE_S == 1.0
+    assert arrival_from_header("9.25", 10.0) == 9.25          # the client's send stamp
+    assert arrival_from_header("8.5", 10.0) == 9.0            # at most 1 s back
+    assert arrival_from_header("10.5", 10.0) == 10.0          # never after now
+    for bad in (None, "", "soon", "nan", "inf"):
+        assert arrival_from_header(bad, 10.0) == 10.0

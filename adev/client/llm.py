@@ -48,6 +48,7 @@ result) and :mod:`.jsoncodec`.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -55,7 +56,7 @@ from typing import TYPE_CHECKING, Any
 import aiohttp
 import openai
 
-from ..clock import RunClock, mono
+from ..clock import HOLD_HEADER, SENT_HEADER, RunClock, held_source, mono, request_holds
 from ..records import CallRecord
 from .jsoncodec import dumps
 from .retry import LLMError, RetryableError, RetryPolicy, http_error
@@ -230,14 +231,20 @@ class LLMClient:
                          stream: bool = True, temperature: float | None = None,
                          session_id: str = "", call_id: str = "", role: str = "",
                          round: int = 0, step: int = 0, t_scheduled: float | None = None,
-                         extra_body: dict[str, Any] | None = None) -> ChatResult:
+                         extra_body: dict[str, Any] | None = None,
+                         hold_slot: int | None = None) -> ChatResult:
         """One ``POST /v1/completions`` (vLLM's interface; ``prompt`` may be token ids, a list or
         a numpy array, so no tokenizer round trip changes the prompt), streamed unless ``stream``
         is False.
         ``min_tokens``/``ignore_eos`` are vLLM's sampling extensions (an exact output length
         when ``min_tokens == max_tokens`` and ``ignore_eos``). The result's ``content`` is the
         generated text; ``kv_transfer_params`` the answer's field of that name (vLLM's
-        disaggregated prefill), when present. Records and retries as :meth:`chat`."""
+        disaggregated prefill), when present. Records and retries as :meth:`chat`.
+        ``hold_slot``: a request slot of the stack's held clock that the caller took
+        (:class:`adev.clock.RequestHolds`) and keeps across several calls: the call lends it to
+        its request instead of taking one, and holds the clock in it again when it has read the
+        answer (so the caller's own work up to its next call takes no model time either); the
+        caller gives it back."""
         t_sched = self.clock.now() if t_scheduled is None else t_scheduled
         ep = self._endpoint(endpoint)
         body: dict[str, Any] = {"model": ep.model or "", "prompt": prompt, "stream": stream,
@@ -252,11 +259,11 @@ class LLMClient:
             body["temperature"] = temperature
         return await self._call(ep, endpoint, "/completions", body, dict(extra_body or {}),
                                 t_sched, session_id=session_id, call_id=call_id, role=role,
-                                round=round, step=step)
+                                round=round, step=step, hold_slot=hold_slot)
 
     async def _call(self, ep: Endpoint, endpoint: str, path: str, body: dict[str, Any],
                     xb: dict[str, Any], t_sched: float, *, session_id: str, call_id: str,
-                    role: str, round: int, step: int) -> ChatResult:
+                    role: str, round: int, step: int, hold_slot: int | None = None) -> ChatResult:
         """The retry loop of one call (every attempt recorded)."""
         attempt = 0
         while True:
@@ -264,7 +271,7 @@ class LLMClient:
                              endpoint=endpoint, role=role, round=round, step=step,
                              attempt=attempt, model=ep.model or "", t_scheduled=t_sched)
             try:
-                result = await self._attempt(ep, body, xb, rec, path)
+                result = await self._attempt(ep, body, xb, rec, path, hold_slot)
             except asyncio.CancelledError:
                 rec.status, rec.error = "cancelled", "cancelled"
                 rec.t_end = self.clock.now()
@@ -291,18 +298,29 @@ class LLMClient:
             return result
 
     async def _attempt(self, ep: Endpoint, body: dict[str, Any], xb: dict[str, Any],
-                       rec: CallRecord, path: str = "/chat/completions") -> ChatResult:
+                       rec: CallRecord, path: str = "/chat/completions",
+                       hold_slot: int | None = None) -> ChatResult:
         clock = self.clock
         payload = dumps({**body, **xb})
         box = [0.0, 0.0]  # headers serialised, first body bytes written (aiohttp's traces)
         st = StreamState()
+        headers = {"Authorization": f"Bearer {ep.api_key or 'EMPTY'}",
+                   "Content-Type": "application/json", "Accept": "text/event-stream"}
+        held = held_source()
+        holds, slot = None, None
+        if held is not None and clock.source in (mono, held):
+            # on the stack's held clock the request's trips between the processes take no model
+            # time: a lent slot holds the clock from here until the endpoint has the request,
+            # and from the answer's first tokens (and its end) until they are read here
+            holds = request_holds()
+            slot = hold_slot if hold_slot is not None else holds.take() if holds is not None else None
+            if slot is not None:
+                headers[HOLD_HEADER] = str(slot)
+            headers[SENT_HEADER] = repr(held())  # the endpoint's arrival (same clock)
         try:
             try:
                 async with self._pool().post(
-                        ep.base_url.rstrip("/") + path, data=payload,
-                        headers={"Authorization": f"Bearer {ep.api_key or 'EMPTY'}",
-                                 "Content-Type": "application/json",
-                                 "Accept": "text/event-stream"},
+                        ep.base_url.rstrip("/") + path, data=payload, headers=headers,
                         trace_request_ctx=box) as resp:
                     if resp.status >= 400:
                         raise http_error(resp.status, await resp.read())
@@ -310,6 +328,9 @@ class LLMClient:
                     st.first_byte = getattr(conn and conn.protocol, "t_first_rx", None)
                     if not body.get("stream"):
                         st.whole(await resp.read())
+                    # a whole answer came at once: its slot stays held (at its end) until
+                    # given back, or held on for the caller's next call
+                    read_first = slot is None or not body.get("stream")
                     buf = b""
                     # read to the end even after [DONE]: a response released before its last
                     # byte costs the pooled keep-alive connection (and a TCP set-up next call)
@@ -329,11 +350,20 @@ class LLMClient:
                             if st.feed(line):
                                 break
                         buf = buf[start:]
+                        if not read_first and st.first_content is not None:
+                            read_first = True
+                            if holds is not None and slot is not None:
+                                holds.release(slot)
             except (aiohttp.ClientError, TimeoutError) as e:
                 # refused, reset, dropped mid-stream (payload error), read or connect timeouts
                 raise RetryableError(f"{type(e).__name__}: {e}") from None
         finally:
             t_end = mono()
+            if holds is not None and slot is not None:
+                if slot == hold_slot:   # the caller's: hold on where the clock is, for its next call
+                    holds.clock.set_hold(slot, -math.inf)
+                else:
+                    holds.give_back(slot)
             sent = box[1] or box[0]
             rec.t_sent = clock.to_model(sent) if sent else rec.t_scheduled
             rec.t_first_byte = clock.to_model(st.first_byte) if st.first_byte else None

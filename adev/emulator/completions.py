@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from aiohttp import web
 
+from adev.clock import HOLD_HEADER, SENT_HEADER, hold_slot_from_header
 from adev.emulator.disagg import Transfer, producer_params, transfer_kind
 from adev.emulator.engine import Request
 from adev.emulator.http import bad_request_response, json_object, json_response, sse
@@ -44,6 +45,13 @@ def _sampling(ep: Endpoint, body: dict[str, Any], chat: bool) -> tuple[Sampling,
     return sp, transfer
 
 
+async def _written(request: web.Request, resp: web.Response) -> web.Response:
+    """Send a whole answer from the handler (so a hold released after it covers the write)."""
+    await resp.prepare(request)
+    await resp.write_eof()
+    return resp
+
+
 async def _drain(ep: Endpoint, r: Request) -> float | None:
     """Wait for the request to finish; when its first token came (the engine's clock)."""
     t_first = None
@@ -53,14 +61,17 @@ async def _drain(ep: Endpoint, r: Request) -> float | None:
             return t_first
         if t_first is None:
             t_first = ep.engine.clock()
+        ep.engine.written(r, end=False)  # a whole answer: nothing leaves before the end
 
 
 # ------------------------------------------------------------------------------------ chat
 
 
 async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
-    t_arrival = ep.engine.clock()
+    t_arrival = ep.engine.arrival(request.headers.get(SENT_HEADER))
     with ep.engine.preparing(request):  # preparing it takes no model time (held clock)
+        slot = hold_slot_from_header(request.headers.get(HOLD_HEADER))
+        ep.engine.received(slot)
         body = await json_object(request)
         if isinstance(body, web.Response):
             return body
@@ -77,14 +88,17 @@ async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
             plan = ep.plan(preq, sp, rid)
         except BadRequest as e:
             return bad_request_response(e)
-        r = ep.submit(rid, prompt, plan, t_arrival, transfer)
+        r = ep.submit(rid, prompt, plan, t_arrival, transfer, slot)
     try:
         if sp.stream:
             return await _chat_stream(ep, request, r, plan, sp, transfer)
-        return await _chat_complete(ep, r, plan, sp, transfer)
+        return await _written(request, await _chat_complete(ep, r, plan, sp, transfer))
     except (asyncio.CancelledError, ConnectionResetError):
         ep.engine.abort(r)
+        ep.engine.gave_up(r)
         raise
+    finally:
+        ep.engine.written(r)
 
 
 async def _chat_complete(ep: Endpoint, r: Request, plan: OutputPlan, sp: Sampling,
@@ -165,6 +179,7 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
             if t_token_sent is None:
                 t_token_sent = ep.engine.clock()
             await resp.write(b"".join(parts))
+            ep.engine.written(r, end=False)
     t_end = ep.engine.clock()
     tail = []
     if sent < r.n_out or r.finish_reason == "abort" or sent == 0:
@@ -186,8 +201,10 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
 
 
 async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
-    t_arrival = ep.engine.clock()
+    t_arrival = ep.engine.arrival(request.headers.get(SENT_HEADER))
     with ep.engine.preparing(request):  # preparing it takes no model time (held clock)
+        slot = hold_slot_from_header(request.headers.get(HOLD_HEADER))
+        ep.engine.received(slot)
         body = await json_object(request)
         if isinstance(body, web.Response):
             return body
@@ -207,16 +224,22 @@ async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
                 jobs.append((ids, ep.plan(preq, sp, f"{rid}-{i}")))
         except BadRequest as e:
             return bad_request_response(e)
-        rs = [ep.submit(f"{rid}-{i}", ids, plan, t_arrival, transfer) for i, (ids, plan) in enumerate(jobs)]
+        # the client's request slot goes with the first prompt's answer (the one it reads first)
+        rs = [ep.submit(f"{rid}-{i}", ids, plan, t_arrival, transfer, None if i else slot)
+              for i, (ids, plan) in enumerate(jobs)]
     plans = [plan for _, plan in jobs]
     try:
         if sp.stream:
             return await _complete_stream(ep, request, rid, rs, plans, sp, transfer)
-        return await _complete_body(ep, rid, rs, plans, sp, transfer)
+        return await _written(request, await _complete_body(ep, rid, rs, plans, sp, transfer))
     except (asyncio.CancelledError, ConnectionResetError):
         for r in rs:
             ep.engine.abort(r)
+            ep.engine.gave_up(r)
         raise
+    finally:
+        for r in rs:
+            ep.engine.written(r)
 
 
 async def _complete_body(ep: Endpoint, rid: str, rs: list[Request], plans: list[OutputPlan],
@@ -288,6 +311,7 @@ async def _complete_stream(ep: Endpoint, request: web.Request, rid: str, rs: lis
             if i == 0 and t_first is None:
                 t_first = ep.engine.clock()
             await resp.write(chunk(i, a, b, r.finish_reason if b >= r.n_out else None))
+            ep.engine.written(r, end=False)
             if t_token_sent is None:
                 t_token_sent = ep.engine.clock()
     finally:

@@ -29,7 +29,11 @@ ready time (lookup + load, :meth:`Scheduler.read_path_s`). A read slower than it
 model time for every process of the run until it ends, so the request joins at its modelled ready
 time and no modelled request, client stamp or busy time sees the host's slowness; the run only
 takes longer on the wall. The endpoint also holds the clock while it prepares an arriving request
-(:meth:`Engine.preparing`: reading, parsing, tokenizing, the policy's reply). How far the real reads
+(:meth:`Engine.preparing`: reading, parsing, tokenizing, the policy's reply), takes a request's
+arrival from its client's send stamp (:meth:`Engine.arrival`: the request's trip to the handler
+is no model time), and holds it at the running plan's next boundary (a step that streams tokens,
+or the plan's end) until the loop has handled it, so the loop's own wake-up lag is not model time
+either. How far the real reads
 were from the profile stays reported per request (``read_host_s``: real wall seconds x S). Without
 a held clock (``stack.model_clock = "free"``, or a plain ``clock``) a late read joins late, the lag
 is visible to the client and counted in ``adev_emulator_read_path_overrun_seconds``.
@@ -39,12 +43,14 @@ from __future__ import annotations
 import asyncio
 import bisect
 import contextlib
+import functools
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from adev.clock import HeldClock, Holds
+from adev.clock import HeldClock, Holds, arrival_from_header
 from adev.emulator.chunks import lookup_span, save_chunks
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
@@ -54,6 +60,20 @@ from adev.emulator.state import DECODE, DONE, EngineConfig, Plan, Request, StepO
 __all__ = ["Engine", "EngineConfig", "Request", "TierCost", "Plan", "StepOutput", "Scheduler"]
 
 log = logging.getLogger("adev.emulator.engine")
+
+_PLAN = "plan"
+"""The key of the engine's hold at its running plan's next boundary (a step that streams
+tokens, or the plan's end): on a held clock, model time does not pass a boundary before the
+engine's loop has handled it, so the loop's wake-up lag on a busy host is not model time."""
+
+_EVENTS = "events"
+"""The key of the engine's hold at its earliest pending event (an arrival, an abort, a store
+read's ready time) until its loop has taken it into a plan: a request that arrived while the
+engine was idle waits for the loop's wake-up at its arrival, not later."""
+
+_OUT, _END = "out", "end"
+"""The keys (with the request's id) of the engine's holds at a request's first tokens and at its
+end, until its handler has written them (:meth:`Engine.written`)."""
 
 SPIN_WALL_S = 0.0015
 """The last stretch before a plan that emits first tokens ends is waited for by yielding to the
@@ -128,6 +148,12 @@ class Engine:
             t.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
 
+    def arrival(self, sent: str | None) -> float:
+        """A request's arrival stamp: now, or on a held clock the client's send stamp ``sent``
+        (:func:`adev.clock.arrival_from_header`: its trip to the handler takes no model time)."""
+        now = self.clock()
+        return now if self.held is None else arrival_from_header(sent, now)
+
     def submit(self, r: Request, arrival_mono: float | None = None) -> Request:
         """Queue a request. ``arrival_mono`` (default now) is when it reached the server: the
         model clock counts from there, so the endpoint's own CPU work (parsing, tokenizing) is
@@ -157,12 +183,51 @@ class Engine:
         n = r.n_gen - r.n_sent
         every = self.cfg.stream_interval
         if n > 0 and (every <= 1 or n >= every or r.n_gen >= r.n_out or r.n_sent == 0):
+            if r.n_sent == 0:
+                self._writer_hold(r, _OUT, t)
             r.n_sent = r.n_gen
             r.queue.put_nowait((n, t))
 
+    def written(self, r: Request, *, end: bool = True) -> None:
+        """``r``'s handler has written its first tokens (``end``: and its whole answer), or gave
+        up: release the holds the engine took when it handed them over (requests with
+        ``writer_holds``). On a held clock an answer's first and last bytes leave the endpoint
+        at the model times of its first and last tokens: the handler's wake-up and its
+        serialising of the answer take no model time, as the profile has no term for them."""
+        self._hold((_OUT, id(r)), None)
+        if end:
+            self._hold((_END, id(r)), None)
+
+    def received(self, slot: int | None) -> None:
+        """The endpoint has the request whose client lent it ``slot``: release the client's
+        hold from its send (the endpoint's own holds take over)."""
+        if slot is not None and self.held is not None:
+            self.held.set_hold(slot, math.inf)
+
+    def gave_up(self, r: Request) -> None:
+        """``r``'s handler ends without answering (the client went away): release every hold
+        taken for its answer, the client's request slot included."""
+        self.written(r)
+        self.received(r.hold_slot)
+
+    def _writer_hold(self, r: Request, key: str, t: float | None) -> None:
+        """Hold the clock at model time ``t`` for ``r``'s answer (``key``: its first tokens or its
+        end): in the client's request slot when it lent one (the client releases it when it has
+        read them), else in the engine's own slot until the handler has written them."""
+        if r.aborted or not (r.writer_holds or r.hold_slot is not None):
+            return
+        t = self.now() if t is None else t
+        if r.hold_slot is not None and self.held is not None:
+            self.held.set_hold(r.hold_slot, self.wall(t))
+        else:
+            self._hold((key, id(r)), t)
+
     def _finished(self, r: Request) -> None:
+        self._writer_hold(r, _END, r.t_last_token)
         n = r.n_gen - r.n_sent
         if n > 0:  # tokens held back by stream_interval
+            if r.n_sent == 0:
+                self._writer_hold(r, _OUT, r.t_last_token)
             r.n_sent = r.n_gen
             r.queue.put_nowait((n, r.t_last_token))
         r.queue.put_nowait((0, None))
@@ -192,18 +257,25 @@ class Engine:
             upto = min(r.n_gen + steps, r.n_out)
             n = upto - r.n_sent
             if n > 0 and (n >= every or upto >= r.n_out):
+                if r.n_sent == 0:
+                    self._writer_hold(r, _OUT, plan.ends[upto - r.n_gen - 1])
                 r.n_sent = upto
                 r.queue.put_nowait((n, plan.ends[upto - r.n_gen - 1]))
 
     # ------------------------------------------------------------------ loop
     def _event(self, t: float) -> None:
         self._events.append(t)
+        self._hold(_EVENTS, min(self._events))
         self._wake.set()
+
+    def _event_before(self, t: float) -> bool:
+        return any(e < t for e in self._events)
 
     def _drop_events(self, upto: float) -> None:
         """Events at or before ``upto`` are handled by the plan boundary at ``upto``."""
         if self._events:
             self._events = [e for e in self._events if e > upto]
+            self._hold(_EVENTS, min(self._events, default=None))
 
     async def _run(self) -> None:
         try:
@@ -214,6 +286,8 @@ class Engine:
             log.exception("engine died")
             self.dead = e
             raise
+        finally:
+            self._hold(_PLAN, None)
 
     async def _loop(self) -> None:
         s = self.sched
@@ -230,6 +304,7 @@ class Engine:
                 if ready is not None:
                     t = ready
                     continue
+                self._hold(_PLAN, None)  # idle: no boundary to hold the clock at
                 self._wake.clear()
                 await self._wake.wait()
                 if self._events:
@@ -267,10 +342,15 @@ class Engine:
             # a plan that ends with first tokens is waited for precisely: the loop's timers
             # wake up to a millisecond late (epoll), which at S=10 is 10 model ms of TTFT
             margin = self.spin_wall_s if any(r.n_gen == 0 for r in plan.decode) else 0.0
+            nxt = None if delay <= margin else self._next_delivery(plan)
+            # a held clock does not pass the plan's next boundary before this loop has seen it
+            self._hold(_PLAN, plan.end if nxt is None else plan.ends[nxt - 1])
             if delay <= margin:
-                await _spin_until(end_wall, self.clock, self.real, 2 * margin)
+                # an event inside the plan (its hold stops the clock there) ends the spin early
+                if await _spin_until(end_wall, self.clock, self.real, 2 * margin,
+                                     functools.partial(self._event_before, plan.end)):
+                    continue
                 return plan
-            nxt = self._next_delivery(plan)
             wait = delay - margin if nxt is None else min(delay - margin, self.wall(plan.ends[nxt - 1]) - now)
             self._wake.clear()
             try:
@@ -377,9 +457,13 @@ class Engine:
 
 
 async def _spin_until(deadline: float, clock: Callable[[], float] = time.monotonic,
-                      real: Callable[[], float] = time.monotonic, spin_s: float = 0.003) -> None:
-    """Yield to the loop until ``clock`` reaches ``deadline``; after ``spin_s`` wall seconds (a
-    held clock) poll every half millisecond instead."""
+                      real: Callable[[], float] = time.monotonic, spin_s: float = 0.003,
+                      stop: Callable[[], bool] | None = None) -> bool:
+    """Yield to the loop until ``clock`` reaches ``deadline`` or ``stop()`` is true (then returns
+    True); after ``spin_s`` wall seconds (a held clock) poll every half millisecond instead."""
     start = real()
     while clock() < deadline:
+        if stop is not None and stop():
+            return True
         await asyncio.sleep(0 if real() - start < spin_s else 0.0005)
+    return False

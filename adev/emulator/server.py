@@ -187,9 +187,9 @@ class Endpoint:
         return build_output(self.tok, reply, limit, rid, sp.ignore_eos, sp.min_tokens)
 
     def submit(self, rid: str, prompt: list[int], plan: OutputPlan, t_arrival: float,
-               transfer: Transfer) -> Request:
+               transfer: Transfer, hold_slot: int | None = None) -> Request:
         r = Request(rid=rid, prompt=prompt, out_ids=plan.ids, finish_reason=plan.finish_reason,
-                    remote_prefill=transfer == "consume")
+                    remote_prefill=transfer == "consume", writer_holds=True, hold_slot=hold_slot)
         self.engine.submit(r, t_arrival)
         return r
 

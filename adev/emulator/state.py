@@ -63,6 +63,10 @@ class Request:
     finish_reason: str
     hashes: list[int] = field(default_factory=list)
     remote_prefill: bool = False       # the prompt's KV comes from a prefill replica (disagg)
+    writer_holds: bool = False         # a handler writes its answer: the engine holds the clock
+    #                                    at its first tokens and its end until it has (Engine.written)
+    hold_slot: int | None = None       # the client's request slot: those holds go there, and the
+    #                                    client releases them as it reads (adev.clock.RequestHolds)
     state: str = WAITING
     t_arrival: float = 0.0
     arrival_mono: float = 0.0

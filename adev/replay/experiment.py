@@ -32,7 +32,7 @@ import numpy as np
 
 from ..client.llm import Endpoint, LLMClient
 from ..client.retry import LLMError
-from ..clock import RunClock, stack_run_clock
+from ..clock import RunClock, request_holds, stack_run_clock
 from ..config import ConfigError, Configuration, StackConfig
 from ..records import RunDir
 from .format import Call, Trace, prompt_ids
@@ -181,6 +181,19 @@ class Replayer:
 
     async def dispatch(self, s: int, call: Call, sessions: Sequence[Sequence[Call]]) -> None:
         t_ready = self.clock.now()
+        # on the stack's held clock the client's own work (building, routing and sending the
+        # request, handing the prefill's answer to the decode) takes no model time: a request
+        # slot holds the clock from here through both requests (adev.clock.RequestHolds)
+        holds = request_holds()
+        slot = holds.take() if holds is not None else None
+        try:
+            await self._dispatch(s, call, sessions, t_ready, slot)
+        finally:
+            if holds is not None and slot is not None:
+                holds.give_back(slot)
+
+    async def _dispatch(self, s: int, call: Call, sessions: Sequence[Sequence[Call]],
+                        t_ready: float, slot: int | None) -> None:
         key = f"{call.session}/{call.turn}"
         fut = self._next.pop(key, None)
         ids = await fut if fut is not None else prompt_ids(self.trace, call)
@@ -197,7 +210,7 @@ class Replayer:
         route = self.router.route(call.session, call.prompt_tokens, out)
         rec = self._record(call, route, t_ready)
         try:
-            res = await self._send(call, ids, out, route, t_ready, rec.call_id)
+            res = await self._send(call, ids, out, route, t_ready, rec.call_id, slot)
         except LLMError as e:
             self.errors += 1
             rec.status, rec.error = "error", str(e)[:300]
@@ -228,9 +241,10 @@ class Replayer:
             initial=route.initial, sticky=route.sticky, t_ready=t_ready)
 
     async def _send(self, call: Call, ids: np.ndarray, out: int, route: Route, t_ready: float,
-                    call_id: str):
+                    call_id: str, slot: int | None = None):
         c, t = self.client, self.topo
-        common: dict[str, Any] = {"session_id": call.session, "round": call.turn, "role": "replay"}
+        common: dict[str, Any] = {"session_id": call.session, "round": call.turn, "role": "replay",
+                                  "hold_slot": slot}
         pre = t.prefill[route.prefill]
         if not t.disaggregated:
             try:
@@ -252,6 +266,29 @@ class Replayer:
                                extra_body={"kv_transfer_params": p.kv_transfer_params or {}},
                                **common)
         return d, p.cached_tokens  # the prefill replica's hits (the decode's are the transfer)
+
+
+WARMUP_PROMPT = list(range(100, 108))
+"""The warm-up requests' prompt: 8 token ids, under one KV block, so it leaves nothing in a
+prefix cache or the store that a trace's prompt could hit."""
+
+
+async def warm_up(eps: list[Endpoint], topo: Topology, clock: RunClock) -> None:
+    """One request through every replica before the schedule starts (a prefill on each prefill
+    replica, handed to a decode replica under P/D; a plain completion when colocated), on a
+    client that records nothing: the first request a process serves pays its one-time costs
+    (first connections, lazy set-up in the endpoint and the client), which are not the model's
+    and would otherwise land in the first calls' TTFT."""
+    async with LLMClient(eps, clock=clock, return_token_ids=False) as c:
+        if not topo.disaggregated:
+            await asyncio.gather(*(c.completion(n, WARMUP_PROMPT, max_tokens=2) for n in topo.prefill))
+            return
+        for i in range(max(len(topo.prefill), len(topo.decode))):
+            p = await c.completion(topo.prefill[i % len(topo.prefill)], WARMUP_PROMPT, max_tokens=1,
+                                   stream=False,
+                                   extra_body={"kv_transfer_params": dict(PREFILL_PARAMS)})
+            await c.completion(topo.decode[i % len(topo.decode)], WARMUP_PROMPT, max_tokens=2,
+                               extra_body={"kv_transfer_params": p.kv_transfer_params or {}})
 
 
 async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, opts: ReplayOptions,
@@ -281,6 +318,7 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
         async with LLMClient(eps, clock=clock, run_dir=rd, return_token_ids=False,
                              pool_size=max(64, 4 * opts.max_in_flight)) as client:
             await client.discover()
+            await warm_up(eps, topo, clock)
             await client.warm(min(opts.max_in_flight, opts.active))
             rep = Replayer(trace, client, clock, rd, topo, opts)
             rep.prefetch(sessions)

@@ -384,3 +384,87 @@ def test_start_save_accounts_to_its_request_and_stop_before_start():
             await asyncio.sleep(0)
         return r
     assert asyncio.run(main()).put_blocks == 3
+
+
+def held_lag_run(tmp_path, *, hog_at: float = 0.0, hog_s: float = 0.0, writer_holds: bool = False,
+                 handler_lag_s: float = 0.0):
+    """A lone 30-token prompt with 3 output tokens on a held clock (on the virtual loop's time),
+    while the host is slow: at wall ``hog_at`` after the start the loop is blocked for ``hog_s``
+    (a busy host: no task runs, the wall moves on), and the client's handler wakes
+    ``handler_lag_s`` late for the first tokens and for the end. Returns the engine, the clock,
+    the stream as the client stamped it and the end the client saw."""
+    from adev.clock import HeldClock
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        eng = make_engine(clock)
+        eng.start()
+        loop = asyncio.get_running_loop()
+
+        async def hog():
+            await asyncio.sleep(hog_at)
+            loop.vt += hog_s
+        h = asyncio.create_task(hog())
+        r = Request(rid="a", prompt=tokens(1000, 30), out_ids=[7] * 3, finish_reason="stop",
+                    writer_holds=writer_holds)
+        eng.submit(r)
+        got = []
+        while True:
+            n, _ = await r.queue.get()
+            if (n and not got) or n == 0:
+                loop.vt += handler_lag_s
+            if n == 0:
+                break
+            got.append((n, (clock() - eng.t0) * S))
+            eng.written(r, end=False)
+        t_end = (clock() - eng.t0) * S
+        eng.written(r)
+        await h
+        return eng, clock, got, t_end
+    return run_virtual(main)
+
+
+def test_held_clock_does_not_pass_a_plan_boundary_the_loop_has_not_handled(tmp_path):
+    # the first token's decode step ends at model 0.0413 (wall 0.00413); at wall 0.003 the loop
+    # is blocked for 0.005 wall s (to 0.008): the engine's hold at the step's end stops model
+    # time there, so the client stamps the token at the model's 0.0413, not at 0.080
+    eng, clock, got, _ = held_lag_run(tmp_path, hog_at=0.003, hog_s=0.005)
+    assert got[0][1] == pytest.approx(0.0413)
+    assert [t for _, t in got] == pytest.approx(token_times(3))
+    # held from wall 0.00413 to 0.008
+    assert clock.held_s() == pytest.approx(0.00387)
+
+
+def test_writer_holds_keep_a_late_handlers_first_token_and_end_at_the_model(tmp_path):
+    # the handler wakes 0.002 wall s (0.02 model s) late for the first token and for the end
+    _, clock, got, t_end = held_lag_run(tmp_path, writer_holds=True, handler_lag_s=0.002)
+    t = token_times(3)
+    assert [x for _, x in got] == pytest.approx(t)       # 0.0413, 0.05261, 0.06393
+    assert t_end == pytest.approx(t[-1])
+    assert clock.held_s() == pytest.approx(0.004)        # two holds of 0.002 wall s
+
+
+def test_without_writer_holds_a_late_handler_shows_in_the_clients_stamps(tmp_path):
+    _, _, got, t_end = held_lag_run(tmp_path, handler_lag_s=0.002)
+    t = token_times(3)
+    # the first token is stamped late: 0.02 model s after it, capped by the engine's hold at its
+    # next step's end (0.05261), which the blocked loop has not handled; the end, with the
+    # engine idle (nothing held), 0.02 after the last token
+    assert got[0][1] == pytest.approx(t[1])
+    assert t_end == pytest.approx(t[-1] + 0.02)
+
+
+def test_spin_until_ends_early_when_an_event_falls_inside_the_plan():
+    from adev.emulator.engine import _spin_until
+    seen = []
+
+    def stop():          # an event inside the plan shows up at the third look
+        seen.append(1)
+        return len(seen) >= 3
+
+    # a held clock stopped short of the deadline (at the event's hold): without ``stop`` this
+    # would spin for ever; with it, the spin ends and says so
+    assert asyncio.run(_spin_until(1.0, clock=lambda: 0.5, real=lambda: 0.0, spin_s=1.0,
+                                   stop=stop)) is True
+    assert len(seen) == 3
+    assert asyncio.run(_spin_until(1.0, clock=lambda: 1.0)) is False   # deadline reached

@@ -108,7 +108,12 @@ def test_run_one_external(tmp_path):
                                                                      "b>colocated"}
     assert s["stickiness"] is not None
     assert s["evictions"] is None and "evictions" in s["missing"]
-    assert len(srv[0].bodies) + len(srv[1].bodies) == 9
+    # one warm-up request per replica before the schedule (not recorded), then the 9 calls
+    from adev.replay.experiment import WARMUP_PROMPT
+    warm = [[b for b in x.bodies if b["prompt"] == WARMUP_PROMPT] for x in srv]
+    assert [len(w) for w in warm] == [1, 1] and warm[0][0]["max_tokens"] == 2
+    assert srv[0].bodies[0]["prompt"] == WARMUP_PROMPT == srv[1].bodies[0]["prompt"]
+    assert len(srv[0].bodies) + len(srv[1].bodies) == 9 + 2
     from adev.replay.report import write
     html = write([path], tmp_path / "report", "t")
     md = (tmp_path / "report.md").read_text()
@@ -137,3 +142,27 @@ def test_crossover_by_hand(tmp_path):
     assert crossover(fast, rec) == 8192
     slow = run("gpu-only-s0", [(1000, 2.0), (30000, 9.0)])
     assert crossover(slow, rec) is None
+
+
+def test_warm_up_sends_one_request_through_every_replica_and_records_nothing(tmp_path):
+    from adev.replay.experiment import WARMUP_PROMPT, warm_up
+
+    async def go():
+        srv = {n: await FakeVLLM(n).start() for n in ("p0", "p1", "d0", "d1")}
+        try:
+            eps = [Endpoint(n, s.url, model="m") for n, s in srv.items()]
+            await warm_up(eps, Topology(["p0", "p1"], ["d0", "d1"]), RunClock(time_scale=1000.0))
+        finally:
+            for s in srv.values():
+                await s.stop()
+        return srv
+    srv = asyncio.run(go())
+    assert {n: len(s.bodies) for n, s in srv.items()} == {"p0": 1, "p1": 1, "d0": 1, "d1": 1}
+    for n in ("p0", "p1"):
+        b = srv[n].bodies[0]
+        assert b["prompt"] == WARMUP_PROMPT and b["max_tokens"] == 1 and b["stream"] is False
+        assert b["kv_transfer_params"] == PREFILL_PARAMS
+    for n, p in (("d0", "p0"), ("d1", "p1")):
+        b = srv[n].bodies[0]
+        assert b["prompt"] == WARMUP_PROMPT and b["max_tokens"] == 2
+        assert b["kv_transfer_params"]["remote_engine_id"] == p   # the prefill's answer, handed on

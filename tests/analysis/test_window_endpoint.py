@@ -297,7 +297,9 @@ def test_set_disk_read_rate_from_a_fit_or_a_reason():
     G = 1e9
     # no disk-only request: load = 0.01 + ram / 20 GB/s + disk / 2 GB/s fitted exactly
     ram, disk = np.array([1 * G, 2 * G, 1 * G]), np.array([0, 0, 1 * G])
-    r = pd.DataFrame({"srv_tok_store_ram": ram / 1000, "srv_tok_store_disk": disk / 1000,
+    # (a missing disk token count is 0: the RAM-only requests are in the fit)
+    r = pd.DataFrame({"srv_tok_store_ram": ram / 1000,
+                      "srv_tok_store_disk": np.where(disk > 0, disk / 1000, np.nan),
                       "srv_load_s": 0.01 + ram / 20e9 + disk / 2e9})
     f = _fig(recompute_rate=4e9)
     set_disk_read_rate(f, r, 1000.0)
@@ -315,3 +317,29 @@ def test_set_disk_read_rate_from_a_fit_or_a_reason():
     set_disk_read_rate(h, r3, 2.0)
     assert h.missing["disk_read_rate"] == "too few requests loading from the disk tier in the window"
     assert math.isnan(h.disk_read_rate) and math.isnan(h.disk_vs_recompute)
+
+
+def test_analyse_endpoint_late_boundary_scrape_of_an_idle_endpoint(tmp_path):
+    # coder is first scraped at t=40 (every 5 s), the window is [0, 100); its only call runs
+    # [50, 60], so nothing moved its counters over [0, 40]: the t=40 scrape stands for t0 for
+    # every counter (vLLM's, the store client's, the per-tier ones)
+    before = emu(0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0)
+    after = emu(100, 400, 800, 1000, 2, 30, 10, 20, 10, 2, 3)
+    scr = [("coder", float(t), True, before if t < 50 else after) for t in range(40, 105, 5)]
+    run = make_hand_run(tmp_path, [_call("a", 50.0, 60.0)], scr, [(0.0, 100.0)])
+    f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
+    assert (f.span_from, f.span_to) == (40.0, 100.0)
+    assert (f.gpu_tokens, f.prompt_tokens, f.preemptions) == (100, 1000, 2)
+    # 400 hit tokens less 5 failed blocks x 16; 400 of 800 queried
+    assert f.store_tokens == 400 - 80 and f.store_hit_rate == 0.5
+    assert (f.put_blocks, f.put_refused_blocks, f.refused_share) == (30, 10, 0.25)
+    # served blocks: RAM 20 - 2, disk 10 - 3
+    assert f.disk_fraction == pytest.approx(7 / 25) and f.disk_split_source.startswith("endpoint")
+    # an endpoint scraped the same way but with no call at all is idle throughout
+    (tmp_path / "idle").mkdir()
+    scr2 = [("coder", float(t), True, before) for t in range(40, 105, 5)]
+    run2 = make_hand_run(tmp_path / "idle", [_call("b", 50.0, 60.0, ep="reasoner")], scr2,
+                         [(0.0, 100.0)])
+    g = analyse_endpoint(run2, run2.measurement_windows()[0], "coder")
+    assert (g.calls, g.busy_s, g.span_from, g.busy_span_s) == (0, 0.0, 40.0, 0.0)
+    assert (g.gpu_tokens, g.store_tokens, g.prompt_tokens) == (0, 0, 0)

@@ -34,7 +34,9 @@ def _two_rows():
                 refused_source=CLIENT, put_blocks=30.0, put_refused_blocks=10.0,
                 refused_bytes=10.0 * PROF.bytes_per_block, gross_saving=g1,
                 net_saving=g1 - 0.3 / 5, store_hit_rate=0.5, recompute_rate=RR,
-                missing={"gpu_hit_share": "x", "ttft": "coder ttft", "foo": "bar"})
+                missing={"gpu_hit_share": "x", "ttft": "coder ttft", "foo": "bar",
+                         **dict.fromkeys(("store_hit_share", "gross_saving", "gross_saving_disk",
+                                          "net_saving", "disk_share_of_saving"), "y")})
     reasoner = row("reasoner", calls=2, calls_failed=0, calls_open=1, busy_s=2.0, busy_span_s=3.0,
                    prompt_tokens=1000.0, gpu_tokens=0.0, store_tokens=200.0,
                    store_ram_tokens=200.0, store_disk_tokens=0.0, store_load_failed_tokens=0.0,
@@ -58,8 +60,9 @@ def test_pool_two_rows_by_hand(tmp_path):
     w = {"index": 4, "t0": 0.0, "t1": 10.0, "valid": False, "protocol": "steady",
          "faults": ["b", "a"]}
     a = pool_endpoints(run, w, [coder, reasoner])
-    assert (a.run_id, a.window, a.t0, a.t1, a.valid, a.protocol, a.endpoint, a.faults) == \
-        ("hand", 4, 0.0, 10.0, False, "steady", ALL, "b, a")
+    assert (a.run_id, a.label, a.width, a.window, a.t0, a.t1, a.valid, a.protocol, a.endpoint,
+            a.faults) == ("hand", run.label, 2, 4, 0.0, 10.0, False, "steady", ALL, "b, a")
+    assert run.label == "hand"
     assert (a.calls, a.calls_failed, a.calls_open) == (5, 1, 1)
     assert (a.busy_s, a.busy_span_s, a.prompt_tokens, a.gpu_tokens, a.store_tokens) == \
         (6.0, 8.0, 2000.0, 100.0, 600.0)
@@ -89,8 +92,9 @@ def test_pool_two_rows_by_hand(tmp_path):
     # the endpoints' reasons, first endpoint first; recomputed figures' reasons dropped
     assert a.missing["foo"] == "coder: bar"
     assert a.missing["ttft"] == "no OK call with a first-content stamp in the window"
-    for k in ("gpu_hit_share", "net_saving_full", "net_saving", "gross_saving"):
-        assert k not in a.missing
+    for k in ("gpu_hit_share", "store_hit_share", "gross_saving", "gross_saving_disk",
+              "net_saving", "net_saving_full", "disk_share_of_saving"):
+        assert k not in a.missing, k
     assert a.missing["store_hit_rate"] == "pooled only from per-request fields"
     assert a.missing["disk_read_rate"] == "no request with the emulator's fields in the counter spans"
 
@@ -138,7 +142,9 @@ def test_pool_net_saving_leaves_out_idle_endpoints_and_names_the_missing_one(tmp
     # reasoner idle over its span (no busy time, no admitted request): no net saving of its own
     reasoner.busy_span_s, reasoner.srv_requests, reasoner.net_saving = 0.0, 0, math.nan
     reasoner.read_path_s = 0.0
+    reasoner.missing["net_saving"] = "division by zero (busy_span_s is 0)"
     a = pool_endpoints(run, {"t0": 0.0, "t1": 10.0}, [coder, reasoner])
+    assert "net_saving" not in a.missing
     G = 600 / RATE / 5
     assert a.gross_saving == pytest.approx(G)
     assert a.net_saving == pytest.approx(G - 0.3 / 5) and a.net_saving_full == pytest.approx(G - 0.5 / 5)
@@ -244,3 +250,55 @@ def test_all_row_of_two_endpoints_served_tokens_disk_rate_over_each_span(tmp_pat
     assert c.disk_read_rate == pytest.approx(60 * BPT) and r.disk_read_rate == pytest.approx(20 * BPT)
     assert a.disk_read_rate == pytest.approx(40 * BPT)          # (30 + 10) tokens in 1.0 s
     assert a.disk_vs_recompute == pytest.approx(40 / RATE) and "disk_read_rate" not in a.missing
+
+
+def test_pool_window_header_defaults_and_busy_share_of_a_later_window(tmp_path):
+    run = _empty_run(tmp_path)
+    coder, reasoner = _two_rows()
+    a = pool_endpoints(run, {"t0": 5.0, "t1": 15.0, "protocol": None}, [coder, reasoner])
+    assert (a.window, a.valid, a.protocol, a.faults) == (0, True, "", "")
+    # 6 busy seconds over 2 endpoints x (15 - 5) s
+    assert a.busy_share == pytest.approx(0.3)
+
+
+def test_pool_without_a_model_profile_says_why(tmp_path):
+    run = _empty_run(tmp_path)
+    run.profile = None
+    run.missing["profile"] = "no model profile for m"
+    coder, reasoner = _two_rows()
+    a = pool_endpoints(run, {"t0": 0.0, "t1": 10.0}, [coder, reasoner])
+    assert a.missing["disk_read_rate"] == "no model profile for m" and math.isnan(a.disk_read_rate)
+    assert a.missing["gross_saving"] == "prefill_rate unavailable"
+
+
+def _calls_run(tmp_path):
+    # coder's calls, disk-only store loads (tokens, load time) and first-content after send:
+    #   p sent 5  (before W)   1000 tokens in 1 ms   keys 100 hits 0    TTFT 3
+    #   q sent 10 (at t0)        10 tokens in 0.5 s  keys 10  hits 5    TTFT 1
+    #   r sent 20 (at t1)      1000 tokens in 1 ms   keys 100 hits 100  TTFT 5
+    def srv(disk, load, keys, hits):
+        return _srv(0.0, load, 0, 0, disk, 10, keys=keys, hits=hits, load=load)
+    calls = [_call("p", 5.0, 6.0, srv(1000, 0.001, 100, 0), t_fc=8.0),
+             _call("q", 10.0, 12.0, srv(10, 0.5, 10, 5), t_fc=11.0),
+             _call("r", 20.0, 21.0, srv(1000, 0.001, 100, 100), t_fc=25.0)]
+    return make_hand_run(tmp_path, calls, [], [(10.0, 20.0)])
+
+
+def test_pool_calls_sent_in_the_window_and_disk_rate_over_each_rows_span(tmp_path):
+    run = _calls_run(tmp_path)
+    coder, reasoner = _two_rows()
+    coder.span_from, coder.span_to = 10.0, 20.0
+    coder.missing["store_hit_rate"] = "x"
+    reasoner.span_from = reasoner.span_to = math.nan       # first in the list: skipped
+    reasoner.recompute_rate = RR
+    a = pool_endpoints(run, {"t0": 10.0, "t1": 20.0}, [reasoner, coder])
+    # only q was sent in [10, 20)
+    assert a.ttft_send_p50 == 1.0 and a.store_keys_per_call == 10.0 and a.store_hit_rate == 0.5
+    assert "store_hit_rate" not in a.missing
+    # only q was admitted in coder's span [10, 20): 10 tokens' bytes in 0.5 s
+    assert a.disk_read_rate == pytest.approx(20 * BPT) and "disk_read_rate" not in a.missing
+    # a span that admits none of the calls: no request to estimate from
+    c2, r2 = _two_rows()
+    c2.span_from, c2.span_to, r2.span_from, r2.span_to = 10.5, 19.0, 10.5, 19.0
+    b = pool_endpoints(run, {"t0": 10.0, "t1": 20.0}, [c2, r2])
+    assert b.missing["disk_read_rate"] == "no request with the emulator's fields in the counter spans"

@@ -136,3 +136,20 @@ def test_master_split_without_master_counters():
     assert g.missing["disk_fraction"] == ("file_cache_hit_bytes_total of master: never exported "
                                           "(or every scrape failed)")
     assert math.isnan(g.disk_fraction) and math.isnan(g.store_ram_tokens)
+
+
+def test_master_split_uses_the_idle_rule_for_a_late_boundary_scrape():
+    # the master is first scraped at t=40 (every 5 s), the window opens at 0; the only call runs
+    # [50, 60]: nothing was in flight over [0, 40], so the t=40 scrape stands for t0
+    ms = [Scrape(float(t), True, {"mem_cache_hit_bytes_total": 0 if t < 50 else 30,
+                                  "file_cache_hit_bytes_total": 0 if t < 50 else 10})
+          for t in range(40, 105, 5)]
+    calls = pd.DataFrame({"t_sent": [50.0], "t_end": [60.0], "endpoint": ["coder"]})
+    f = _fig(80.0)
+    master_split(f, SimpleNamespace(scrapes={"master": ms}, calls=calls), 0.0, 100.0)
+    assert (f.disk_fraction, f.store_disk_tokens, f.store_ram_tokens) == (0.25, 20.0, 60.0)
+    # a call in flight from t=5: the counters may have moved before t=40, no split
+    g = _fig(80.0)
+    busy = pd.DataFrame({"t_sent": [5.0], "t_end": [60.0], "endpoint": ["coder"]})
+    master_split(g, SimpleNamespace(scrapes={"master": ms}, calls=busy), 0.0, 100.0)
+    assert math.isnan(g.disk_fraction) and "t=0" in g.missing["disk_fraction"]

@@ -53,10 +53,10 @@ def _run(tmp_path, calls, sub="a"):
 def test_ttft_block_percentiles_by_hand(tmp_path):
     # call  sent sched first-byte first-content status | ttft_send ttft_sched ttfb dispatch
     # a     1    0.5   1.5        2.0           ok     | 1.0       1.5        0.5  0.5
-    # b     2    2     2.5        5.0           ok     | 3.0       3.0        0.5  0
+    # b     2    2     2.9        5.0           ok     | 3.0       3.0        0.9  0
     # c     3    1     3.1        3.2           ok     | 0.2       2.2        0.1  2.0
     # d     4    3     -          -             error  | (not OK: only its dispatch, 1.0)
-    run = _run(tmp_path, [call("a", 1.0, 0.5, 1.5, 2.0), call("b", 2.0, 2.0, 2.5, 5.0),
+    run = _run(tmp_path, [call("a", 1.0, 0.5, 1.5, 2.0), call("b", 2.0, 2.0, 2.9, 5.0),
                           call("c", 3.0, 1.0, 3.1, 3.2), call("d", 4.0, 3.0, None, None, "error")])
     f = _fig()
     ttft_block(f, run.calls)
@@ -66,7 +66,7 @@ def test_ttft_block_percentiles_by_hand(tmp_path):
     # ttft_sched sorted 1.5, 2.2, 3.0: p50 2.2; p90 = 2.2 + 0.8 x 0.8; p99 = 2.2 + 0.98 x 0.8
     assert (f.ttft_sched_p50, f.ttft_sched_p90, f.ttft_sched_p99) == \
         pytest.approx((2.2, 2.84, 2.984))
-    assert f.ttfb_send_p50 == pytest.approx(0.5)                  # 0.1, 0.5, 0.5
+    assert f.ttfb_send_p50 == pytest.approx(0.5)                  # 0.1, 0.5, 0.9
     # dispatch over all four calls, sorted 0, 0.5, 1.0, 2.0: p50 0.75; p90 rank 2.7 = 1.0 + 0.7;
     # p99 rank 2.97 = 1.0 + 0.97; mean 3.5 / 4
     assert (f.dispatch_p50, f.dispatch_p90, f.dispatch_p99) == pytest.approx((0.75, 1.7, 1.97))
@@ -121,8 +121,9 @@ def test_client_block_by_hand(tmp_path):
 
 
 def test_client_block_median_read_at_its_profile_is_not_behind(tmp_path):
-    # one load, real read exactly as modelled: ratio 1.0, not late, not behind (behind is > 1)
-    run = _run(tmp_path, [call("a", 1.0, 1.0, 1.0, 2.0, server=srv(1.0, 3, 3, 0, 0, 0, 0.2, 0.2))])
+    # one load of one block (one key looked up), the real read exactly as modelled: ratio 1.0,
+    # not late, not behind (behind is > 1)
+    run = _run(tmp_path, [call("a", 1.0, 1.0, 1.0, 2.0, server=srv(1.0, 1, 1, 0, 0, 0, 0.2, 0.2))])
     f = _fig()
     client_block(f, run.calls, run)
     assert (f.store_read_over_p50, f.store_late_share, f.store_behind) == (1.0, 0.0, 0.0)
@@ -130,9 +131,10 @@ def test_client_block_median_read_at_its_profile_is_not_behind(tmp_path):
     # nothing offered: no refusal share; no lookups: no hit rate (and no source)
     assert math.isnan(f.refused_share) and f.refused_source == "" and f.refused_bytes == 0.0
     g = _fig()
-    run2 = _run(tmp_path, [call("a", 1.0, 1.0, 1.0, 2.0, server=srv(1.0, 0, 0, 0, 0, 0))], "b")
+    run2 = _run(tmp_path, [call("a", 1.0, 1.0, 1.0, 2.0, server=srv(1.0, 0, 0, 1, 0, 0))], "b")
     client_block(g, run2.calls, run2)
     assert math.isnan(g.store_hit_rate) and g.store_hit_rate_source == ""
+    assert g.refused_share == 0.0 and g.refused_source.startswith("emulator")   # 1 offered
     assert g.store_keys_per_call == 0.0
 
 

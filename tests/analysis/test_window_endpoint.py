@@ -125,7 +125,8 @@ def test_analyse_endpoint_window_header_defaults_and_invalid_windows(tmp_path):
     assert h.missing["window"] == "invalid window: no reason given"
     # an empty window: no busy share
     z = analyse_endpoint(run, {"t0": 10.0, "t1": 10.0}, "coder")
-    assert z.busy_s == 0.0 and math.isnan(z.busy_share) and z.calls == 0
+    assert z.busy_s == 0.0 and math.isnan(z.busy_share)
+    assert (z.calls, z.calls_failed, z.calls_open) == (0, 0, 0)
 
 
 def test_analyse_endpoint_real_vllm_counters_only(tmp_path):
@@ -169,7 +170,11 @@ def test_analyse_endpoint_without_boundary_scrapes(tmp_path):
     f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
     why = "vllm:prefix_cache_hits_total of coder: no scrapes of coder"
     assert f.missing["gpu_tokens"] == why and math.isnan(f.gpu_tokens)
-    assert f.missing["store_tokens"].startswith("vllm:external_prefix_cache_hits_total of coder")
+    assert f.missing["store_tokens"] == "vllm:external_prefix_cache_hits_total of coder: no scrapes of coder"
+    assert f.missing["prompt_tokens"] == "vllm:prompt_tokens_total of coder: no scrapes of coder"
+    assert f.missing["preemptions"] == "vllm:num_preemptions_total of coder: no scrapes of coder"
+    assert f.missing["store_hit_rate"] == \
+        "vllm:external_prefix_cache_queries_total of coder: no scrapes of coder"
     assert math.isnan(f.span_from) and math.isnan(f.busy_span_s)
     assert (f.counter_resets, f.scrape_gaps) == (0, 0)
     assert f.missing["busy_span_s"] == "no counter span (boundary scrapes missing)"
@@ -217,6 +222,14 @@ def test_refusals_from_counters_with_nothing_offered_or_no_profile(tmp_path):
     run.profile = None
     g = analyse_endpoint(run, run.measurement_windows()[0], "coder")
     assert g.refused_share == 1.0 and math.isnan(g.refused_bytes)
+    # accepted blocks counted, refusals not exported: no counter figure (the calls' fields stand)
+    acc_only = {**_vllm(0, 0, 0), f"adev_emulator_store_put_blocks_total{lab}": 5}
+    (tmp_path / "c").mkdir()
+    run = make_hand_run(tmp_path / "c", [_call("a", 1.0, 2.0)],
+                        [("coder", 0.0, True, acc_only), ("coder", 10.0, True, acc_only)],
+                        [(0.0, 10.0)])
+    h = analyse_endpoint(run, run.measurement_windows()[0], "coder")
+    assert math.isnan(h.put_blocks) and math.isnan(h.refused_share) and h.refused_source == ""
 
 
 def _fig(**kw) -> WindowFigures:
@@ -267,6 +280,7 @@ def test_savings_block_without_a_profile_or_a_span(tmp_path):
     # the per-request sums and the read-path charge do not need the profile
     assert f.srv_requests == 3 and f.read_path_s == pytest.approx(0.9)
     assert math.isnan(f.net_saving) and f.missing["net_saving"] == "no model profile for m"
+    assert math.isnan(f.net_saving_full) and f.missing["net_saving_full"] == "no model profile for m"
     run.missing.clear()
     g = analyse_endpoint(run, {"index": 1, "t0": 10.0, "t1": 20.0}, "coder")
     assert g.missing["prefill_rate"] == g.missing["disk_read_rate"] == "no model profile"
@@ -341,5 +355,20 @@ def test_analyse_endpoint_late_boundary_scrape_of_an_idle_endpoint(tmp_path):
     run2 = make_hand_run(tmp_path / "idle", [_call("b", 50.0, 60.0, ep="reasoner")], scr2,
                          [(0.0, 100.0)])
     g = analyse_endpoint(run2, run2.measurement_windows()[0], "coder")
-    assert (g.calls, g.busy_s, g.span_from, g.busy_span_s) == (0, 0.0, 40.0, 0.0)
+    assert (g.calls, g.calls_failed, g.calls_open) == (0, 0, 0)
+    assert (g.busy_s, g.span_from, g.busy_span_s) == (0.0, 40.0, 0.0)
     assert (g.gpu_tokens, g.store_tokens, g.prompt_tokens) == (0, 0, 0)
+
+
+def test_savings_block_a_request_without_a_read_path_is_charged_nothing(tmp_path):
+    # a [1, 5] read path 0.4 s (1 in flight); b [2, 6] carries no read_path_s: charged 0
+    sb = _srv(0.0, 0.0, 0, 100, 0, 900)
+    sb["read_path_s"] = None
+    calls = [_call("a", 1.0, 5.0, _srv(0.0, 0.4, 0, 100, 0, 900)), _call("b", 2.0, 6.0, sb)]
+    scr = [("coder", 0.0, True, _vllm(0, 0, 0)), ("coder", 10.0, True, _vllm(0, 500, 2000))]
+    run = make_hand_run(tmp_path, calls, scr, [(0.0, 10.0)])
+    f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
+    g = 500 / RATE / 5.0
+    assert f.srv_requests == 2 and f.read_path_s == pytest.approx(0.4)
+    assert f.net_saving == pytest.approx(g - 0.4 / 5.0)
+    assert f.net_saving_full == pytest.approx(g - 0.4 / 5.0)

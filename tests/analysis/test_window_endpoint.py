@@ -258,6 +258,13 @@ def test_set_hit_shares_and_gross_savings_by_hand():
     set_gross_savings(h, 1000.0, 0.0)
     assert h.missing["gross_saving"] == "division by zero (store_tokens, busy_span_s is 0)"
     assert h.missing["disk_share_of_saving"] == "division by zero (store_disk_tokens, store_tokens is 0)"
+    z = _fig(gpu_tokens=5.0, prompt_tokens=0.0)
+    set_hit_shares(z)
+    assert z.missing["gpu_hit_share"] == "division by zero (prompt_tokens is 0)"
+    n = _fig(gpu_tokens=5.0, prompt_tokens=math.nan)
+    n.missing["prompt_tokens"] = "no scrapes of coder"
+    set_hit_shares(n)
+    assert n.missing["gpu_hit_share"] == "no scrapes of coder"
     k = _fig(store_tokens=math.nan, store_disk_tokens=5.0)
     k.missing["store_tokens"] = "no scrapes"
     set_gross_savings(k, 1000.0, 3.0)

@@ -448,8 +448,8 @@ def test_window_table_rows_and_an_empty_run(tmp_path):
                         scr, [(0.0, 10.0), (10.0, 20.0)])
     t = window_table(run)
     # windows x (endpoints in name order, then ALL)
-    assert list(zip(t.window, t.endpoint)) == [(1, "coder"), (1, "reasoner"), (1, ALL),
-                                               (2, "coder"), (2, "reasoner"), (2, ALL)]
+    assert list(zip(t.window, t.endpoint, strict=True)) == [(1, "coder"), (1, "reasoner"), (1, ALL),
+                                                            (2, "coder"), (2, "reasoner"), (2, ALL)]
     assert list(t.store_tokens) == [100.0, 0.0, 100.0, 100.0, 0.0, 100.0]
     assert list(t.calls) == [1, 0, 1, 0, 1, 1]
     assert list(t.columns) == list(WindowFigures.__dataclass_fields__)

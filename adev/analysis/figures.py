@@ -71,8 +71,9 @@ def net_saving_full(gross: float, read_path_s: np.ndarray, busy_s: float) -> flo
 
 
 def hit_share(hit_tokens: float, prompt_tokens: float) -> float:
-    """Hit share = tier-hit tokens / prompt tokens (GPU: ``prefix_cache_hits``; store:
-    ``external_prefix_cache_hits``; prompt: ``prompt_tokens``; counter deltas)."""
+    """Hit share = tier-hit tokens / prompt tokens (GPU: ``prefix_cache_hits``; store: the
+    store-served tokens, ``external_prefix_cache_hits`` less the hit blocks whose load failed
+    (:func:`served_store_tokens`); prompt: ``prompt_tokens``; counter deltas)."""
     return hit_tokens / prompt_tokens
 
 

@@ -71,7 +71,6 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     fig.counter_resets = max(d.resets for d in (d_gpu, d_ext, d_prompt, d_pre))
     fig.scrape_gaps = max(d.gaps for d in (d_gpu, d_ext, d_prompt, d_pre))
 
-    set_hit_shares(fig)
     if math.isnan(fig.store_hit_rate) and d_ext.ok and d_ext_q.ok and d_ext_q.value:
         fig.store_hit_rate = store_hit_rate(d_ext.value, d_ext_q.value)
         fig.store_hit_rate_source = "vLLM counters external hits / external queries (tokens)"
@@ -86,6 +85,7 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
         fig.store_load_failed_tokens = d_fail.value * run.block_size
         if d_ext.ok:
             fig.store_tokens = served_store_tokens(d_ext.value, fig.store_load_failed_tokens)
+    set_hit_shares(fig)   # of the store-served tokens, as the ALL row's
     if d_acc.ok and d_ref.ok:
         fig.put_blocks, fig.put_refused_blocks = d_acc.value, d_ref.value
         if d_acc.value + d_ref.value > 0:

@@ -122,8 +122,10 @@ def make_hand_run(tmp_path, calls, scrapes, windows, payload_scale=64):
     for target, t, ok, samples in scrapes:
         rd.append(ScrapeRecord(run_id="hand", target=target, url="u", t=t, ok=ok,
                                samples=samples if ok else {}, error=None if ok else "boom"))
-    for i, (t0, t1) in enumerate(windows):
-        rd.append(WindowRecord(run_id="hand", index=i + 1, t0=t0, t1=t1))
+    for i, (t0, t1, *valid) in enumerate(windows):   # (t0, t1) or (t0, t1, valid)
+        ok = valid[0] if valid else True
+        rd.append(WindowRecord(run_id="hand", index=i + 1, t0=t0, t1=t1, valid=ok,
+                               reason=None if ok else "recorded invalid"))
     rd.close()
     return load_run(rd.path)
 
@@ -436,3 +438,54 @@ def test_disk_rate_from_disk_only_requests_or_a_fit():
     # disk bytes that cost no time: not separable
     assert est(ram, disk, 0.01 + ram / 20e9) == ("disk loads not separable from RAM loads (fit "
                                                  "gave no disk time)")
+
+
+def test_window_table_rows_and_an_empty_run(tmp_path):
+    from adev.analysis.window_row import WindowFigures
+    scr = [("coder", t, True, _vllm(0, 10 * t, 100 * t)) for t in (0.0, 10.0, 20.0)] + \
+          [("reasoner", t, True, _vllm(0, 0, 10 * t)) for t in (0.0, 10.0, 20.0)]
+    run = make_hand_run(tmp_path, [_call("a", 1.0, 2.0), _call("b", 12.0, 15.0, ep="reasoner")],
+                        scr, [(0.0, 10.0), (10.0, 20.0)])
+    t = window_table(run)
+    # windows x (endpoints in name order, then ALL)
+    assert list(zip(t.window, t.endpoint, strict=True)) == [(1, "coder"), (1, "reasoner"), (1, ALL),
+                                                            (2, "coder"), (2, "reasoner"), (2, ALL)]
+    assert list(t.store_tokens) == [100.0, 0.0, 100.0, 100.0, 0.0, 100.0]
+    assert list(t.calls) == [1, 0, 1, 0, 1, 1]
+    assert list(t.columns) == list(WindowFigures.__dataclass_fields__)
+    rows = analyse_window(run, run.measurement_windows()[1])
+    assert [r.endpoint for r in rows] == ["coder", "reasoner", ALL] and rows[2].busy_s == 3.0
+    (tmp_path / "e").mkdir()
+    empty = make_hand_run(tmp_path / "e", [], [], [])
+    e = window_table(empty)
+    assert e.empty and list(e.columns) == list(WindowFigures.__dataclass_fields__)
+
+
+def test_cross_check_over_the_valid_windows_span_with_its_faults(tmp_path):
+    from adev.analysis.windows import cross_check
+    # store hits 0, 100, 250, 400, 900 at t = 0, 10, 20, 30, 40; windows 1 and 4 recorded invalid
+    ext = {0.0: 0, 10.0: 100, 20.0: 250, 30.0: 400, 40.0: 900}
+    scr = [("coder", t, True, _vllm(0, v, 10 * v)) for t, v in ext.items()]
+    calls = [_call("a", 11.0, 29.0, _srv(0.0, 0.1, 0, 300, 0, 2700))]
+    run = make_hand_run(tmp_path, calls, scr,
+                        [(0.0, 10.0, False), (10.0, 20.0), (20.0, 30.0), (30.0, 40.0, False)])
+    # two faults that do not invalidate a window, fed in reverse name order
+    run.faults.feed("sessions", {"status": "ended", "reason": "llm_error: boom", "t": 25.0})
+    run.faults.feed("events", {"event": "session_error", "t": 12.0})
+    x = cross_check(run)
+    assert list(x.columns) == ["endpoint", "span_from", "span_to", "gpu_tokens", "srv_gpu_tokens",
+                               "store_tokens", "srv_store_ram_tokens", "srv_store_disk_tokens",
+                               "store_disk_tokens", "store_load_failed_tokens", "xcheck_gpu_rel",
+                               "xcheck_store_rel", "xcheck_disk_rel", "faults"]
+    x = x.set_index("endpoint")
+    assert list(x.index) == ["coder", ALL]
+    # the span [10, 30] of windows 2 and 3: 400 - 100 store tokens; a's 300 RAM tokens agree
+    assert (x.loc["coder", "span_from"], x.loc["coder", "span_to"]) == (10.0, 30.0)
+    assert x.loc["coder", "store_tokens"] == 300 and x.loc["coder", "srv_store_ram_tokens"] == 300
+    assert x.loc["coder", "xcheck_store_rel"] == 0.0 and x.loc[ALL, "store_tokens"] == 300
+    assert x.loc["coder", "faults"] == x.loc[ALL, "faults"] == "session_error, sessions_llm_error"
+    # no valid window: an empty frame with the columns
+    (tmp_path / "b").mkdir()
+    bad = make_hand_run(tmp_path / "b", calls, scr, [(0.0, 10.0, False)])
+    y = cross_check(bad)
+    assert y.empty and list(y.columns) == list(x.reset_index().columns)

@@ -30,7 +30,8 @@ COLS = ["label", "ok_calls", "errors", "throughput_rps", "throughput_vs_recomput
         "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "stickiness", "exact_output_share",
         "store_load_bytes", "physical_read_bytes", "evictions", "evicted_bytes",
         "disk_read_rate_Bps", "dispatch_delay_p99_s", "store_read_over_profile_p50",
-        "ttft_over_model_p50", "ttft_over_model_p99"]
+        "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",
+        "user_ttft_over_model_p99"]
 
 
 def _seed(label: str) -> str:

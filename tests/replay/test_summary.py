@@ -61,7 +61,28 @@ def test_summary_by_hand(tmp_path):
     assert s["dispatch_delay_p99_s"] == pytest.approx(0.01 + 0.99 * 0.01)
     assert s["store_read_over_profile_p50"] == pytest.approx(1.25)   # 1.5 and 1.0
     assert s["ttft_over_model_p50"] == pytest.approx(0.05)           # 0.1 and 0.0
+    # user TTFT 1.0 and 3.0 against the model's 1.0 and 2.0 (c2 has no request record)
+    assert s["user_ttft_over_model_p50"] == pytest.approx(0.25)      # 0.0 and 0.5
+    assert s["user_ttft_over_model_p99"] == pytest.approx(0.495)
     bpb = load_model_profile(stack.profile).bytes_per_block
     assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == 5 * bpb
     assert s["evictions"] == 4
     assert s["evicted_bytes"] == 500 * stack.payload_scale
+
+
+def test_user_ttft_over_model_sums_the_requests_models():
+    import numpy as np
+
+    from adev.replay.summary import user_ttft_over_model
+    recs = [
+        # P/D: user TTFT 2.0 against 0.5 (prefill) + 1.0 (decode) = 1.5 -> +1/3
+        {"call_id": "a", "decode": "d0", "ttft_s": 2.0},
+        # colocated: 1.1 against 1.0 -> +0.1
+        {"call_id": "b", "decode": "colocated", "ttft_s": 1.1},
+        # P/D without its prefill's figure (real vLLM): left out
+        {"call_id": "c", "decode": "d1", "ttft_s": 9.0},
+        # a modelled figure that is NaN: left out
+        {"call_id": "d", "decode": "colocated", "ttft_s": 9.0},
+    ]
+    modelled = {"a-prefill": 0.5, "a": 1.0, "b": 1.0, "c": 3.0, "d": float("nan")}
+    assert user_ttft_over_model(recs, modelled) == pytest.approx(np.array([1 / 3, 0.1]))

@@ -204,8 +204,10 @@ class LLMClient:
                    temperature: float | None = None, seed: int | None = None,
                    session_id: str = "", call_id: str = "", role: str = "", round: int = 0,
                    step: int = 0, t_scheduled: float | None = None,
-                   extra_body: dict[str, Any] | None = None) -> ChatResult:
-        """One chat completion (streamed), retried per :class:`RetryPolicy`."""
+                   extra_body: dict[str, Any] | None = None,
+                   hold_slot: int | None = None) -> ChatResult:
+        """One chat completion (streamed), retried per :class:`RetryPolicy`; ``hold_slot`` as
+        in :meth:`completion`."""
         t_sched = self.clock.now() if t_scheduled is None else t_scheduled
         ep = self._endpoint(endpoint)
         body: dict[str, Any] = {"model": ep.model or "", "messages": messages, "stream": True,
@@ -224,7 +226,7 @@ class LLMClient:
             xb.update(extra_body)
         return await self._call(ep, endpoint, "/chat/completions", body, xb, t_sched,
                                 session_id=session_id, call_id=call_id, role=role, round=round,
-                                step=step)
+                                step=step, hold_slot=hold_slot)
 
     async def completion(self, endpoint: str, prompt: list[int] | np.ndarray | str, *, max_tokens: int,
                          min_tokens: int | None = None, ignore_eos: bool = False,

@@ -44,7 +44,7 @@ from typing import Any
 from ..client.llm import LLMClient
 from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
-from ..clock import RunClock, hold_until
+from ..clock import RunClock, held_source, hold_until, mono, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
@@ -146,6 +146,19 @@ class _Session:
     # ---- one role turn ---------------------------------------------------------------
     async def run_role(self, role: Role, rnd: int, module: Any = None,
                        tag: str | None = None) -> _Turn:
+        """One role turn. On the stack's held clock a request slot holds model time across the
+        turn's own work between its calls (tool calls, building the next prompt), as the model has
+        no term for it (:class:`adev.clock.RequestHolds`); a gate is outside any turn."""
+        holds = request_holds() if self.ctx.clock.source in (mono, held_source()) else None
+        slot = holds.take() if holds is not None else None
+        try:
+            return await self._run_role(role, rnd, module, tag, slot)
+        finally:
+            if holds is not None and slot is not None:
+                holds.give_back(slot)
+
+    async def _run_role(self, role: Role, rnd: int, module: Any, tag: str | None,
+                        slot: int | None) -> _Turn:
         ctx, st = self.ctx, role.settings
         prompt = role.render(round=rnd, max_rounds=ctx.max_rounds, task=self.task.name,
                              modules=self.modules_text,
@@ -164,7 +177,7 @@ class _Session:
             max_tokens = self.fit_context(messages, tools_chars, st.max_tokens, endpoint)
             call_id = f"{self.sid}/r{rnd}/{tag}/s{step}"
             res = await self.chat(endpoint, messages, tools, max_tokens, role, rnd, step,
-                                  call_id, tools_chars)
+                                  call_id, tools_chars, slot)
             if res is None:  # context refused twice
                 raise _SessionEnd("ended", f"context_limit: {tag} round {rnd}: the endpoint "
                                   "refused the prompt as over its context")
@@ -210,7 +223,7 @@ class _Session:
 
     async def chat(self, endpoint: str, messages: list[dict[str, Any]], tools: list, max_tokens:
                    int, role: Role, rnd: int, step: int, call_id: str,
-                   tools_chars: int) -> ChatResult | None:
+                   tools_chars: int, slot: int | None = None) -> ChatResult | None:
         ctx = self.ctx
         for refusal in range(2):
             # counted when made: a call cancelled with its session (a parallel sibling's fault)
@@ -221,7 +234,7 @@ class _Session:
                     endpoint, messages, tools=tools, max_tokens=max_tokens,
                     temperature=role.settings.temperature, seed=self.seed, session_id=self.sid,
                     call_id=call_id if not refusal else f"{call_id}+trim", role=role.name,
-                    round=rnd, step=step)
+                    round=rnd, step=step, hold_slot=slot)
             except ContextLengthError:
                 # our estimate was low: measure it as 25% worse and re-fit, once
                 self.cpt *= 0.8

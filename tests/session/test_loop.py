@@ -365,3 +365,55 @@ async def test_a_slow_real_gate_holds_the_stacks_clock_at_the_modelled_pause(tmp
     assert out.status == "passed"
     g = rd.read("gates")
     assert g and all(0.999 <= x["t_end"] - x["t_start"] <= 1.2 for x in g), g
+
+
+class SlotLLM(PolicyLLM):
+    """Notes the hold slot each call was lent and whether the clock was held during the call."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.slots: list[tuple[str, int | None]] = []
+
+    async def chat(self, endpoint, messages, **kw):
+        self.slots.append((kw.get("call_id", ""), kw.get("hold_slot")))
+        await asyncio.sleep(0)   # parallel turns overlap
+        return await super().chat(endpoint, messages, **kw)
+
+
+async def test_a_role_turn_holds_the_stacks_clock_between_its_calls(tmp_path):
+    """On the stack's held clock each role turn takes a request slot, lends it to each of its
+    calls, and gives it back at the turn's end (parallel implementers: one slot each); the gate
+    runs with no slot taken."""
+    from adev import clock as clk
+    clk.HeldClock.create(tmp_path / clk.CLOCK_FILE)
+    try:
+        held = clk.use_held_clock(tmp_path)
+        task = tiny_task()
+        oracle = OraclePolicy(tasks={"calc": task})
+        ctx, _, rd = make_ctx(tmp_path, oracle, FakeGate(), clock=RunClock(time_scale=100.0),
+                              run_acceptance=False)
+        ctx.llm = SlotLLM(oracle, run_dir=rd, clock=ctx.clock)
+        taken: list[int] = []
+        gate_run = ctx.gate.run
+
+        async def gate(req):    # no request slot holds the clock while the gate runs
+            taken.append(sum(1 for i in clk.REQUEST_SLOTS
+                             if clk._SLOT.unpack_from(held._mm, clk._HEAD.size + i * clk._SLOT.size)[0]
+                             != float("inf")))
+            return await gate_run(req)
+        ctx.gate.run = gate
+        out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
+        pool = clk.request_holds()
+        free = len(pool._free)
+    finally:
+        clk.use_held_clock(None)
+    assert out.status == "passed"
+    by_turn: dict[str, set] = {}
+    for cid, slot in ctx.llm.slots:
+        assert slot in clk.REQUEST_SLOTS
+        by_turn.setdefault(cid.rsplit("/", 1)[0], set()).add(slot)
+    assert all(len(s) == 1 for s in by_turn.values())           # one slot per role turn
+    impl = [next(iter(s)) for t, s in by_turn.items() if "/r1/implementer" in t]
+    assert len(impl) == len(task.modules) and len(set(impl)) == len(impl)   # parallel: distinct
+    assert taken and taken == [0] * len(taken)
+    assert free == len(clk.REQUEST_SLOTS)                          # every slot given back

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -238,3 +239,245 @@ def test_notebooks_execute(nb_path, night, monkeypatch):
 
 def test_notebooks_present():
     assert {p.stem for p in NOTEBOOKS} >= {"width_curve", "operating_points", "reuse_profile"}
+
+
+# -- the report's text, each string worked out by hand --------------------------------------------
+
+from types import SimpleNamespace as NS  # noqa: E402
+
+from adev.analysis import report as R  # noqa: E402
+
+
+def _summ(**kw):
+    """A run summary with only what the text helpers read."""
+    base = dict(label="night-w3", run_id="r-3", width=3, protocol="steady", windows=4,
+                invalid_windows=1, burst_windows=2, stats={}, interval={}, missing={},
+                reuse=None)
+    base.update(kw)
+    return NS(**base)
+
+
+def test_figure_line_mean_interval_one_window_and_missing():
+    st = {"gross_saving": {"n": 3, "mean": 0.1234, "cv": 0.123456},
+          "ttft_send_p50": {"n": 2, "mean": 0.5, "cv": 0.25},
+          "net_saving": {"n": 1, "mean": 0.05, "cv": 0.0},
+          "store_hit_rate": {"n": 0, "mean": math.nan, "cv": math.nan},
+          "refused_share": {"n": 0, "mean": math.nan, "cv": math.nan}}
+    iv = {"gross_saving": {"lo": 0.1, "hi": 0.1468}, "ttft_send_p50": {"lo": 0.25, "hi": 0.75},
+          "net_saving": {"lo": math.nan, "hi": math.nan},
+          "store_hit_rate": {"lo": math.nan, "hi": math.nan},
+          "refused_share": {"lo": math.nan, "hi": math.nan}}
+    long = "x" * 170
+    s = _summ(stats=st, interval=iv, missing={"net_saving": long, "store_hit_rate": "no store"})
+    # 4 windows, 1 invalid: 3 valid; gross over all 3, net in 1 (missing in 2, reason cut at 160)
+    assert R.figure_line(s, "Gross", "gross_saving") == (
+        "Gross: 12.34% (CV 0.1235, 95% t-interval 10.00%..14.68% over 3 windows)")
+    assert R.figure_line(s, "TTFT", "ttft_send_p50", pctg=False) == (
+        "TTFT: 0.5 (CV 0.25, 95% t-interval 0.25..0.75 over 2 windows); missing in 1 window(s): "
+        "see report")
+    assert R.figure_line(s, "Net", "net_saving") == (
+        "Net: 5.00% (1 window); missing in 2 window(s): " + "x" * 160)
+    assert R.figure_line(s, "Hit rate", "store_hit_rate") == "Hit rate: — (no store)"
+    assert R.figure_line(s, "Refused", "refused_share") == "Refused: — (no valid window)"
+    # every valid window has it: nothing missing is said
+    s1 = _summ(stats=st, interval=iv, windows=3, invalid_windows=0)
+    assert R.figure_line(s1, "Gross", "gross_saving").endswith("over 3 windows)")
+
+
+def test_run_header_torn_and_missing_windows():
+    run = NS(run_id="r-3", width=3, protocol="steady", configuration="store-ram", lease_ttl_s=5.0,
+             pause_s=0.5, torn={}, missing={})
+    ld = NS(run=run, summary=_summ())
+    assert R._run_header(ld) == (
+        "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
+        " · pause 0.5 s · windows 4 (1 invalid, 2 with preemption bursts)\n")
+    run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
+              pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"})
+    ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))
+    assert R._run_header(ld2) == (
+        "**x** (`r-0`) · width — · protocol — · configuration — · lease — s · pause — s"
+        " · windows 1 (1 invalid, 0 with preemption bursts)\n"
+        "\nRecords lost (lines torn by a crash mid-write, skipped): {'calls': 2}\n"
+        "\nNote: no windows file.\n")
+
+
+REUSE = {"touches": 1000, "unique_blocks": 250, "share_new": 0.25,
+         "owner_share_same_session": 0.5, "owner_share_cross_session": 0.25,
+         "share_same_session": 0.4, "share_cross_session": 0.35, "lease_ttl_s": 5.0,
+         "aged_share": 0.125, "distance_p50_s": 12.5, "distance_p99_s": 300.0,
+         "distance_max_s": 1234.5}
+
+
+def test_reuse_and_missing_text():
+    ld = NS(summary=_summ(reuse=REUSE))
+    assert R._reuse_md(ld) == (
+        "- night-w3 (`r-3`): 1000 touches, 250 blocks; new 25.00%; ownership view: same-session "
+        "50.00%, cross-session 25.00%; last-toucher view: same-session 40.00%, cross-session "
+        "35.00%; aged (> lease 5 s) 12.50%; reuse distance p50 12.5 s, p99 300 s, max 1234 s")
+    no_owner = {k: v for k, v in REUSE.items() if not k.startswith("owner_")}
+    assert "ownership view: same-session —, cross-session —;" in R._reuse_md(
+        NS(summary=_summ(reuse=no_owner)))
+    assert R._reuse_md(NS(summary=_summ(missing={"reuse": "ledger/meta.json missing"}))) == (
+        "- night-w3: reuse ledger missing — ledger/meta.json missing")
+    assert R._reuse_md(NS(summary=_summ(reuse={}))) == (
+        "- night-w3: reuse ledger missing — no ledger")
+    assert R._missing_md(NS(summary=_summ())) == ""
+    assert R._missing_md(NS(summary=_summ(missing={"b_fig": "why b", "a_fig": "why a"}))) == (
+        "Missing figures (reason):\n\n- `a_fig`: why a\n- `b_fig`: why b\n")
+
+
+def test_headline_text():
+    nan = {"n": 0, "mean": math.nan, "cv": math.nan}
+    st = {f: dict(nan) for _, f in R.HEADLINE}
+    iv = {f: {"lo": math.nan, "hi": math.nan} for _, f in R.HEADLINE}
+    st["gross_saving"] = {"n": 1, "mean": 0.02, "cv": 0.0}
+    s = _summ(stats=st, interval=iv, windows=2, invalid_windows=1, reuse=REUSE)
+    assert R._headline_md(NS(summary=s)) == "\n".join([
+        "**night-w3**: 3 sessions, steady, 1 valid window(s) of 2", "",
+        "- Gross saving: 2.00% (1 window)",
+        "- Net saving: — (no valid window)",
+        "- Disk tier's part of the saving: — (no valid window)",
+        "- GPU hit share: — (no valid window)",
+        "- Store hit share: — (no valid window)",
+        "- Store hit rate: — (no valid window)",
+        "- Refused writes: — (no valid window)",
+        "- Reuse of touches: cross-session 25.00%, same-session 50.00% (ownership view: whether "
+        "the session had touched the block before)"]) + "\n"
+    s2 = _summ(stats=st, interval=iv, protocol=None, width=None, reuse=None)
+    assert R._headline_md(NS(summary=s2)).splitlines()[0] == (
+        "**night-w3**: — sessions, ?, 3 valid window(s) of 4")
+    assert len(R._headline_md(NS(summary=s2)).splitlines()) == 9      # no reuse line
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Two small runs at widths 1 and 3 (with ledgers) and one more at width 3 elsewhere."""
+    base = tmp_path_factory.mktemp("small")
+    for w, s in ((1, 1), (3, 2)):
+        make_run(base / "A", width=w, windows=1, window_s=60, max_prompt=2000, seed=s)
+    make_run(base / "B", width=3, windows=1, window_s=60, max_prompt=2000, seed=3, ledger=False)
+    return base
+
+
+def test_build_report_blocks_in_order(small):
+    from adev.analysis.aggregate import operating_points, sweep_table
+    from adev.analysis.faults import faults_md
+    from adev.analysis.source import beside, beside_markdown
+    from adev.analysis.windows import cross_check
+    loaded = load_all([small / "A"])
+    summ = [ld.summary for ld in loaded]
+    d = build_report(loaded)
+    assert d.title == "adev report: 2 run(s)"
+    assert build_report(loaded[:1], title="T").title == "T"
+    b = d.blocks
+    assert b[0] == "## Headline figures\n\n" + "\n".join(R._headline_md(ld) for ld in loaded)
+    assert b[1] == ("## The source study beside adev\n\nThe figures the source study measured "
+                    "on real GPUs at the points of these runs, beside adev's:\n\n"
+                    + beside_markdown(beside(summ)))
+    assert b[2] == "## Runs\n\n" + "\n".join("- " + R._run_header(ld).strip()
+                                             for ld in loaded) + "\n"
+    assert b[2].startswith("## Runs\n\n- **synth-w1** (`synth-w1-s1-steady`) · width 1 ·")
+    assert b[3] == "## Width sweep\n\n" + R.md_table(sweep_table(summ), R.SWEEP_COLS)
+    assert b[3].startswith("## Width sweep\n\n| Operating point | Width (sessions) | Runs |")
+    assert [x.key for x in (b[4], b[5], b[7], b[9], b[11])] == [
+        "saving_vs_width", "hit_shares_vs_width", "operating_points", "ttft_cdfs",
+        "reuse_distance"]
+    assert b[6] == "## 12-session operating points\n\n" + R.md_table(
+        operating_points(summ, 12), R.OP_COLS)
+    assert b[8] == "## Latency\n"
+    assert b[10] == "## Reuse\n\n" + "\n".join(R._reuse_md(ld) for ld in loaded) + "\n"
+    assert len(b) == 12 + 2 * 2
+    for i, ld in enumerate(loaded):
+        assert b[12 + 2 * i] == faults_md(ld.run, ld.summary.label)
+        assert b[13 + 2 * i] == (
+            f"## Per-window figures: {ld.summary.label}\n\n" + R._run_header(ld) + "\n"
+            + R.md_table(ld.table, R.WINDOW_COLS) + "\n"
+            + "How far this host was from the model, and scrape health:\n\n"
+            + R.md_table(ld.table, R.HOST_COLS) + "\n"
+            + "Cross-check over the measured span (counters vs the emulator's per-request "
+            "tier split; empty without scrapes):\n\n" + R.md_table(cross_check(ld.run)) + "\n"
+            + R._missing_md(ld))
+        assert "| Window | Endpoint | Valid | Faults | Calls |" in b[13 + 2 * i]
+        assert "| Window | Endpoint | TTFT over model, p50 |" in b[13 + 2 * i]
+
+
+def test_build_compare_side_by_side(small):
+    from adev.analysis.aggregate import sweep_table
+    from adev.analysis.render import fmt
+    a, b = load_all([small / "A"]), load_all([small / "B"])
+    d = R.build_compare(a, b, "A", "B")
+    assert d.title == "adev compare: A vs B"
+    ta, tb = sweep_table([ld.summary for ld in a]), sweep_table([ld.summary for ld in b])
+    [op] = set(ta.operating_point) | set(tb.operating_point)
+    lines = d.blocks[0].splitlines()
+    assert lines[:4] == ["## Side by side (means per width)", "",
+                         "| operating point | width | figure | A | B | delta (B-A) |",
+                         "|---|---|---|---|---|---|"]
+    figs = ["gross_saving", "net_saving", "gross_saving_disk", "gpu_hit_share",
+            "store_hit_share", "store_hit_rate", "refused_share", "ttft_send_p50"]
+    assert len(lines) == 4 + 2 * len(figs)
+    # width 1: only A has it (B's column and the delta are missing); width 3: both
+    exp = []
+    for w in (1, 3):
+        for f in figs:
+            va = float(ta[ta.width == w][f].iloc[0])
+            vb = float(tb[tb.width == w][f].iloc[0]) if w == 3 else math.nan
+            p = f != "ttft_send_p50"
+            exp.append(f"| {op} | {w} | {f} | {fmt(va, p)} | {fmt(vb, p)} | {fmt(vb - va, p)} |")
+    assert lines[4:] == exp
+    assert lines[4].endswith(" | — | — |") and lines[11].endswith(" | — | — |")
+    assert re.fullmatch(r"\| .* \| 3 \| gross_saving \| \d+\.\d\d% \| \d+\.\d\d% \| -?\d+\.\d\d% \|",
+                        lines[12])
+    assert re.fullmatch(r"\| .* \| 3 \| ttft_send_p50 \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|", lines[-1])
+    assert [getattr(x, "key", None) for x in d.blocks] == [None, "saving_vs_width", "ttft_cdfs",
+                                                           None, None]
+    assert sorted(k for k in d.blocks[1].series if k.endswith(": gross")) == ["A: gross",
+                                                                              "B: gross"]
+    assert sorted(d.blocks[2].series) == sorted(
+        f"{side}: {lab}: {t}" for side, lab in (("A", "synth-w1"), ("A", "synth-w3"),
+                                                ("B", "synth-w3"))
+        for t in ("from send", "from schedule"))
+    assert d.blocks[3] == "## A\n\n" + R.md_table(ta, R.SWEEP_COLS)
+    assert d.blocks[4] == "## B\n\n" + R.md_table(tb, R.SWEEP_COLS)
+
+
+def test_build_compare_without_widths(tmp_path):
+    for w, s in ((1, 1), (3, 2)):
+        r = make_run(tmp_path, width=w, windows=1, window_s=60, max_prompt=2000, ledger=False,
+                     seed=s)
+        m = json.loads((r / "manifest.json").read_text())
+        del m["config"]["fleet"]["width"]
+        (r / "manifest.json").write_text(json.dumps(m))
+    ld = load_all([tmp_path], with_reuse=False)
+    d = R.build_compare(ld, ld, "A", "B")
+    assert d.blocks[0] == ("## Side by side (means per width)\n\n**Missing:** neither side has "
+                           "runs with a width in its manifest\n")
+
+
+def test_write_report_and_compare_default_places(small, tmp_path, monkeypatch):
+    import adev.config
+    monkeypatch.setattr(adev.config, "ROOT", tmp_path)
+    h = R.write_report([small / "A"])
+    assert h.parent == tmp_path / "results" / "reports"
+    assert re.fullmatch(r"report-\d{8}-\d{6}\.html", h.name)
+    assert h.with_suffix(".md").read_text().startswith("# adev report: 2 run(s)\n")
+    # with_reuse=False reaches the summaries: no reuse figures although the runs have ledgers
+    h2 = R.write_report([small / "A"], tmp_path / "noreuse", with_reuse=False)
+    assert h2 == tmp_path / "noreuse.html"
+    md = (tmp_path / "noreuse.md").read_text()
+    assert "- synth-w1: reuse ledger missing — no ledger" in md
+    assert "(`synth-w1-s1-steady`): " in h.with_suffix(".md").read_text()
+    c = R.write_compare(small / "A", small / "B")
+    assert c.parent == tmp_path / "results" / "reports"
+    assert re.fullmatch(r"compare-\d{8}-\d{6}\.html", c.name)
+    assert c.with_suffix(".md").read_text().startswith("# adev compare: A vs B\n")
+    # two folders of the same name are told apart
+    (tmp_path / "x").mkdir()
+    (small / "A").rename(tmp_path / "x" / "A")
+    try:
+        c2 = R.write_compare(tmp_path / "x" / "A", small / "B", tmp_path / "cmp2",
+                             with_reuse=False)
+    finally:
+        (tmp_path / "x" / "A").rename(small / "A")
+    assert c2 == tmp_path / "cmp2.html"
+    assert "# adev compare: A vs B\n" in (tmp_path / "cmp2.md").read_text()

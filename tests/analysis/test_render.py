@@ -125,3 +125,18 @@ def test_write_markdown_figures_and_html(tmp_path):
     assert (tmp_path / "out" / "rep_files" / "k2.png").read_bytes() == b"\x89PNG"
     assert sorted(p.name for p in (tmp_path / "out").iterdir()) == ["rep.html", "rep.md",
                                                                      "rep_files"]
+
+
+def test_md_to_html_is_html_not_xhtml():
+    # the page is HTML5 (<!doctype html>): void elements without the XHTML slash
+    assert md_to_html("a  \nb\n\n***\n") == "<p>a<br>\nb</p>\n<hr>"
+
+
+def test_write_makes_missing_folders_and_writes_again(tmp_path):
+    d = _doc()
+    h = write(d, tmp_path / "a" / "b" / "rep")          # two missing levels
+    assert h == tmp_path / "a" / "b" / "rep.html" and h.read_text() == d.html()
+    d.title = "again"
+    h2 = write(d, tmp_path / "a" / "b" / "rep")         # the folder exists: overwritten
+    assert h2 == h and h.read_text().count("<h1>again</h1>") == 1
+    assert (tmp_path / "a" / "b" / "rep.md").read_text().startswith("# again\n")

@@ -481,3 +481,230 @@ def test_write_report_and_compare_default_places(small, tmp_path, monkeypatch):
         (tmp_path / "x" / "A").rename(small / "A")
     assert c2 == tmp_path / "cmp2.html"
     assert "# adev compare: A vs B\n" in (tmp_path / "cmp2.md").read_text()
+
+
+def _with_faults(names_by_window):
+    """A window_table that lists the given fault names in the ALL rows of those windows."""
+    from adev.analysis.windows import window_table
+
+    def wt(run):
+        t = window_table(run)
+        for w, names in names_by_window.items():
+            t.loc[(t["endpoint"] == "ALL") & (t["window"] == w), "faults"] = names
+        return t
+    return wt
+
+
+def test_summarise_run_emulated_store_run_line_by_line(tmp_path, monkeypatch):
+    from adev.analysis.aggregate import summarise
+    from adev.analysis.render import fmt
+    r = make_run(tmp_path, width=2, windows=2, window_s=120, max_prompt=20000, seed=3)
+    with open(r / "calls.jsonl", "a") as f:
+        f.write('{"torn": ')
+    wt = _with_faults({1: "ram_kill, disk_slow", 2: "disk_slow"})
+    monkeypatch.setattr(R, "window_table", wt)
+    from adev.analysis.run import load_run
+    run = load_run(r)
+    s = summarise(run, wt(run), with_reuse=True)
+    assert s.mean("store_read_over_p50") == pytest.approx(3.0)   # the synthetic host: 3x
+    tag = " [across faults: disk_slow, ram_kill]"
+
+    def line(name, fig, p=True):
+        return "  " + R.figure_line(s, name, fig, p) + tag
+
+    ru = s.reuse
+    exp = [
+        "run synth-w2-s3-steady: width 2, steady, 2 window(s) (0 invalid, 0 with preemption "
+        "bursts)",
+        line("gross saving", "gross_saving"), line("net saving", "net_saving"),
+        line("disk tier's part", "gross_saving_disk"), line("GPU hit share", "gpu_hit_share"),
+        line("store hit share", "store_hit_share"), line("store hit rate", "store_hit_rate"),
+        line("refused writes", "refused_share"), line("TTFT p50 (s)", "ttft_send_p50", False),
+        line("TTFT over the emulator's model, p50", "ttft_model_err_p50"),
+        line("TTFT over the emulator's model, p99", "ttft_model_err_p99"),
+        line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
+        line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False),
+        line("store reads behind the profile (share of calls)", "store_late_share"),
+        "  note: this host's real store reads took 3x the tier profile's time (median call; "
+        "time scale 10; 2 window(s) behind); model time waited for them (held model clock), so "
+        "their time reaches no figure and the run took longer on the wall; TTFT over the "
+        "emulator's model still carries the host's HTTP hops and event-loop wake-ups. "
+        "bench/bench_store_io.py prints the largest time scale at which each read path keeps "
+        "pace on this host.",
+        f"  reuse, ownership view: same-session {fmt(ru['owner_share_same_session'], True)}, "
+        f"cross-session {fmt(ru['owner_share_cross_session'], True)}; last-toucher view: "
+        f"same-session {fmt(ru['share_same_session'], True)}, cross-session "
+        f"{fmt(ru['share_cross_session'], True)}; aged {fmt(ru['aged_share'], True)}",
+        "  counters vs emulator per-request tier split (measured span): max rel. diff 0",
+        "  records lost (lines torn by a crash mid-write, skipped): {'calls': 1}"]
+    got = R.summarise_run(r).splitlines()
+    assert got == exp
+    assert got[1].startswith("  gross saving: ") and got[1].endswith(" over 2 windows)" + tag)
+
+
+def test_summarise_run_free_clock_bursts_cross_check_and_faults(tmp_path, monkeypatch):
+    import dataclasses
+
+    from adev.analysis import aggregate
+    r = make_run(tmp_path, width=2, windows=2, window_s=120, max_prompt=20000, seed=3,
+                 ledger=False)
+    m = json.loads((r / "manifest.json").read_text())
+    m["config"]["stack"]["model_clock"] = "free"
+    (r / "manifest.json").write_text(json.dumps(m))
+
+    def summ(run, t, with_reuse=True):
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        stats = dict(s.stats, store_hit_rate={"n": 0, "mean": math.nan, "cv": math.nan})
+        quiet = dict(s.quiet, gross_saving={"n": 1, "mean": 0.0123, "cv": 0.0})
+        return dataclasses.replace(s, burst_windows=1, stats=stats, quiet=quiet, xcheck={
+            "xcheck_gpu_rel": 0.02, "xcheck_store_rel": math.nan, "xcheck_disk_rel": None,
+            "store_load_failed_tokens": 1234.4})
+    rows = [
+        {"window": "before", "valid": "outside", "faults": "none", "failed_calls": 2,
+         "store_error_calls": 1, "sessions_ended_llm_error": 0},
+        {"window": 1, "valid": True, "faults": "none", "failed_calls": 0, "store_error_calls": 0,
+         "sessions_ended_llm_error": 0},
+        {"window": 2, "valid": False, "faults": "ram_kill", "failed_calls": 3,
+         "store_error_calls": 0, "sessions_ended_llm_error": 1},
+        {"window": 3, "valid": True, "faults": "none", "failed_calls": 0, "store_error_calls": 0,
+         "sessions_ended_llm_error": 2},
+        {"window": 4, "valid": True, "faults": "none", "failed_calls": 0, "store_error_calls": 5,
+         "sessions_ended_llm_error": 0},
+        {"window": 5, "valid": True, "faults": "none", "failed_calls": 1, "store_error_calls": 0,
+         "sessions_ended_llm_error": 0},
+        {"window": 6, "valid": True, "faults": "disk_slow", "failed_calls": 0,
+         "store_error_calls": 0, "sessions_ended_llm_error": 0},
+        {"window": "after", "valid": "outside", "faults": "none", "failed_calls": 0,
+         "store_error_calls": 0, "sessions_ended_llm_error": 4}]
+    monkeypatch.setattr(R, "summarise", summ)
+    monkeypatch.setattr(R, "fault_rows", lambda run: rows)
+    monkeypatch.setattr(R, "window_table", _with_faults({1: "ram_kill"}))
+    got = R.summarise_run(r).splitlines()
+    assert got[0] == ("run synth-w2-s3-steady: width 2, steady, 2 window(s) (0 invalid, "
+                      "1 with preemption bursts)")
+    assert got[1].endswith(" [across faults: ram_kill]")
+    # a figure without a valid window: no fault tag
+    assert got[6] == "  store hit rate: — (no valid window)"
+    i = next(i for i, x in enumerate(got) if x.startswith("  note: "))
+    assert got[i:] == [
+        "  note: this host's real store reads took 3x the tier profile's time (median call; "
+        "time scale 10; 2 window(s) behind); first tokens waited for them (free model clock), so "
+        "TTFT and busy time include host time. bench/bench_store_io.py prints the largest time "
+        "scale at which each read path keeps pace on this host.",
+        "  gross saving, quiet windows: 1.23%",
+        "  counters vs emulator per-request tier split (measured span): max rel. diff 0.02 "
+        "(> 1%); 1234 store-hit tokens failed to load (recomputed, not counted as "
+        "store-served)",
+        "  before the windows: 2 failed calls, 1 calls with store errors, 0 sessions ended with "
+        "llm_error",
+        "  window 2: INVALID, faults: ram_kill; 3 failed calls, 0 calls with store errors, "
+        "1 sessions ended with llm_error",
+        "  window 3: valid, faults: none; 0 failed calls, 0 calls with store errors, 2 sessions "
+        "ended with llm_error",
+        "  window 4: valid, faults: none; 0 failed calls, 5 calls with store errors, 0 sessions "
+        "ended with llm_error",
+        "  window 5: valid, faults: none; 1 failed calls, 0 calls with store errors, 0 sessions "
+        "ended with llm_error",
+        "  window 6: valid, faults: disk_slow; 0 failed calls, 0 calls with store errors, "
+        "0 sessions ended with llm_error",
+        "  after the windows: 0 failed calls, 0 calls with store errors, 4 sessions ended with "
+        "llm_error"]
+
+
+def test_summarise_run_at_the_thresholds(tmp_path, monkeypatch):
+    """Reads exactly as fast as the profile (no note), a cross-check exactly 1% off (not flagged),
+    no failed loads, bursts without a quiet window."""
+    import dataclasses
+
+    from adev.analysis import aggregate
+    r = make_run(tmp_path, width=2, windows=2, window_s=120, max_prompt=20000, seed=3,
+                 ledger=False)
+    m = json.loads((r / "manifest.json").read_text())
+    del m["config"]["stack"]["model_clock"]
+    (r / "manifest.json").write_text(json.dumps(m))
+
+    def summ(run, t, with_reuse=True):
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        stats = dict(s.stats, store_read_over_p50=dict(s.stats["store_read_over_p50"], mean=1.0))
+        quiet = dict(s.quiet, gross_saving={"n": 0, "mean": math.nan, "cv": math.nan})
+        return dataclasses.replace(s, burst_windows=2, stats=stats, quiet=quiet, xcheck={
+            "xcheck_gpu_rel": 0.005, "xcheck_store_rel": 0.01, "xcheck_disk_rel": 0.0,
+            "store_load_failed_tokens": 0.0})
+    monkeypatch.setattr(R, "summarise", summ)
+    got = R.summarise_run(r).splitlines()
+    assert not any(x.startswith("  note:") or "quiet windows" in x for x in got)
+    assert got[-1] == "  counters vs emulator per-request tier split (measured span): max rel. diff 0.01"
+    assert got[-2].startswith("  store reads behind the profile (share of calls): ")
+    # the model clock defaults to free when the stack does not say
+    m["config"]["stack"]["model_clock"] = None
+    monkeypatch.setattr(R, "summarise", aggregate.summarise)
+    (r / "manifest.json").write_text(json.dumps(m))
+    assert "first tokens waited for them (free model clock)" in R.summarise_run(r)
+
+
+def test_summarise_run_without_emulator_fields_or_windows(tmp_path):
+    r = make_run(tmp_path, width=2, windows=1, window_s=60, max_prompt=2000, seed=4,
+                 emulator_fields=False, ledger=False, protocol="batch")
+    (r / "windows.jsonl").unlink()
+    m = json.loads((r / "manifest.json").read_text())
+    del m["protocol"], m["config"]["fleet"]["protocol"]
+    (r / "manifest.json").write_text(json.dumps(m))
+    nv = "— (no valid window)"
+    assert R.summarise_run(r).splitlines() == [
+        "run synth-w2-s4-batch: width 2, ?, 1 window(s) (1 invalid, 0 with preemption bursts)",
+        f"  gross saving: {nv}", f"  net saving: {nv}", f"  disk tier's part: {nv}",
+        f"  GPU hit share: {nv}", f"  store hit share: {nv}", f"  store hit rate: {nv}",
+        f"  refused writes: {nv}", f"  TTFT p50 (s): {nv}",
+        f"  note: {r / 'windows.jsonl'} missing or empty: the whole run is treated as one window, "
+        "invalid (a fleet run without windows: stopped before its first window, or the file is "
+        "lost)"]
+
+
+def _parse(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="adev")
+    R.register(ap.add_subparsers(dest="cmd"))
+    return ap.parse_args(["report", *argv])
+
+
+def test_report_command_line(small, tmp_path, capsys, monkeypatch):
+    a = _parse([str(small / "A"), "--out", str(tmp_path / "o"), "--no-reuse"])
+    assert (a.runs, a.compare, a.out, a.no_reuse) == ([str(small / "A")], None,
+                                                      str(tmp_path / "o"), True)
+    assert a.func is R._main
+    b = _parse(["--compare", "x", "y"])
+    assert (b.runs, b.compare, b.out, b.no_reuse) == ([], ["x", "y"], None, False)
+    calls = []
+    monkeypatch.setattr(R, "write_report", lambda *x: calls.append(("report", *x))
+                        or tmp_path / "rep.html")
+    monkeypatch.setattr(R, "write_compare", lambda *x: calls.append(("compare", *x))
+                        or tmp_path / "cmp.html")
+    R.notes.append("stale note")                        # cleared at the start
+    assert R._main(a) == 0
+    assert calls == [("report", [str(small / "A")], str(tmp_path / "o"), False)]
+    out = capsys.readouterr()
+    assert out.out == f"{tmp_path / 'rep.md'}\n{tmp_path / 'rep.html'}\n" and out.err == ""
+    assert R._main(_parse(["--compare", "x", "y"])) == 0
+    assert calls[-1] == ("compare", "x", "y", None, True)
+    assert capsys.readouterr().out == f"{tmp_path / 'cmp.md'}\n{tmp_path / 'cmp.html'}\n"
+    assert R._main(_parse([])) == 2
+    assert capsys.readouterr().err == "adev report: give RUN [RUN ...] or --compare A B\n"
+
+
+def test_report_command_line_errors_and_notes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(R, "notes", R.notes)            # restored after the test
+    assert R._main(_parse([str(tmp_path / "gone")])) == 2
+    assert capsys.readouterr().err == f"adev report: run directory not found: {tmp_path / 'gone'}\n"
+    r = make_run(tmp_path, width=1, windows=1, window_s=60, max_prompt=2000, ledger=False)
+    with open(r / "calls.jsonl", "a") as f:
+        f.write("not json\n")                           # a whole bad line: refused
+    assert R._main(_parse([str(r)])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"adev report: {r / 'calls.jsonl'}: line ") and err.count("\n") == 1
+
+    def torn(paths, out, with_reuse):
+        R.notes.append("a note")
+        return tmp_path / "x.html"
+    monkeypatch.setattr(R, "write_report", torn)
+    assert R._main(_parse([str(r)])) == 0
+    assert capsys.readouterr().err == "adev report: a note\n"

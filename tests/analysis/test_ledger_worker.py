@@ -122,3 +122,148 @@ def test_stop_signals_reach_only_the_fleet(tmp_path, when):
     finally:
         p.close()  # raises 'ledger process failed' when a signal killed it
     assert len(_files(tmp_path)[0]) == 12 + (when == "running")
+
+
+# -- the process's parts, run in this process ----------------------------------------------------
+
+def test_stop_signals_ignored_then_unblocked():
+    import signal
+
+    from adev.analysis import ledger_worker as LW
+    assert LW.STOP_SIGNALS == (signal.SIGINT, signal.SIGTERM)
+    old_h = {s: signal.getsignal(s) for s in LW.STOP_SIGNALS}
+    old_mask = signal.pthread_sigmask(signal.SIG_BLOCK, LW.STOP_SIGNALS)
+    try:
+        LW._ignore_stop_signals()
+        assert all(signal.getsignal(s) == signal.SIG_IGN for s in LW.STOP_SIGNALS)
+        now = signal.pthread_sigmask(signal.SIG_BLOCK, [])
+        assert not set(LW.STOP_SIGNALS) & set(now)
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old_mask)
+        for s, h in old_h.items():
+            signal.signal(s, h)
+
+
+def _frames(prompts, forget=None):
+    """The frames LedgerProcess sends: a JSON head line, then the token ids' JSON."""
+    out = [json.dumps(["add", t, sid, cid]).encode() + b"\n" + json.dumps(ids).encode()
+           for t, sid, cid, ids in prompts]
+    if forget:
+        out.append(json.dumps(["forget", forget]).encode() + b"\n")
+    return out
+
+
+def _serve_here(tmp_path, monkeypatch, frames, kw, end=True):
+    """Run the process's loop in this process over a pipe; returns the errors it reported."""
+    import multiprocessing as mp
+    import queue
+
+    from adev.analysis import ledger_worker as LW
+    monkeypatch.setattr(LW, "_ignore_stop_signals", lambda: None)
+    reader, writer = mp.Pipe(duplex=False)
+    errors = queue.Queue()
+    import threading
+
+    def feed():  # a thread: the frames are more than a pipe holds
+        try:
+            for f in frames + ([b""] if end else []):
+                writer.send_bytes(f)
+        except OSError:  # the loop stopped reading (an end frame or an error)
+            pass
+        writer.close()
+    th = threading.Thread(target=feed, daemon=True)
+    th.start()
+    LW._serve(reader, errors, str(tmp_path), kw)
+    reader.close()
+    th.join(10)
+    out = []
+    while not errors.empty():
+        out.append(errors.get())
+    return out
+
+
+@pytest.mark.parametrize("end", [True, False])
+def test_serve_writes_what_the_writer_writes(tmp_path, monkeypatch, end):
+    """Frames up to the end frame (or the end of the pipe: the fleet is gone) are written;
+    an unknown operation is skipped."""
+    prompts = _prompts()[:5]
+    with LedgerWriter(tmp_path / "a", algo="sha256_cbor", block_size=32) as w:
+        for t, sid, cid, ids in prompts:
+            w.add(t, sid, cid, ids)
+        w.forget("s0")
+    frames = _frames(prompts, forget="s0")
+    frames.insert(2, json.dumps(["noop", 1]).encode() + b"\n")
+    assert _serve_here(tmp_path / "b", monkeypatch, frames,
+                       {"algo": "sha256_cbor", "block_size": 32}, end=end) == []
+    fa, fb = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert fa == fb and len(fa[0]) == 5 and fb[2]["block_size"] == 32
+
+
+def test_serve_stops_at_the_end_frame(tmp_path, monkeypatch):
+    prompts = _prompts()[:3]
+    frames = _frames(prompts[:2]) + [b""] + _frames(prompts[2:])
+    assert _serve_here(tmp_path, monkeypatch, frames, {}, end=False) == []
+    assert [c["call_id"] for c in _files(tmp_path)[0]] == ["s0/0", "s0/1"]
+
+
+def test_serve_reports_errors(tmp_path, monkeypatch):
+    assert _serve_here(tmp_path / "a", monkeypatch, [], {"algo": "nope"}) == [
+        "ValueError: algo: 'nope' is not allowed; allowed values: fast, sha256_cbor"]
+    assert not (tmp_path / "a" / "ledger").exists()
+    prompts = _prompts()[:2]
+    frames = _frames(prompts[:1]) + [b'["add", 1.0, "s", "c"]\n[1, 2'] + _frames(prompts[1:])
+    [err] = _serve_here(tmp_path / "b", monkeypatch, frames, {})
+    assert err.startswith("JSONDecodeError: ")
+    # what came before the bad frame is written (the files are closed: flushed)
+    calls, _, meta = _files(tmp_path / "b")
+    assert [c["call_id"] for c in calls] == ["s0/0"] and meta["algo"] == "fast"
+
+
+def test_away_from_client(monkeypatch):
+    import os
+
+    import adev.config
+    from adev.analysis import ledger_worker as LW
+    monkeypatch.setattr(adev.config, "HOST_CPUS", [0, 1, 2, 3])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    assert LW._away_from_client() == {2, 3}
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
+    assert LW._away_from_client() is None                   # not pinned
+    monkeypatch.setattr(adev.config, "HOST_CPUS", [0, 1])
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 5})
+    assert LW._away_from_client() is None                   # no other core
+    monkeypatch.delattr(os, "sched_getaffinity")
+    assert LW._away_from_client() is None
+
+
+def test_process_name_daemon_and_cores(tmp_path, monkeypatch):
+    import os
+
+    from adev.analysis import ledger_worker as LW
+    mine = os.sched_getaffinity(0)
+    cpu = min(mine)
+    monkeypatch.setattr(LW, "_away_from_client", lambda: {cpu})
+    p = LW.LedgerProcess(tmp_path)
+    try:
+        assert p._p.name == "adev-ledger" and p._p.daemon
+        assert os.sched_getaffinity(p._p.pid) == {cpu}
+        assert p.dir == tmp_path and not os.get_blocking(p._fd)
+    finally:
+        p.close()
+    p.close()                                                # a second close does nothing
+    with pytest.raises(ValueError, match="^ledger writer is closed$"):
+        p.forget("s")
+
+
+def test_gone_process_is_reported_on_the_next_add(tmp_path):
+    import os
+    import signal
+    p = LedgerProcess(tmp_path)
+    os.kill(p._p.pid, signal.SIGKILL)
+    p._p.join(10)
+    with pytest.raises(RuntimeError) as e:
+        p.add(0.0, "s", "c", [1, 2, 3])
+    assert str(e.value) == "ledger process ended (exit code -9): no error reported"
+    with pytest.raises(RuntimeError) as e:
+        p.close()
+    assert str(e.value) == "ledger process failed (exit code -9): no error reported"

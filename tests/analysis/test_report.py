@@ -351,15 +351,15 @@ def test_headline_text():
 
 @pytest.fixture(scope="module")
 def small(tmp_path_factory):
-    """Two small runs at widths 1 and 3 (with ledgers) and one more at width 3 elsewhere."""
+    """Two small runs at widths 1 and 3 and one more at width 3 elsewhere (all with ledgers)."""
     base = tmp_path_factory.mktemp("small")
     for w, s in ((1, 1), (3, 2)):
         make_run(base / "A", width=w, windows=1, window_s=60, max_prompt=2000, seed=s)
-    make_run(base / "B", width=3, windows=1, window_s=60, max_prompt=2000, seed=3, ledger=False)
+    make_run(base / "B", width=3, windows=1, window_s=60, max_prompt=2000, seed=3)
     return base
 
 
-def test_build_report_blocks_in_order(small):
+def test_build_report_blocks_in_order(small, tmp_path):
     from adev.analysis.aggregate import operating_points, sweep_table
     from adev.analysis.faults import faults_md
     from adev.analysis.source import beside, beside_markdown
@@ -382,8 +382,7 @@ def test_build_report_blocks_in_order(small):
     assert [x.key for x in (b[4], b[5], b[7], b[9], b[11])] == [
         "saving_vs_width", "hit_shares_vs_width", "operating_points", "ttft_cdfs",
         "reuse_distance"]
-    assert b[6] == "## 12-session operating points\n\n" + R.md_table(
-        operating_points(summ, 12), R.OP_COLS)
+    assert b[6] == "## 12-session operating points\n\n_(no rows)_\n"      # no width 12
     assert b[8] == "## Latency\n"
     assert b[10] == "## Reuse\n\n" + "\n".join(R._reuse_md(ld) for ld in loaded) + "\n"
     assert len(b) == 12 + 2 * 2
@@ -399,6 +398,18 @@ def test_build_report_blocks_in_order(small):
             + R._missing_md(ld))
         assert "| Window | Endpoint | Valid | Faults | Calls |" in b[13 + 2 * i]
         assert "| Window | Endpoint | TTFT over model, p50 |" in b[13 + 2 * i]
+    # with 12-session runs: their operating points, in the table's columns
+    ops = load_all([make_run(tmp_path, width=12, windows=1, window_s=60, max_prompt=2000,
+                             seed=s, lease_ttl_s=ttl, ledger=False, run_id=f"op{s}")
+                    for s, ttl in ((1, 5.0), (2, 60.0))], with_reuse=False)
+    b12 = build_report(ops).blocks[6]
+    t = operating_points([ld.summary for ld in ops], 12)
+    assert len(t) == 2
+    assert b12 == "## 12-session operating points\n\n" + R.md_table(t, R.OP_COLS)
+    assert b12.splitlines()[2] == (
+        "| Operating point | Run | Gross saving | Gross saving, quiet | Net saving | "
+        "Gross saving, disk tier | Disk tier's part of saving | GPU hit share | Store hit share | "
+        "Store hit rate | Refused writes | Burst windows | Windows |")
 
 
 def test_build_compare_side_by_side(small):
@@ -471,16 +482,52 @@ def test_write_report_and_compare_default_places(small, tmp_path, monkeypatch):
     assert c.parent == tmp_path / "results" / "reports"
     assert re.fullmatch(r"compare-\d{8}-\d{6}\.html", c.name)
     assert c.with_suffix(".md").read_text().startswith("# adev compare: A vs B\n")
+    # the compared runs' summaries carry the reuse profile (the sweep tables' reuse columns)
+    from adev.analysis.aggregate import sweep_table
+    md = c.with_suffix(".md").read_text()
+    for side in ("A", "B"):
+        t = sweep_table([ld.summary for ld in load_all([small / side])])
+        assert t["reuse_owner_share_cross_session"].notna().all()
+        assert f"## {side}\n\n" + R.md_table(t, R.SWEEP_COLS) in md
+    # without it: no reuse figures on either side
+    c3 = R.write_compare(small / "A", small / "B", tmp_path / "cmp3", with_reuse=False)
+    md = c3.with_suffix(".md").read_text()
+    for side in ("A", "B"):
+        t = sweep_table([ld.summary for ld in load_all([small / side], with_reuse=False)])
+        assert t["reuse_owner_share_cross_session"].isna().all()
+        assert f"## {side}\n\n" + R.md_table(t, R.SWEEP_COLS) in md
     # two folders of the same name are told apart
     (tmp_path / "x").mkdir()
-    (small / "A").rename(tmp_path / "x" / "A")
+    (small / "B").rename(tmp_path / "x" / "A")
     try:
-        c2 = R.write_compare(tmp_path / "x" / "A", small / "B", tmp_path / "cmp2",
+        c2 = R.write_compare(tmp_path / "x" / "A", small / "A", tmp_path / "cmp2",
                              with_reuse=False)
     finally:
-        (tmp_path / "x" / "A").rename(small / "A")
+        (tmp_path / "x" / "A").rename(small / "B")
     assert c2 == tmp_path / "cmp2.html"
-    assert "# adev compare: A vs B\n" in (tmp_path / "cmp2.md").read_text()
+    md = (tmp_path / "cmp2.md").read_text()
+    assert md.startswith("# adev compare: A:A vs B:A\n")
+    assert "| operating point | width | figure | A:A | B:A | delta (B-A) |" in md
+
+
+def test_default_report_names_are_utc(small, tmp_path, monkeypatch):
+    import datetime
+    import time
+
+    import adev.config
+    monkeypatch.setattr(adev.config, "ROOT", tmp_path)
+    monkeypatch.setenv("TZ", "NPT-05:45")                # POSIX form: UTC+05:45, no tzdata
+    time.tzset()
+    try:
+        h = R.write_report([small / "A"], with_reuse=False)
+        c = R.write_compare(small / "A", small / "B", with_reuse=False)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    for p, pre in ((h, "report-"), (c, "compare-")):
+        t = datetime.datetime.strptime(p.stem[len(pre):], "%Y%m%d-%H%M%S")
+        assert abs((now - t).total_seconds()) < 600, (p.name, now)
 
 
 def _with_faults(names_by_window):
@@ -578,7 +625,13 @@ def test_summarise_run_free_clock_bursts_cross_check_and_faults(tmp_path, monkey
          "store_error_calls": 0, "sessions_ended_llm_error": 4}]
     monkeypatch.setattr(R, "summarise", summ)
     monkeypatch.setattr(R, "fault_rows", lambda run: rows)
-    monkeypatch.setattr(R, "window_table", _with_faults({1: "ram_kill"}))
+    wt = _with_faults({1: "ram_kill"})
+
+    def wt2(run):   # a name in an endpoint's row only: not in the tag (the ALL rows are read)
+        t = wt(run)
+        t.loc[(t["endpoint"] == "coder") & (t["window"] == 2), "faults"] = "coder_only"
+        return t
+    monkeypatch.setattr(R, "window_table", wt2)
     got = R.summarise_run(r).splitlines()
     assert got[0] == ("run synth-w2-s3-steady: width 2, steady, 2 window(s) (0 invalid, "
                       "1 with preemption bursts)")
@@ -635,6 +688,22 @@ def test_summarise_run_at_the_thresholds(tmp_path, monkeypatch):
     assert not any(x.startswith("  note:") or "quiet windows" in x for x in got)
     assert got[-1] == "  counters vs emulator per-request tier split (measured span): max rel. diff 0.01"
     assert got[-2].startswith("  store reads behind the profile (share of calls): ")
+    # no faults: no tag
+    assert re.fullmatch(r"  gross saving: \d+\.\d\d% \(CV [\d.e-]+, 95% t-interval "
+                        r"-?\d+\.\d\d%\.\.\d+\.\d\d% over 2 windows\)", got[1]), got[1]
+
+    def summ2(run, t, with_reuse=True):   # reads 1.5x the profile; the disk tier is worst
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        stats = dict(s.stats, store_read_over_p50=dict(s.stats["store_read_over_p50"], mean=1.5))
+        return dataclasses.replace(s, stats=stats, xcheck={
+            "xcheck_gpu_rel": 0.001, "xcheck_store_rel": 0.002, "xcheck_disk_rel": 0.05,
+            "store_load_failed_tokens": math.nan})
+    monkeypatch.setattr(R, "summarise", summ2)
+    got = R.summarise_run(r).splitlines()
+    assert [x[:57] for x in got if x.startswith("  note:")] == [
+        "  note: this host's real store reads took 1.5x the tier p"]
+    assert got[-1] == ("  counters vs emulator per-request tier split (measured span): max rel. "
+                       "diff 0.05 (> 1%)")
     # the model clock defaults to free when the stack does not say
     m["config"]["stack"]["model_clock"] = None
     monkeypatch.setattr(R, "summarise", aggregate.summarise)
@@ -708,3 +777,45 @@ def test_report_command_line_errors_and_notes(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(R, "write_report", torn)
     assert R._main(_parse([str(r)])) == 0
     assert capsys.readouterr().err == "adev report: a note\n"
+
+
+def test_build_compare_widthless_runs_and_point_order(tmp_path):
+    """A side with a run without a width (its table's widths become floats) still lists its
+    widths, as integers; rows go by operating point, then width."""
+    a = [make_run(tmp_path / "A", width=3, windows=1, window_s=60, max_prompt=2000, seed=1,
+                  ledger=False),
+         make_run(tmp_path / "A", width=2, windows=1, window_s=60, max_prompt=2000, seed=2,
+                  ledger=False, run_id="nowidth")]
+    m = json.loads((a[1] / "manifest.json").read_text())
+    del m["config"]["fleet"]["width"]
+    (a[1] / "manifest.json").write_text(json.dumps(m))
+    make_run(tmp_path / "B", width=1, windows=1, window_s=60, max_prompt=2000, seed=3,
+             ledger=False, lease_ttl_s=60.0)
+    la, lb = load_all([tmp_path / "A"], False), load_all([tmp_path / "B"], False)
+    d = R.build_compare(la, lb, "A", "B")
+    rows = [ln.split(" | ")[:3] for ln in d.blocks[0].splitlines()[4:]]
+    assert len(rows) == 16
+    assert [r[0] for r in rows[::8]] == ["| store-ram+disk (local-raid0), lease 5 s, pause 0 s",
+                                         "| store-ram+disk (local-raid0), lease 60 s, pause 0 s"]
+    assert [(r[1], r[2]) for r in rows[::8]] == [("3", "gross_saving"), ("1", "gross_saving")]
+
+
+def test_report_help_text(monkeypatch):
+    """What ``adev report --help`` prints (and ``adev --help`` says of the command)."""
+    import argparse
+    monkeypatch.setenv("COLUMNS", "100")
+    ap = argparse.ArgumentParser(prog="adev")
+    sub = ap.add_subparsers(dest="cmd")
+    R.register(sub)
+    assert sub.choices["report"].format_help() == (
+        "usage: adev report [-h] [--compare A B] [--out OUT] [--no-reuse] [RUN ...]\n\n"
+        "``adev report RUN [RUN ...]`` and ``adev report --compare A B``: markdown + one "
+        "self-contained\nHTML page.\n\n"
+        "positional arguments:\n"
+        "  RUN            run directory, or a folder of run directories (a night)\n\n"
+        "options:\n"
+        "  -h, --help     show this help message and exit\n"
+        "  --compare A B  compare two runs or two folders of runs (nights)\n"
+        "  --out OUT      output path without suffix (writes OUT.md, OUT.html, OUT_files/)\n"
+        "  --no-reuse     skip the reuse ledger\n")
+    assert "    report    tables and plots of runs (markdown + HTML)\n" in ap.format_help()

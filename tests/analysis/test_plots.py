@@ -351,3 +351,50 @@ def test_figure_draw_records_what_is_plotted():
     assert got == [([1, 2], [3, 4], {"color": "C1"})]
     x, y = f.series["s"]
     assert x.dtype == float and x.tolist() == [1.0, 2.0] and y.tolist() == [3.0, 4.0]
+
+
+def test_saving_vs_width_lines_of_a_point_share_its_colour(figs):
+    """Only the gross line is in the legend: net, disk and quiet are told apart by style and
+    tied to their operating point by its colour."""
+    a = [_rs(1, gross=0.02, lo=0.01, hi=0.03, net=0.01, disk=0.0, quiet=0.02),
+         _rs(2, gross=0.04, lo=0.03, hi=0.05, net=0.02, disk=0.0, quiet=0.04),
+         _rs(1, gross=0.06, lo=0.05, hi=0.07, net=0.03, disk=0.01, quiet=0.06, lease=60.0),
+         _rs(2, gross=0.08, lo=0.07, hi=0.09, net=0.04, disk=0.02, quiet=0.08, lease=60.0)]
+    P.fig_saving_vs_width(a)
+    from matplotlib.colors import to_hex
+    [ax] = figs[0].axes
+    data = [ln for ln in ax.lines if ln.get_marker() != "_"]
+    assert [to_hex(ln.get_color()) for ln in data] == ["#1f77b4"] * 4 + ["#ff7f0e"] * 4
+    # the error bars in the point's colour too
+    assert to_hex(ax.containers[0].lines[2][0].get_colors()[0]) == "#1f77b4"
+    assert to_hex(ax.containers[1].lines[2][0].get_colors()[0]) == "#ff7f0e"
+
+
+def test_saving_vs_width_below_one_percent(figs):
+    # the source's scale at one session (a fraction of a percent): the axis starts just below 0
+    s = [_rs(1, gross=0.0028, lo=0.002, hi=0.0035, net=0.002, disk=0.0, quiet=0.005),
+         _rs(2, gross=0.004, lo=0.003, hi=0.005, net=0.003, disk=0.0, quiet=0.003)]
+    P.fig_saving_vs_width(s)
+    [ax] = figs[0].axes
+    assert ax.get_ylim() == pytest.approx((-0.05 * 0.5 * 1.6, 0.5 * 1.6))
+
+
+def test_saving_vs_width_labels_one_per_group():
+    s = [_rs(1, gross=0.02, net=0.01, disk=0.0, quiet=0.02),
+         _rs(2, gross=0.04, net=0.02, disk=0.0, quiet=0.04)]
+    with pytest.raises(ValueError):
+        P.fig_saving_vs_width(s, labels=["A"], groups=[s, s])
+
+
+def test_ttft_panels_side_by_side_and_lease_line_grey(figs):
+    from matplotlib.colors import to_hex
+
+    from adev.analysis.ledger import SAME_SESSION
+    P.fig_ttft_cdfs([_ld("a", _calls([1.0, 2.0], [0.5, 1.0]))])
+    ax0, ax1 = figs[0].axes
+    p0, p1 = ax0.get_position(), ax1.get_position()
+    assert p0.x1 <= p1.x0 and p0.y0 == p1.y0                # one row, two columns
+    P.fig_reuse([_ld("a", ledger=_Ledger([1.0, 2.0], [SAME_SESSION] * 2, []), lease=5.0)])
+    [ax] = figs[1].axes
+    [vline] = [ln for ln in ax.lines if list(ln.get_xdata()) == [5.0, 5.0]]
+    assert to_hex(vline.get_color()) == "#808080"           # the x label's "grey line"

@@ -350,7 +350,7 @@ def test_figure_draw_records_what_is_plotted():
     f.draw(lambda x, y, **kw: got.append((x, y, kw)), "s", [1, 2], [3, 4], color="C1")
     assert got == [([1, 2], [3, 4], {"color": "C1"})]
     x, y = f.series["s"]
-    assert x.dtype == float and x.tolist() == [1.0, 2.0] and y.tolist() == [3.0, 4.0]
+    assert x.dtype == y.dtype == float and x.tolist() == [1.0, 2.0] and y.tolist() == [3.0, 4.0]
 
 
 def test_saving_vs_width_lines_of_a_point_share_its_colour(figs):

@@ -33,18 +33,27 @@ def _files(d):
 def test_process_writes_what_the_writer_writes(tmp_path, algo):
     a, b = tmp_path / "a", tmp_path / "b"
     with LedgerWriter(a, algo=algo) as w:
-        for t, sid, cid, ids in _prompts():
+        for i, (t, sid, cid, ids) in enumerate(_prompts()):
             w.add(t, sid, cid, ids)
+            if i == 1:  # s0 forgotten after its second call: its next call hashes every block
+                w.forget("s0")
         w.forget("s0")
     with LedgerProcess(b, algo=algo) as p:
         for i, (t, sid, cid, ids) in enumerate(_prompts()):
-            if i % 2:  # both ways in: raw JSON text (the LLM client's) and a list
+            if i % 4 == 3:  # three ways in: raw JSON text (the LLM client's), a list, an array
+                p.add(t, sid, cid, np.asarray(ids, dtype=np.uint32))
+            elif i % 2:
                 p.add_json(t, sid, cid, json.dumps(ids, separators=(",", ":")).encode())
             else:
                 p.add(t, sid, cid, ids)
+            if i == 1:
+                p.forget("s0")
         p.forget("s0")
     fa, fb = _files(a), _files(b)
     assert fa[0] == fb[0] and len(fa[0]) == 12
+    # s0's third call after the forget: all its blocks hashed; its second one: only the new ones
+    assert fb[0][2]["n_hashed"] == fb[0][2]["n_blocks"]
+    assert 0 < fb[0][1]["n_hashed"] < fb[0][1]["n_blocks"]
     assert fa[1] == fb[1] and len(fa[1]) > 0
     assert fa[2] == fb[2]
     if algo == "sha256_cbor":
@@ -197,6 +206,49 @@ def test_serve_writes_what_the_writer_writes(tmp_path, monkeypatch, end):
                        {"algo": "sha256_cbor", "block_size": 32}, end=end) == []
     fa, fb = _files(tmp_path / "a"), _files(tmp_path / "b")
     assert fa == fb and len(fa[0]) == 5 and fb[2]["block_size"] == 32
+
+
+def test_serve_forgets_a_session_and_reads_multiline_json(tmp_path, monkeypatch):
+    prompts = _prompts()[:3]                                  # s0's first three calls
+    with LedgerWriter(tmp_path / "a") as w:
+        for i, (t, sid, cid, ids) in enumerate(prompts):
+            w.add(t, sid, cid, ids)
+            if i == 1:
+                w.forget("s0")
+    # the third prompt's JSON text spread over lines (JSON allows any whitespace)
+    t, sid, cid, ids = prompts[2]
+    pretty = (json.dumps(["add", t, sid, cid]) + "\n" + json.dumps(ids, indent=1)).encode()
+    frames = _frames(prompts[:2], forget="s0") + [pretty]
+    assert _serve_here(tmp_path / "b", monkeypatch, frames, {}) == []
+    fa, fb = _files(tmp_path / "a"), _files(tmp_path / "b")
+    assert fa == fb
+    assert [c["n_hashed"] == c["n_blocks"] for c in fb[0]] == [True, False, True]
+
+
+def test_dead_process_drops_the_loops_writer(tmp_path):
+    """With a writer registered on the loop (a backlog the pipe did not take) and the process
+    gone, the next writable callback removes it (no busy loop on a dead pipe)."""
+    import asyncio
+    import os
+    import signal
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        p = LedgerProcess(tmp_path)
+        os.kill(p._p.pid, signal.SIGSTOP)                    # it reads nothing meanwhile
+        try:
+            big = json.dumps(list(range(200_000))).encode()
+            p.add_json(0.0, "s", "c", big)
+            assert p._buf and p._loop is loop
+            os.kill(p._p.pid, signal.SIGKILL)
+            p._p.join(10)
+            p._on_writable()
+            assert p._loop is None
+            assert loop.remove_writer(p._fd) is False         # none left registered
+        finally:
+            with pytest.raises(RuntimeError, match="exit code -9"):
+                p.close()
+    asyncio.run(main())
 
 
 def test_serve_stops_at_the_end_frame(tmp_path, monkeypatch):

@@ -243,7 +243,7 @@ def test_operating_points_bars(figs):
 def _calls(ttft_send, ttft_sched, status=None):
     n = len(ttft_send)
     return pd.DataFrame({"status": status or ["ok"] * n, "t_sent": [10.0] * n,
-                         "t_scheduled": [10.0 + a - b for a, b in zip(ttft_send, ttft_sched)],
+                         "t_scheduled": [10.0 + a - b for a, b in zip(ttft_send, ttft_sched, strict=True)],
                          "t_first_content": [10.0 + a for a in ttft_send]})
 
 

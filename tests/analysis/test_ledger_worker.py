@@ -85,8 +85,12 @@ async def test_large_prompts_from_the_event_loop_never_block_it(tmp_path):
         for t, sid, cid, raw in big:  # ~3 MB: far more than a pipe holds
             p.add_json(t, sid, cid, raw)
         pending = len(p._buf)  # what the pipe did not take yet: returned without waiting
+        loop = asyncio.get_running_loop()
+        assert p._loop is loop
         while p._buf:  # the loop writes the rest as the process reads
             await asyncio.sleep(0.01)
+        # all written: the writer is off the loop (a writable pipe would wake it for nothing)
+        assert p._loop is None and loop.remove_writer(p._fd) is False
     finally:
         p.close()
     assert pending > 0
@@ -277,7 +281,8 @@ def test_away_from_client(monkeypatch):
     import adev.config
     from adev.analysis import ledger_worker as LW
     monkeypatch.setattr(adev.config, "HOST_CPUS", [0, 1, 2, 3])
-    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1})
+    # pinned to cores 0 and 1 (this process: pid 0; any other process has every core)
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1} if pid == 0 else {0, 1, 2, 3})
     assert LW._away_from_client() == {2, 3}
     monkeypatch.setattr(os, "sched_getaffinity", lambda pid: {0, 1, 2, 3})
     assert LW._away_from_client() is None                   # not pinned
@@ -298,6 +303,8 @@ def test_process_name_daemon_and_cores(tmp_path, monkeypatch):
     p = LW.LedgerProcess(tmp_path)
     try:
         assert p._p.name == "adev-ledger" and p._p.daemon
+        # spawned, not forked (the fleet process has threads)
+        assert type(p._p).__name__ == "SpawnProcess"
         assert os.sched_getaffinity(p._p.pid) == {cpu}
         assert p.dir == tmp_path and not os.get_blocking(p._fd)
     finally:

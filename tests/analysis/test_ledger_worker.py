@@ -326,3 +326,49 @@ def test_gone_process_is_reported_on_the_next_add(tmp_path):
     with pytest.raises(RuntimeError) as e:
         p.close()
     assert str(e.value) == "ledger process failed (exit code -9): no error reported"
+
+
+def test_close_with_a_backlog_on_the_loop(tmp_path):
+    """close() while the loop still holds a writer for a backlog: the writer is removed and the
+    backlog written here; every prompt reaches the files."""
+    import asyncio
+
+    prompts = _prompts()
+
+    async def main():
+        loop = asyncio.get_running_loop()
+        p = LedgerProcess(tmp_path)
+        for t, sid, cid, ids in prompts:
+            p.add_json(t, sid, cid, json.dumps(ids * 8).encode())
+        assert p._buf and p._loop is loop
+        fd = p._fd
+        p.close()
+        assert p._loop is None and not p._buf
+        assert loop.remove_writer(fd) is False
+    asyncio.run(main())
+    calls = _files(tmp_path)[0]
+    assert [c["call_id"] for c in calls] == [cid for _, _, cid, _ in prompts]
+
+
+def test_a_hung_process_is_killed_after_the_timeout(tmp_path):
+    import os
+    import signal
+    import threading
+    p = LedgerProcess(tmp_path)
+    os.kill(p._p.pid, signal.SIGSTOP)                  # it never reads the end frame
+    got = []
+
+    def close():
+        try:
+            p.close(timeout_s=0.5)
+        except RuntimeError as e:
+            got.append(str(e))
+    th = threading.Thread(target=close, daemon=True)
+    th.start()
+    th.join(20)
+    if th.is_alive():                                  # close() waits for ever: end it
+        os.kill(p._p.pid, signal.SIGKILL)
+        th.join(20)
+        pytest.fail("close() did not give up after its timeout")
+    assert got == ["ledger process did not finish within 0.5 s"]
+    assert not p._p.is_alive()

@@ -91,3 +91,46 @@ def test_running_figures_missing_inputs_are_none():
     assert f["busy_share"] == {"coder": None} and f["gross_saving"] is None
     f = running_figures([], two, 100.0, 110.0, prefill_tokens_per_s=1000.0)      # idle
     assert f["busy_share"] == {"coder": 0.0} and f["gross_saving"] is None
+
+
+def test_counters_unchanged_same_time_scrapes_and_partial_counters():
+    # coder: 50 -> 50 -> 80 is +30 (an unchanged counter adds 0, it is not a restart); a second
+    # OK scrape at t = 105 without the counters is skipped, not compared with the other one
+    coder = [_scr(100.0, "coder", 50, 10, 100), _scr(105.0, "coder", 50, 10, 100),
+             {"target": "coder", "t": 105.0, "ok": True, "samples": {}},
+             _scr(110.0, "coder", 80, 30, 400)]
+    # reasoner: no prefix-hit counter; planner: no store counter: neither counts, whichever
+    # counter is absent (the store, GPU and prompt sums stay those of coder)
+    lab = '{engine="0"}'
+    reasoner = [{"target": "reasoner", "t": t, "ok": True,
+                 "samples": {f"vllm:external_prefix_cache_hits_total{lab}": v,
+                             f"vllm:prompt_tokens_total{lab}": 10 * v}} for t, v in ((100, 1), (110, 9))]
+    planner = [{"target": "planner", "t": t, "ok": True,
+                "samples": {f"vllm:prefix_cache_hits_total{lab}": v,
+                            f"vllm:prompt_tokens_total{lab}": 10 * v}} for t, v in ((100, 1), (110, 9))]
+    # a call whose endpoint has no scrape yet still has a busy share; a call without an
+    # endpoint has none
+    calls = [{"endpoint": "fresh", "t_sent": 100.0, "t_end": 100.5, "status": "ok",
+              "t_first_content": 100.25, "server": {"put_blocks": 0, "put_refused_blocks": 1}},
+             {"endpoint": None, "t_sent": 100.0, "t_end": 109.0, "status": None}]
+    f = running_figures(calls, coder + reasoner + planner, 100.0, 110.0,
+                        prefill_tokens_per_s=60.0)
+    assert f["busy_share"] == {"coder": 0.0, "fresh": pytest.approx(0.05), "planner": 0.0,
+                               "reasoner": 0.0}
+    # busy 0.5 s (under one second); store-served 30 tokens at 60 tokens/s = 0.5 s saved
+    assert f["gross_saving"] == pytest.approx(0.5 / 0.5)
+    assert f["gpu_hit_share"] == pytest.approx(20 / 300)
+    assert f["store_hit_share"] == pytest.approx(30 / 300)
+    # one offered block, refused: all writes refused (refused >= accepted still counts)
+    assert f["refused_share"] == 1.0
+    assert f["ttft_p50_s"] == pytest.approx(0.25) and f["calls"] == 2
+
+
+def test_one_prompt_token_and_one_accepted_write():
+    calls = [{"endpoint": "coder", "t_sent": 100.0, "t_end": 102.0, "status": "ok",
+              "t_first_content": 101.0, "server": {"put_blocks": 1, "put_refused_blocks": 0}}]
+    scr = [_scr(100.0, "coder", 0, 0, 0), _scr(110.0, "coder", 1, 0, 1)]
+    f = running_figures(calls, scr, 100.0, 110.0, prefill_tokens_per_s=1.0)
+    assert f["gpu_hit_share"] == 0.0 and f["store_hit_share"] == 1.0
+    assert f["refused_share"] == 0.0
+    assert f["gross_saving"] == pytest.approx((1 / 1.0) / 2.0)

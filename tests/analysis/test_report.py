@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import math
 import re
 
 import numpy as np
@@ -238,3 +239,583 @@ def test_notebooks_execute(nb_path, night, monkeypatch):
 
 def test_notebooks_present():
     assert {p.stem for p in NOTEBOOKS} >= {"width_curve", "operating_points", "reuse_profile"}
+
+
+# -- the report's text, each string worked out by hand --------------------------------------------
+
+from types import SimpleNamespace as NS  # noqa: E402
+
+from adev.analysis import report as R  # noqa: E402
+
+
+def _summ(**kw):
+    """A run summary with only what the text helpers read."""
+    base = dict(label="night-w3", run_id="r-3", width=3, protocol="steady", windows=4,
+                invalid_windows=1, burst_windows=2, stats={}, interval={}, missing={},
+                reuse=None)
+    base.update(kw)
+    return NS(**base)
+
+
+def test_figure_line_mean_interval_one_window_and_missing():
+    st = {"gross_saving": {"n": 3, "mean": 0.1234, "cv": 0.123456},
+          "ttft_send_p50": {"n": 2, "mean": 0.5, "cv": 0.25},
+          "net_saving": {"n": 1, "mean": 0.05, "cv": 0.0},
+          "store_hit_rate": {"n": 0, "mean": math.nan, "cv": math.nan},
+          "refused_share": {"n": 0, "mean": math.nan, "cv": math.nan}}
+    iv = {"gross_saving": {"lo": 0.1, "hi": 0.1468}, "ttft_send_p50": {"lo": 0.25, "hi": 0.75},
+          "net_saving": {"lo": math.nan, "hi": math.nan},
+          "store_hit_rate": {"lo": math.nan, "hi": math.nan},
+          "refused_share": {"lo": math.nan, "hi": math.nan}}
+    long = "x" * 170
+    s = _summ(stats=st, interval=iv, missing={"net_saving": long, "store_hit_rate": "no store"})
+    # 4 windows, 1 invalid: 3 valid; gross over all 3, net in 1 (missing in 2, reason cut at 160)
+    assert R.figure_line(s, "Gross", "gross_saving") == (
+        "Gross: 12.34% (CV 0.1235, 95% t-interval 10.00%..14.68% over 3 windows)")
+    assert R.figure_line(s, "TTFT", "ttft_send_p50", pctg=False) == (
+        "TTFT: 0.5 (CV 0.25, 95% t-interval 0.25..0.75 over 2 windows); missing in 1 window(s): "
+        "see report")
+    assert R.figure_line(s, "Net", "net_saving") == (
+        "Net: 5.00% (1 window); missing in 2 window(s): " + "x" * 160)
+    assert R.figure_line(s, "Hit rate", "store_hit_rate") == "Hit rate: — (no store)"
+    assert R.figure_line(s, "Refused", "refused_share") == "Refused: — (no valid window)"
+    # every valid window has it: nothing missing is said
+    s1 = _summ(stats=st, interval=iv, windows=3, invalid_windows=0)
+    assert R.figure_line(s1, "Gross", "gross_saving").endswith("over 3 windows)")
+
+
+def test_run_header_torn_and_missing_windows():
+    run = NS(run_id="r-3", width=3, protocol="steady", configuration="store-ram", lease_ttl_s=5.0,
+             pause_s=0.5, torn={}, missing={})
+    ld = NS(run=run, summary=_summ())
+    assert R._run_header(ld) == (
+        "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
+        " · pause 0.5 s · windows 4 (1 invalid, 2 with preemption bursts)\n")
+    run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
+              pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"})
+    ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))
+    assert R._run_header(ld2) == (
+        "**x** (`r-0`) · width — · protocol — · configuration — · lease — s · pause — s"
+        " · windows 1 (1 invalid, 0 with preemption bursts)\n"
+        "\nRecords lost (lines torn by a crash mid-write, skipped): {'calls': 2}\n"
+        "\nNote: no windows file.\n")
+
+
+REUSE = {"touches": 1000, "unique_blocks": 250, "share_new": 0.25,
+         "owner_share_same_session": 0.5, "owner_share_cross_session": 0.25,
+         "share_same_session": 0.4, "share_cross_session": 0.35, "lease_ttl_s": 5.0,
+         "aged_share": 0.125, "distance_p50_s": 12.5, "distance_p99_s": 300.0,
+         "distance_max_s": 1234.5}
+
+
+def test_reuse_and_missing_text():
+    ld = NS(summary=_summ(reuse=REUSE))
+    assert R._reuse_md(ld) == (
+        "- night-w3 (`r-3`): 1000 touches, 250 blocks; new 25.00%; ownership view: same-session "
+        "50.00%, cross-session 25.00%; last-toucher view: same-session 40.00%, cross-session "
+        "35.00%; aged (> lease 5 s) 12.50%; reuse distance p50 12.5 s, p99 300 s, max 1234 s")
+    no_owner = {k: v for k, v in REUSE.items() if not k.startswith("owner_")}
+    assert "ownership view: same-session —, cross-session —;" in R._reuse_md(
+        NS(summary=_summ(reuse=no_owner)))
+    assert R._reuse_md(NS(summary=_summ(missing={"reuse": "ledger/meta.json missing"}))) == (
+        "- night-w3: reuse ledger missing — ledger/meta.json missing")
+    assert R._reuse_md(NS(summary=_summ(reuse={}))) == (
+        "- night-w3: reuse ledger missing — no ledger")
+    assert R._missing_md(NS(summary=_summ())) == ""
+    assert R._missing_md(NS(summary=_summ(missing={"b_fig": "why b", "a_fig": "why a"}))) == (
+        "Missing figures (reason):\n\n- `a_fig`: why a\n- `b_fig`: why b\n")
+
+
+def test_headline_text():
+    nan = {"n": 0, "mean": math.nan, "cv": math.nan}
+    st = {f: dict(nan) for _, f in R.HEADLINE}
+    iv = {f: {"lo": math.nan, "hi": math.nan} for _, f in R.HEADLINE}
+    st["gross_saving"] = {"n": 1, "mean": 0.02, "cv": 0.0}
+    s = _summ(stats=st, interval=iv, windows=2, invalid_windows=1, reuse=REUSE)
+    assert R._headline_md(NS(summary=s)) == "\n".join([
+        "**night-w3**: 3 sessions, steady, 1 valid window(s) of 2", "",
+        "- Gross saving: 2.00% (1 window)",
+        "- Net saving: — (no valid window)",
+        "- Disk tier's part of the saving: — (no valid window)",
+        "- GPU hit share: — (no valid window)",
+        "- Store hit share: — (no valid window)",
+        "- Store hit rate: — (no valid window)",
+        "- Refused writes: — (no valid window)",
+        "- Reuse of touches: cross-session 25.00%, same-session 50.00% (ownership view: whether "
+        "the session had touched the block before)"]) + "\n"
+    s2 = _summ(stats=st, interval=iv, protocol=None, width=None, reuse=None)
+    assert R._headline_md(NS(summary=s2)).splitlines()[0] == (
+        "**night-w3**: — sessions, ?, 3 valid window(s) of 4")
+    assert len(R._headline_md(NS(summary=s2)).splitlines()) == 9      # no reuse line
+
+
+@pytest.fixture(scope="module")
+def small(tmp_path_factory):
+    """Two small runs at widths 1 and 3 and one more at width 3 elsewhere (all with ledgers)."""
+    base = tmp_path_factory.mktemp("small")
+    for w, s in ((1, 1), (3, 2)):
+        make_run(base / "A", width=w, windows=1, window_s=60, max_prompt=2000, seed=s)
+    make_run(base / "B", width=3, windows=1, window_s=60, max_prompt=2000, seed=3)
+    return base
+
+
+def test_build_report_blocks_in_order(small, tmp_path):
+    from adev.analysis.aggregate import operating_points, sweep_table
+    from adev.analysis.faults import faults_md
+    from adev.analysis.source import beside, beside_markdown
+    from adev.analysis.windows import cross_check
+    loaded = load_all([small / "A"])
+    summ = [ld.summary for ld in loaded]
+    d = build_report(loaded)
+    assert d.title == "adev report: 2 run(s)"
+    assert build_report(loaded[:1], title="T").title == "T"
+    b = d.blocks
+    assert b[0] == "## Headline figures\n\n" + "\n".join(R._headline_md(ld) for ld in loaded)
+    assert b[1] == ("## The source study beside adev\n\nThe figures the source study measured "
+                    "on real GPUs at the points of these runs, beside adev's:\n\n"
+                    + beside_markdown(beside(summ)))
+    assert b[2] == "## Runs\n\n" + "\n".join("- " + R._run_header(ld).strip()
+                                             for ld in loaded) + "\n"
+    assert b[2].startswith("## Runs\n\n- **synth-w1** (`synth-w1-s1-steady`) · width 1 ·")
+    assert b[3] == "## Width sweep\n\n" + R.md_table(sweep_table(summ), R.SWEEP_COLS)
+    assert b[3].startswith("## Width sweep\n\n| Operating point | Width (sessions) | Runs |")
+    assert [x.key for x in (b[4], b[5], b[7], b[9], b[11])] == [
+        "saving_vs_width", "hit_shares_vs_width", "operating_points", "ttft_cdfs",
+        "reuse_distance"]
+    assert b[6] == "## 12-session operating points\n\n_(no rows)_\n"      # no width 12
+    assert b[8] == "## Latency\n"
+    assert b[10] == "## Reuse\n\n" + "\n".join(R._reuse_md(ld) for ld in loaded) + "\n"
+    assert len(b) == 12 + 2 * 2
+    for i, ld in enumerate(loaded):
+        assert b[12 + 2 * i] == faults_md(ld.run, ld.summary.label)
+        assert b[13 + 2 * i] == (
+            f"## Per-window figures: {ld.summary.label}\n\n" + R._run_header(ld) + "\n"
+            + R.md_table(ld.table, R.WINDOW_COLS) + "\n"
+            + "How far this host was from the model, and scrape health:\n\n"
+            + R.md_table(ld.table, R.HOST_COLS) + "\n"
+            + "Cross-check over the measured span (counters vs the emulator's per-request "
+            "tier split; empty without scrapes):\n\n" + R.md_table(cross_check(ld.run)) + "\n"
+            + R._missing_md(ld))
+        assert "| Window | Endpoint | Valid | Faults | Calls |" in b[13 + 2 * i]
+        assert "| Window | Endpoint | TTFT over model, p50 |" in b[13 + 2 * i]
+    # with 12-session runs: their operating points, in the table's columns
+    ops = load_all([make_run(tmp_path, width=12, windows=1, window_s=60, max_prompt=2000,
+                             seed=s, lease_ttl_s=ttl, ledger=False, run_id=f"op{s}")
+                    for s, ttl in ((1, 5.0), (2, 60.0))], with_reuse=False)
+    b12 = build_report(ops).blocks[6]
+    t = operating_points([ld.summary for ld in ops], 12)
+    assert len(t) == 2
+    assert b12 == "## 12-session operating points\n\n" + R.md_table(t, R.OP_COLS)
+    assert b12.splitlines()[2] == (
+        "| Operating point | Run | Gross saving | Gross saving, quiet | Net saving | "
+        "Gross saving, disk tier | Disk tier's part of saving | GPU hit share | Store hit share | "
+        "Store hit rate | Refused writes | Burst windows | Windows |")
+
+
+def test_build_compare_side_by_side(small):
+    from adev.analysis.aggregate import sweep_table
+    from adev.analysis.render import fmt
+    a, b = load_all([small / "A"]), load_all([small / "B"])
+    d = R.build_compare(a, b, "A", "B")
+    assert d.title == "adev compare: A vs B"
+    ta, tb = sweep_table([ld.summary for ld in a]), sweep_table([ld.summary for ld in b])
+    [op] = set(ta.operating_point) | set(tb.operating_point)
+    lines = d.blocks[0].splitlines()
+    assert lines[:4] == ["## Side by side (means per width)", "",
+                         "| operating point | width | figure | A | B | delta (B-A) |",
+                         "|---|---|---|---|---|---|"]
+    figs = ["gross_saving", "net_saving", "gross_saving_disk", "gpu_hit_share",
+            "store_hit_share", "store_hit_rate", "refused_share", "ttft_send_p50"]
+    assert len(lines) == 4 + 2 * len(figs)
+    # width 1: only A has it (B's column and the delta are missing); width 3: both
+    exp = []
+    for w in (1, 3):
+        for f in figs:
+            va = float(ta[ta.width == w][f].iloc[0])
+            vb = float(tb[tb.width == w][f].iloc[0]) if w == 3 else math.nan
+            p = f != "ttft_send_p50"
+            exp.append(f"| {op} | {w} | {f} | {fmt(va, p)} | {fmt(vb, p)} | {fmt(vb - va, p)} |")
+    assert lines[4:] == exp
+    assert lines[4].endswith(" | — | — |") and lines[11].endswith(" | — | — |")
+    assert re.fullmatch(r"\| .* \| 3 \| gross_saving \| \d+\.\d\d% \| \d+\.\d\d% \| -?\d+\.\d\d% \|",
+                        lines[12])
+    assert re.fullmatch(r"\| .* \| 3 \| ttft_send_p50 \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|", lines[-1])
+    assert [getattr(x, "key", None) for x in d.blocks] == [None, "saving_vs_width", "ttft_cdfs",
+                                                           None, None]
+    assert sorted(k for k in d.blocks[1].series if k.endswith(": gross")) == ["A: gross",
+                                                                              "B: gross"]
+    assert sorted(d.blocks[2].series) == sorted(
+        f"{side}: {lab}: {t}" for side, lab in (("A", "synth-w1"), ("A", "synth-w3"),
+                                                ("B", "synth-w3"))
+        for t in ("from send", "from schedule"))
+    assert d.blocks[3] == "## A\n\n" + R.md_table(ta, R.SWEEP_COLS)
+    assert d.blocks[4] == "## B\n\n" + R.md_table(tb, R.SWEEP_COLS)
+
+
+def test_build_compare_without_widths(tmp_path):
+    for w, s in ((1, 1), (3, 2)):
+        r = make_run(tmp_path, width=w, windows=1, window_s=60, max_prompt=2000, ledger=False,
+                     seed=s)
+        m = json.loads((r / "manifest.json").read_text())
+        del m["config"]["fleet"]["width"]
+        (r / "manifest.json").write_text(json.dumps(m))
+    ld = load_all([tmp_path], with_reuse=False)
+    d = R.build_compare(ld, ld, "A", "B")
+    assert d.blocks[0] == ("## Side by side (means per width)\n\n**Missing:** neither side has "
+                           "runs with a width in its manifest\n")
+
+
+def test_write_report_and_compare_default_places(small, tmp_path, monkeypatch):
+    import adev.config
+    monkeypatch.setattr(adev.config, "ROOT", tmp_path)
+    h = R.write_report([small / "A"])
+    assert h.parent == tmp_path / "results" / "reports"
+    assert re.fullmatch(r"report-\d{8}-\d{6}\.html", h.name)
+    assert h.with_suffix(".md").read_text().startswith("# adev report: 2 run(s)\n")
+    # with_reuse=False reaches the summaries: no reuse figures although the runs have ledgers
+    h2 = R.write_report([small / "A"], tmp_path / "noreuse", with_reuse=False)
+    assert h2 == tmp_path / "noreuse.html"
+    md = (tmp_path / "noreuse.md").read_text()
+    assert "- synth-w1: reuse ledger missing — no ledger" in md
+    assert "(`synth-w1-s1-steady`): " in h.with_suffix(".md").read_text()
+    c = R.write_compare(small / "A", small / "B")
+    assert c.parent == tmp_path / "results" / "reports"
+    assert re.fullmatch(r"compare-\d{8}-\d{6}\.html", c.name)
+    assert c.with_suffix(".md").read_text().startswith("# adev compare: A vs B\n")
+    # the compared runs' summaries carry the reuse profile (the sweep tables' reuse columns)
+    from adev.analysis.aggregate import sweep_table
+    md = c.with_suffix(".md").read_text()
+    for side in ("A", "B"):
+        t = sweep_table([ld.summary for ld in load_all([small / side])])
+        assert t["reuse_owner_share_cross_session"].notna().all()
+        assert f"## {side}\n\n" + R.md_table(t, R.SWEEP_COLS) in md
+    # without it: no reuse figures on either side
+    c3 = R.write_compare(small / "A", small / "B", tmp_path / "cmp3", with_reuse=False)
+    md = c3.with_suffix(".md").read_text()
+    for side in ("A", "B"):
+        t = sweep_table([ld.summary for ld in load_all([small / side], with_reuse=False)])
+        assert t["reuse_owner_share_cross_session"].isna().all()
+        assert f"## {side}\n\n" + R.md_table(t, R.SWEEP_COLS) in md
+    # two folders of the same name are told apart
+    (tmp_path / "x").mkdir()
+    (small / "B").rename(tmp_path / "x" / "A")
+    try:
+        c2 = R.write_compare(tmp_path / "x" / "A", small / "A", tmp_path / "cmp2",
+                             with_reuse=False)
+    finally:
+        (tmp_path / "x" / "A").rename(small / "B")
+    assert c2 == tmp_path / "cmp2.html"
+    md = (tmp_path / "cmp2.md").read_text()
+    assert md.startswith("# adev compare: A:A vs B:A\n")
+    assert "| operating point | width | figure | A:A | B:A | delta (B-A) |" in md
+
+
+def test_default_report_names_are_utc(small, tmp_path, monkeypatch):
+    import datetime
+    import time
+
+    import adev.config
+    monkeypatch.setattr(adev.config, "ROOT", tmp_path)
+    monkeypatch.setenv("TZ", "NPT-05:45")                # POSIX form: UTC+05:45, no tzdata
+    time.tzset()
+    try:
+        h = R.write_report([small / "A"], with_reuse=False)
+        c = R.write_compare(small / "A", small / "B", with_reuse=False)
+    finally:
+        monkeypatch.undo()
+        time.tzset()
+    now = datetime.datetime.now(datetime.UTC).replace(tzinfo=None)
+    for p, pre in ((h, "report-"), (c, "compare-")):
+        t = datetime.datetime.strptime(p.stem[len(pre):], "%Y%m%d-%H%M%S")
+        assert abs((now - t).total_seconds()) < 600, (p.name, now)
+
+
+def _with_faults(names_by_window):
+    """A window_table that lists the given fault names in the ALL rows of those windows."""
+    from adev.analysis.windows import window_table
+
+    def wt(run):
+        t = window_table(run)
+        for w, names in names_by_window.items():
+            t.loc[(t["endpoint"] == "ALL") & (t["window"] == w), "faults"] = names
+        return t
+    return wt
+
+
+def test_summarise_run_emulated_store_run_line_by_line(tmp_path, monkeypatch):
+    from adev.analysis.aggregate import summarise
+    from adev.analysis.render import fmt
+    r = make_run(tmp_path, width=2, windows=2, window_s=120, max_prompt=20000, seed=3)
+    with open(r / "calls.jsonl", "a") as f:
+        f.write('{"torn": ')
+    wt = _with_faults({1: "ram_kill, disk_slow", 2: "disk_slow"})
+    monkeypatch.setattr(R, "window_table", wt)
+    from adev.analysis.run import load_run
+    run = load_run(r)
+    s = summarise(run, wt(run), with_reuse=True)
+    assert s.mean("store_read_over_p50") == pytest.approx(3.0)   # the synthetic host: 3x
+    tag = " [across faults: disk_slow, ram_kill]"
+
+    def line(name, fig, p=True):
+        return "  " + R.figure_line(s, name, fig, p) + tag
+
+    ru = s.reuse
+    exp = [
+        "run synth-w2-s3-steady: width 2, steady, 2 window(s) (0 invalid, 0 with preemption "
+        "bursts)",
+        line("gross saving", "gross_saving"), line("net saving", "net_saving"),
+        line("disk tier's part", "gross_saving_disk"), line("GPU hit share", "gpu_hit_share"),
+        line("store hit share", "store_hit_share"), line("store hit rate", "store_hit_rate"),
+        line("refused writes", "refused_share"), line("TTFT p50 (s)", "ttft_send_p50", False),
+        line("TTFT over the emulator's model, p50", "ttft_model_err_p50"),
+        line("TTFT over the emulator's model, p99", "ttft_model_err_p99"),
+        line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
+        line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False),
+        line("store reads behind the profile (share of calls)", "store_late_share"),
+        "  note: this host's real store reads took 3x the tier profile's time (median call; "
+        "time scale 10; 2 window(s) behind); model time waited for them (held model clock), so "
+        "their time reaches no figure and the run took longer on the wall; TTFT over the "
+        "emulator's model still carries the host's HTTP hops and event-loop wake-ups. "
+        "bench/bench_store_io.py prints the largest time scale at which each read path keeps "
+        "pace on this host.",
+        f"  reuse, ownership view: same-session {fmt(ru['owner_share_same_session'], True)}, "
+        f"cross-session {fmt(ru['owner_share_cross_session'], True)}; last-toucher view: "
+        f"same-session {fmt(ru['share_same_session'], True)}, cross-session "
+        f"{fmt(ru['share_cross_session'], True)}; aged {fmt(ru['aged_share'], True)}",
+        "  counters vs emulator per-request tier split (measured span): max rel. diff 0",
+        "  records lost (lines torn by a crash mid-write, skipped): {'calls': 1}"]
+    got = R.summarise_run(r).splitlines()
+    assert got == exp
+    assert got[1].startswith("  gross saving: ") and got[1].endswith(" over 2 windows)" + tag)
+
+
+def test_summarise_run_free_clock_bursts_cross_check_and_faults(tmp_path, monkeypatch):
+    import dataclasses
+
+    from adev.analysis import aggregate
+    r = make_run(tmp_path, width=2, windows=2, window_s=120, max_prompt=20000, seed=3,
+                 ledger=False)
+    m = json.loads((r / "manifest.json").read_text())
+    m["config"]["stack"]["model_clock"] = "free"
+    (r / "manifest.json").write_text(json.dumps(m))
+
+    def summ(run, t, with_reuse=True):
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        stats = dict(s.stats, store_hit_rate={"n": 0, "mean": math.nan, "cv": math.nan})
+        quiet = dict(s.quiet, gross_saving={"n": 1, "mean": 0.0123, "cv": 0.0})
+        return dataclasses.replace(s, burst_windows=1, stats=stats, quiet=quiet, xcheck={
+            "xcheck_gpu_rel": 0.02, "xcheck_store_rel": math.nan, "xcheck_disk_rel": None,
+            "store_load_failed_tokens": 1234.4})
+    rows = [
+        {"window": "before", "valid": "outside", "faults": "none", "failed_calls": 2,
+         "store_error_calls": 1, "sessions_ended_llm_error": 0},
+        {"window": 1, "valid": True, "faults": "none", "failed_calls": 0, "store_error_calls": 0,
+         "sessions_ended_llm_error": 0},
+        {"window": 2, "valid": False, "faults": "ram_kill", "failed_calls": 3,
+         "store_error_calls": 0, "sessions_ended_llm_error": 1},
+        {"window": 3, "valid": True, "faults": "none", "failed_calls": 0, "store_error_calls": 0,
+         "sessions_ended_llm_error": 2},
+        {"window": 4, "valid": True, "faults": "none", "failed_calls": 0, "store_error_calls": 5,
+         "sessions_ended_llm_error": 0},
+        {"window": 5, "valid": True, "faults": "none", "failed_calls": 1, "store_error_calls": 0,
+         "sessions_ended_llm_error": 0},
+        {"window": 6, "valid": True, "faults": "disk_slow", "failed_calls": 0,
+         "store_error_calls": 0, "sessions_ended_llm_error": 0},
+        {"window": "after", "valid": "outside", "faults": "none", "failed_calls": 0,
+         "store_error_calls": 0, "sessions_ended_llm_error": 4}]
+    monkeypatch.setattr(R, "summarise", summ)
+    monkeypatch.setattr(R, "fault_rows", lambda run: rows)
+    wt = _with_faults({1: "ram_kill"})
+
+    def wt2(run):   # a name in an endpoint's row only: not in the tag (the ALL rows are read)
+        t = wt(run)
+        t.loc[(t["endpoint"] == "coder") & (t["window"] == 2), "faults"] = "coder_only"
+        return t
+    monkeypatch.setattr(R, "window_table", wt2)
+    got = R.summarise_run(r).splitlines()
+    assert got[0] == ("run synth-w2-s3-steady: width 2, steady, 2 window(s) (0 invalid, "
+                      "1 with preemption bursts)")
+    assert got[1].endswith(" [across faults: ram_kill]")
+    # a figure without a valid window: no fault tag
+    assert got[6] == "  store hit rate: — (no valid window)"
+    i = next(i for i, x in enumerate(got) if x.startswith("  note: "))
+    assert got[i:] == [
+        "  note: this host's real store reads took 3x the tier profile's time (median call; "
+        "time scale 10; 2 window(s) behind); first tokens waited for them (free model clock), so "
+        "TTFT and busy time include host time. bench/bench_store_io.py prints the largest time "
+        "scale at which each read path keeps pace on this host.",
+        "  gross saving, quiet windows: 1.23%",
+        "  counters vs emulator per-request tier split (measured span): max rel. diff 0.02 "
+        "(> 1%); 1234 store-hit tokens failed to load (recomputed, not counted as "
+        "store-served)",
+        "  before the windows: 2 failed calls, 1 calls with store errors, 0 sessions ended with "
+        "llm_error",
+        "  window 2: INVALID, faults: ram_kill; 3 failed calls, 0 calls with store errors, "
+        "1 sessions ended with llm_error",
+        "  window 3: valid, faults: none; 0 failed calls, 0 calls with store errors, 2 sessions "
+        "ended with llm_error",
+        "  window 4: valid, faults: none; 0 failed calls, 5 calls with store errors, 0 sessions "
+        "ended with llm_error",
+        "  window 5: valid, faults: none; 1 failed calls, 0 calls with store errors, 0 sessions "
+        "ended with llm_error",
+        "  window 6: valid, faults: disk_slow; 0 failed calls, 0 calls with store errors, "
+        "0 sessions ended with llm_error",
+        "  after the windows: 0 failed calls, 0 calls with store errors, 4 sessions ended with "
+        "llm_error"]
+
+
+def test_summarise_run_at_the_thresholds(tmp_path, monkeypatch):
+    """Reads exactly as fast as the profile (no note), a cross-check exactly 1% off (not flagged),
+    no failed loads, bursts without a quiet window."""
+    import dataclasses
+
+    from adev.analysis import aggregate
+    r = make_run(tmp_path, width=2, windows=2, window_s=120, max_prompt=20000, seed=3,
+                 ledger=False)
+    m = json.loads((r / "manifest.json").read_text())
+    del m["config"]["stack"]["model_clock"]
+    (r / "manifest.json").write_text(json.dumps(m))
+
+    def summ(run, t, with_reuse=True):
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        stats = dict(s.stats, store_read_over_p50=dict(s.stats["store_read_over_p50"], mean=1.0))
+        quiet = dict(s.quiet, gross_saving={"n": 0, "mean": math.nan, "cv": math.nan})
+        return dataclasses.replace(s, burst_windows=2, stats=stats, quiet=quiet, xcheck={
+            "xcheck_gpu_rel": 0.005, "xcheck_store_rel": 0.01, "xcheck_disk_rel": 0.0,
+            "store_load_failed_tokens": 0.0})
+    monkeypatch.setattr(R, "summarise", summ)
+    got = R.summarise_run(r).splitlines()
+    assert not any(x.startswith("  note:") or "quiet windows" in x for x in got)
+    assert got[-1] == "  counters vs emulator per-request tier split (measured span): max rel. diff 0.01"
+    assert got[-2].startswith("  store reads behind the profile (share of calls): ")
+    # no faults: no tag
+    assert re.fullmatch(r"  gross saving: \d+\.\d\d% \(CV [\d.e-]+, 95% t-interval "
+                        r"-?\d+\.\d\d%\.\.\d+\.\d\d% over 2 windows\)", got[1]), got[1]
+
+    def summ2(run, t, with_reuse=True):   # reads 1.5x the profile; the disk tier is worst
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        stats = dict(s.stats, store_read_over_p50=dict(s.stats["store_read_over_p50"], mean=1.5))
+        return dataclasses.replace(s, stats=stats, xcheck={
+            "xcheck_gpu_rel": 0.001, "xcheck_store_rel": 0.002, "xcheck_disk_rel": 0.05,
+            "store_load_failed_tokens": math.nan})
+    monkeypatch.setattr(R, "summarise", summ2)
+    got = R.summarise_run(r).splitlines()
+    assert [x[:57] for x in got if x.startswith("  note:")] == [
+        "  note: this host's real store reads took 1.5x the tier p"]
+    assert got[-1] == ("  counters vs emulator per-request tier split (measured span): max rel. "
+                       "diff 0.05 (> 1%)")
+    # the model clock defaults to free when the stack does not say
+    m["config"]["stack"]["model_clock"] = None
+    monkeypatch.setattr(R, "summarise", aggregate.summarise)
+    (r / "manifest.json").write_text(json.dumps(m))
+    assert "first tokens waited for them (free model clock)" in R.summarise_run(r)
+
+
+def test_summarise_run_without_emulator_fields_or_windows(tmp_path):
+    r = make_run(tmp_path, width=2, windows=1, window_s=60, max_prompt=2000, seed=4,
+                 emulator_fields=False, ledger=False, protocol="batch")
+    (r / "windows.jsonl").unlink()
+    m = json.loads((r / "manifest.json").read_text())
+    del m["protocol"], m["config"]["fleet"]["protocol"]
+    (r / "manifest.json").write_text(json.dumps(m))
+    nv = "— (no valid window)"
+    assert R.summarise_run(r).splitlines() == [
+        "run synth-w2-s4-batch: width 2, ?, 1 window(s) (1 invalid, 0 with preemption bursts)",
+        f"  gross saving: {nv}", f"  net saving: {nv}", f"  disk tier's part: {nv}",
+        f"  GPU hit share: {nv}", f"  store hit share: {nv}", f"  store hit rate: {nv}",
+        f"  refused writes: {nv}", f"  TTFT p50 (s): {nv}",
+        f"  note: {r / 'windows.jsonl'} missing or empty: the whole run is treated as one window, "
+        "invalid (a fleet run without windows: stopped before its first window, or the file is "
+        "lost)"]
+
+
+def _parse(argv):
+    import argparse
+    ap = argparse.ArgumentParser(prog="adev")
+    R.register(ap.add_subparsers(dest="cmd"))
+    return ap.parse_args(["report", *argv])
+
+
+def test_report_command_line(small, tmp_path, capsys, monkeypatch):
+    a = _parse([str(small / "A"), "--out", str(tmp_path / "o"), "--no-reuse"])
+    assert (a.runs, a.compare, a.out, a.no_reuse) == ([str(small / "A")], None,
+                                                      str(tmp_path / "o"), True)
+    assert a.func is R._main
+    b = _parse(["--compare", "x", "y"])
+    assert (b.runs, b.compare, b.out, b.no_reuse) == ([], ["x", "y"], None, False)
+    calls = []
+    monkeypatch.setattr(R, "write_report", lambda *x: calls.append(("report", *x))
+                        or tmp_path / "rep.html")
+    monkeypatch.setattr(R, "write_compare", lambda *x: calls.append(("compare", *x))
+                        or tmp_path / "cmp.html")
+    R.notes.append("stale note")                        # cleared at the start
+    assert R._main(a) == 0
+    assert calls == [("report", [str(small / "A")], str(tmp_path / "o"), False)]
+    out = capsys.readouterr()
+    assert out.out == f"{tmp_path / 'rep.md'}\n{tmp_path / 'rep.html'}\n" and out.err == ""
+    assert R._main(_parse(["--compare", "x", "y"])) == 0
+    assert calls[-1] == ("compare", "x", "y", None, True)
+    assert capsys.readouterr().out == f"{tmp_path / 'cmp.md'}\n{tmp_path / 'cmp.html'}\n"
+    assert R._main(_parse([])) == 2
+    assert capsys.readouterr().err == "adev report: give RUN [RUN ...] or --compare A B\n"
+
+
+def test_report_command_line_errors_and_notes(tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(R, "notes", R.notes)            # restored after the test
+    assert R._main(_parse([str(tmp_path / "gone")])) == 2
+    assert capsys.readouterr().err == f"adev report: run directory not found: {tmp_path / 'gone'}\n"
+    r = make_run(tmp_path, width=1, windows=1, window_s=60, max_prompt=2000, ledger=False)
+    with open(r / "calls.jsonl", "a") as f:
+        f.write("not json\n")                           # a whole bad line: refused
+    assert R._main(_parse([str(r)])) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"adev report: {r / 'calls.jsonl'}: line ") and err.count("\n") == 1
+
+    def torn(paths, out, with_reuse):
+        R.notes.append("a note")
+        return tmp_path / "x.html"
+    monkeypatch.setattr(R, "write_report", torn)
+    assert R._main(_parse([str(r)])) == 0
+    assert capsys.readouterr().err == "adev report: a note\n"
+
+
+def test_build_compare_widthless_runs_and_point_order(tmp_path):
+    """A side with a run without a width (its table's widths become floats) still lists its
+    widths, as integers; rows go by operating point, then width."""
+    a = [make_run(tmp_path / "A", width=3, windows=1, window_s=60, max_prompt=2000, seed=1,
+                  ledger=False),
+         make_run(tmp_path / "A", width=2, windows=1, window_s=60, max_prompt=2000, seed=2,
+                  ledger=False, run_id="nowidth")]
+    m = json.loads((a[1] / "manifest.json").read_text())
+    del m["config"]["fleet"]["width"]
+    (a[1] / "manifest.json").write_text(json.dumps(m))
+    make_run(tmp_path / "B", width=1, windows=1, window_s=60, max_prompt=2000, seed=3,
+             ledger=False, lease_ttl_s=60.0)
+    la, lb = load_all([tmp_path / "A"], False), load_all([tmp_path / "B"], False)
+    d = R.build_compare(la, lb, "A", "B")
+    rows = [ln.split(" | ")[:3] for ln in d.blocks[0].splitlines()[4:]]
+    assert len(rows) == 16
+    assert [r[0] for r in rows[::8]] == ["| store-ram+disk (local-raid0), lease 5 s, pause 0 s",
+                                         "| store-ram+disk (local-raid0), lease 60 s, pause 0 s"]
+    assert [(r[1], r[2]) for r in rows[::8]] == [("3", "gross_saving"), ("1", "gross_saving")]
+
+
+def test_report_help_text(monkeypatch):
+    """What ``adev report --help`` prints (and ``adev --help`` says of the command)."""
+    import argparse
+    monkeypatch.setenv("COLUMNS", "100")
+    ap = argparse.ArgumentParser(prog="adev")
+    sub = ap.add_subparsers(dest="cmd")
+    R.register(sub)
+    assert sub.choices["report"].format_help() == (
+        "usage: adev report [-h] [--compare A B] [--out OUT] [--no-reuse] [RUN ...]\n\n"
+        "``adev report RUN [RUN ...]`` and ``adev report --compare A B``: markdown + one "
+        "self-contained\nHTML page.\n\n"
+        "positional arguments:\n"
+        "  RUN            run directory, or a folder of run directories (a night)\n\n"
+        "options:\n"
+        "  -h, --help     show this help message and exit\n"
+        "  --compare A B  compare two runs or two folders of runs (nights)\n"
+        "  --out OUT      output path without suffix (writes OUT.md, OUT.html, OUT_files/)\n"
+        "  --no-reuse     skip the reuse ledger\n")
+    assert "    report    tables and plots of runs (markdown + HTML)\n" in ap.format_help()

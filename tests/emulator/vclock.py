@@ -50,7 +50,8 @@ def run_virtual(main):
         rest = asyncio.all_tasks(loop)
         for task in rest:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        if rest:
+            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
         loop.close()
 
 

@@ -53,6 +53,7 @@ class Store(FakeStore):
 
     async def load(self, keys, granted_at=None):
         self.calls.append(("load", len(keys)))
+        self.granted_at = granted_at
         res = await super().load(keys, granted_at)
         return LoadResult(loaded=res.loaded, error=res.error, lease_retries=self.lease_retries)
 
@@ -94,6 +95,8 @@ def test_read_path_holds_the_clock_at_each_modelled_end():
     assert value(eng.sched, "adev_emulator_store_hit_blocks_total", tier="disk") == 2
     assert value(eng.sched, "vllm:external_prefix_cache_hits_total") == 4 * 16
     assert value(eng.sched, "adev_emulator_store_lease_retries_total") == 0
+    # the load's lease clock starts when the read was granted, before the lookup
+    assert store.granted_at == eng.t0
 
 
 def test_failed_load_charges_the_blocks_that_arrived():
@@ -121,6 +124,19 @@ def test_chunk_loads_count_the_blocks_of_the_objects_that_arrived():
     assert r.t_ready == pytest.approx(0.004)
 
 
+def test_read_path_hold_takes_the_cheaper_tier_bound():
+    """A disk tier faster than RAM (lookup 0.5 ms, 4e9 B/s: load_s(b) = 0.0005 + 0.00025 b): the
+    hold once the hits are known is the all-disk bound."""
+    from adev.emulator.state import TierCost
+    store = Store()
+    eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
+                         disk_tier=TierCost("disk", 0.0005, 4e9))
+    # all RAM 0.001 + 0.005 = 0.006; all disk 0.001 + 0.0005 + 0.001 = 0.0025; then 2 RAM + 2
+    # disk: 0.001 + 0.003 + (0.0005 + 0.0005) = 0.005
+    assert holds == [(True, 0.001), (True, 0.0025), (True, 0.005), (True, None)]
+    assert r.t_ready == pytest.approx(0.005)
+
+
 def test_disk_only_charges_every_hit_at_the_disk_tier_without_a_tier_query():
     store = Store()
     eng, r, holds = read(store, P, {b: "ram" for b in range(4)}, disk_only=True)
@@ -141,6 +157,7 @@ def test_failed_lookup_and_no_hit_read_nothing():
     store = Store()
     eng, r, holds = read(store, P, {1: "ram"})       # block 0 missing: no leading hit
     assert store.calls == [("exists", 6)] and holds == [(True, 0.001), (True, None)]
+    assert r.store_errors == 0 and r.t_ready == pytest.approx(0.001)
     assert value(eng.sched, "vllm:external_prefix_cache_queries_total") == 100
 
 
@@ -231,3 +248,22 @@ def test_engine_death_is_recorded_and_cancellation_is_not(caplog):
     assert isinstance(eng.dead, RuntimeError) and str(eng.dead) == "boom"
     assert [r.getMessage() for r in caplog.records] == ["engine died"]
     assert quiet.dead is None and quiet._task.cancelled()
+
+
+def test_save_of_chunk_objects_counts_blocks():
+    """One save of objects of 4 blocks: 3 put, 2 refused, 1 already there -> 12, 8 and 4 blocks
+    (refused bytes: 8 blocks x 1 MB)."""
+    from adev.emulator.store import SaveResult
+
+    class Store:
+        async def save(self, keys):
+            return SaveResult(put=3, refused=2, skipped=1)
+
+    eng = make_engine(lambda: 0.0, store=Store())
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    asyncio.run(eng._save(r, ["k1"], 4))
+    assert (r.put_blocks, r.put_refused_blocks, r.store_errors) == (12, 8, 0)
+    assert value(eng.sched, "adev_emulator_store_put_blocks_total") == 12
+    assert value(eng.sched, "adev_emulator_store_put_refused_blocks_total") == 8
+    assert value(eng.sched, "adev_emulator_store_put_refused_bytes_total") == 8_000_000
+    assert value(eng.sched, "adev_emulator_store_put_skipped_blocks_total") == 4

@@ -219,3 +219,51 @@ def test_first_token_plans_end_with_a_spin_and_others_on_a_timer(monkeypatch, sp
     # spin at once. Either way one spin per request, to the first token's end, of 2 x the margin
     assert spins == [(0.0413, 2 * spin_wall_s, True, True)]
     assert got == [(1, pytest.approx(t, abs=1e-9)) for t in token_times(3)]
+
+
+# ------------------------------------------------------------------ the loop's idle and re-plan
+def test_loop_idles_until_the_next_ready_time():
+    """A request made ready for model time 0.5 with no event: the loop moves to 0.5 by itself,
+    prefills 30 tokens (0.030) and decodes its first token (0.0113): first token at 0.5413."""
+    from tests.emulator.test_engine import client
+    from tests.emulator.vclock import run_virtual
+
+    async def main(clock):
+        eng = make_engine(clock)
+        r = Request(rid="a", prompt=tokens(1000, 30), out_ids=[7], finish_reason="stop")
+        eng.submit(r)
+        eng.sched.admit(0.0)
+        r.ready_time = 0.5
+        eng.start()
+        while (await r.queue.get())[0]:
+            pass
+        return r
+    r = run_virtual(main)
+    assert r.t_first == pytest.approx(0.5413)
+
+
+def test_event_at_the_start_of_a_plan_in_progress_replans_it():
+    """a (30 tokens, 50 out) is in its first macro step when b is queued with an arrival stamped
+    exactly at that step's start, a's first token time 0.0413 (a request that reached the server
+    then and was handed over late): the step is planned again from 0.0413 with b admitted in it,
+    not cut after its first step (b would then wait until 0.05261)."""
+    from tests.emulator.vclock import run_virtual
+
+    async def main(clock):
+        eng = make_engine(clock)
+        eng.start()
+        a = Request(rid="a", prompt=tokens(1000, 30), out_ids=[7] * 50, finish_reason="stop")
+        eng.submit(a)
+        await a.queue.get()                          # a's first token: its macro step is planned
+        b = Request(rid="b", prompt=tokens(5000, 50), out_ids=[7], finish_reason="stop")
+        b.t_arrival = a.t_first
+        eng.sched.add(b)
+        eng._event(b.t_arrival)
+        while (await b.queue.get())[0]:
+            pass
+        return a, b
+    a, b = run_virtual(main)
+    assert a.t_first == pytest.approx(0.0413) and b.t_admit == a.t_first
+    # b's 50 tokens beside a's 2nd token: 0.050 + decode(1, 31) 0.01131 -> 0.10261; b's first
+    # token: decode(2, 32 + 50) = 0.010 + 0.002 + 0.00082 -> 0.11543
+    assert b.t_first == pytest.approx(0.11543)

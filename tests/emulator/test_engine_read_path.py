@@ -267,3 +267,34 @@ def test_save_of_chunk_objects_counts_blocks():
     assert value(eng.sched, "adev_emulator_store_put_refused_blocks_total") == 8
     assert value(eng.sched, "adev_emulator_store_put_refused_bytes_total") == 8_000_000
     assert value(eng.sched, "adev_emulator_store_put_skipped_blocks_total") == 4
+
+
+def test_held_clock_stops_a_macro_steps_stream_while_a_read_is_behind(tmp_path):
+    """a (30 tokens, 8 out) streams its macro steps token by token while b's lookup (0.005 wall s
+    of real I/O, modelled 0.001) holds the shared clock: each of a's tokens still reaches its
+    client at its model time. No store hits: each request's read is its lookup.
+
+    a: lookup 0.001, prefill 0.030, first token decode(1, 30) 0.0113 -> 0.0423; its macro step
+    is cut by b's arrival (0.05) after the step in progress: 0.0423 + 0.01131 -> 0.05361, where b
+    is admitted; b's lookup holds the clock at 0.05461 while a's next step (ctx 32: 0.01132)
+    streams -> 0.06493, cut there by b's ready time 0.05461; b's 40 tokens with a's 4th token:
+    0.040 + 0.01133 -> 0.11626; b's first token with a's 5th: decode(2, 34 + 40) 0.01274 -> 0.129."""
+    from adev.clock import HeldClock
+    from tests.emulator.test_engine import client
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        eng = make_engine(clock, FakeStore(io_s=0.005))
+        eng.start()
+
+        async def held_client(rid, prompt, n_out, at):
+            while clock() < eng.wall(at):
+                await asyncio.sleep(eng.wall(at) - clock())
+            return await client(eng, clock, rid, prompt, n_out, at)
+        a = asyncio.create_task(held_client("a", tokens(1000, 30), 8, 0.0))
+        b = asyncio.create_task(held_client("b", tokens(5000, 40), 1, 0.05))
+        return await a, await b
+    (ra, ga), (rb, gb) = run_virtual(main)
+    assert rb.t_admit == pytest.approx(0.05361) and rb.t_ready == pytest.approx(0.05461)
+    assert [t for _, t in ga[:5]] == pytest.approx([0.0423, 0.05361, 0.06493, 0.11626, 0.129])
+    assert gb == [(1, pytest.approx(0.129))] and sum(n for n, _ in ga) == 8

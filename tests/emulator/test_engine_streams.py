@@ -101,6 +101,13 @@ def test_next_delivery_waits_for_interval_tokens():
     assert eng._next_delivery(plan(6, [c], delivered=2)) == 3
 
 
+def test_next_delivery_with_interval_2():
+    eng = make_engine(lambda: 0.0, stream_interval=2)
+    # nothing pending: 2 tokens after 2 + 2 - 2 = 2 steps (not after the next one)
+    assert eng._next_delivery(plan(6, [req(2, 2, 50)])) == 2
+    assert eng._next_delivery(plan(6, [req(3, 2, 50)])) == 1        # 1 pending: after 1 step
+
+
 def test_next_delivery_none_with_interval_0():
     eng = make_engine(lambda: 0.0, stream_interval=0)
     assert eng._next_delivery(plan(6, [req(3, 2, 50)])) is None
@@ -115,7 +122,7 @@ def test_deliver_streams_the_steps_already_ended():
     d = req(2, 2, 10)
     d.aborted = True                     # aborted: skipped
     e = req(2, 2, 10, state=DONE)        # finished: skipped
-    p = plan(5, [a, b, c, d, e])
+    p = plan(5, [d, a, b, c, e])         # a skipped request does not end the loop
     eng._deliver(p, 3)
     assert p.delivered == 3
     # a: tokens 3..5 (upto 5), 3 >= 2: (3, end of step 3 = 3.0)

@@ -274,3 +274,14 @@ def test_event_at_the_start_of_a_plan_in_progress_replans_it():
     # b's 50 tokens beside a's 2nd token: 0.050 + decode(1, 31) 0.01131 -> 0.10261; b's first
     # token: decode(2, 32 + 50) = 0.010 + 0.002 + 0.00082 -> 0.11543
     assert b.t_first == pytest.approx(0.11543)
+
+
+def test_virtual_loop_stops_a_test_that_would_run_forever():
+    from tests.emulator.vclock import VIRTUAL_LIMIT_S, run_virtual
+
+    async def forever(clock):
+        while True:
+            await asyncio.sleep(10.0)
+    with pytest.raises(RuntimeError, match="virtual seconds"):
+        run_virtual(forever)
+    assert VIRTUAL_LIMIT_S == 3600.0

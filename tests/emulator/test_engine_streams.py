@@ -232,7 +232,6 @@ def test_first_token_plans_end_with_a_spin_and_others_on_a_timer(monkeypatch, sp
 def test_loop_idles_until_the_next_ready_time():
     """A request made ready for model time 0.5 with no event: the loop moves to 0.5 by itself,
     prefills 30 tokens (0.030) and decodes its first token (0.0113): first token at 0.5413."""
-    from tests.emulator.test_engine import client
     from tests.emulator.vclock import run_virtual
 
     async def main(clock):

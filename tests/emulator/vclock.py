@@ -13,7 +13,6 @@ import selectors
 
 from adev.emulator.store import LoadResult, SaveResult
 
-
 VIRTUAL_LIMIT_S = 3600.0
 """A test's virtual time limit (the driver tests run at most minutes of model time)."""
 

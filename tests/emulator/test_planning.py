@@ -178,3 +178,36 @@ def test_token_ids_reply_exactly():
     assert p.ids == TOK.encode(" then") + [IM_END] and p.kinds == [0, 1]
     p = build_output(TOK, PolicyReply(token_ids=[]), None, "r")
     assert p.ids == [] and p.finish_reason == "length"
+
+
+def test_deltas_of_reasoning_content_and_calls():
+    from adev.emulator.planning import deltas
+    p = build_output(TOK, PolicyReply(reasoning="so", content="ok", tool_calls=TWO), None, "r")
+    n = len(p.ids)
+    ids = [tc["id"] for tc in p.tool_calls]
+
+    def start(j, name):
+        return {"tool_calls": [{"index": j, "id": ids[j], "type": "function",
+                                "function": {"name": name, "arguments": ""}}]}
+
+    def args(j, text):
+        return {"tool_calls": [{"index": j, "function": {"arguments": text}}]}
+    # one delta per run of a segment: the heads open the calls, the arguments follow, the tails
+    # and the EOS add nothing
+    assert deltas(p, 0, n, set()) == [{"reasoning_content": "so"}, {"content": "ok"},
+                                      start(0, "bash"), args(0, '{"cmd": "ls"}'),
+                                      start(1, "read"), args(1, "{}")]
+    # streamed in two ranges: a call is opened once (the second range starts inside the
+    # first call's arguments, after their first token '{"')
+    started: set[int] = set()
+    k = 3 + len(TOK.encode('\n<tool_call>\n{"name": "bash", "arguments": '))   # so, ok, head + 1
+    first, rest = deltas(p, 0, k, started), deltas(p, k, n, started)
+    assert first[-1] == args(0, '{"') and rest[0] == args(0, 'cmd": "ls"}') and started == {0, 1}
+    assert start(0, "bash") not in rest
+    # a call cut off by max_tokens (the second: 2 tokens of its head kept) streams nothing
+    n1 = 2 + len(TOK.encode('\n<tool_call>\n{"name": "bash", "arguments": ')) + \
+        len(TOK.encode('{"cmd": "ls"}')) + len(TOK.encode("}\n</tool_call>")) + 2
+    p = build_output(TOK, PolicyReply(reasoning="so", content="ok", tool_calls=TWO), n1, "r")
+    ids = [tc["id"] for tc in p.tool_calls]
+    assert len(ids) == 1 and deltas(p, 0, n1, set()) == [
+        {"reasoning_content": "so"}, {"content": "ok"}, start(0, "bash"), args(0, '{"cmd": "ls"}')]

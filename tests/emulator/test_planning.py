@@ -145,8 +145,15 @@ def test_reasoning_only_empty_and_tiny_targets():
     assert build_output(TOK, PolicyReply(content=""), None, "r").ids == [IM_END]
     # a target of 1: only the EOS; of 2: one token and the EOS
     assert build_output(TOK, PolicyReply(content="hello there", output_tokens=1), None, "r").ids == [IM_END]
-    assert build_output(TOK, PolicyReply(content="hello there", output_tokens=2), None,
-                        "r").pieces == ["hello", ""]
+    p = build_output(TOK, PolicyReply(content="hello there", output_tokens=2), None, "r")
+    assert p.pieces == ["hello", ""] and p.kinds == [0, 1]
+    # a target of 0 is no target; a target equal to the reply's length adds nothing
+    assert build_output(TOK, PolicyReply(content="hello there", output_tokens=0), None,
+                        "r").pieces == ["hello", " there", ""]
+    assert build_output(TOK, PolicyReply(reasoning="so", content="hello there", output_tokens=4),
+                        None, "r").pieces == ["so", "hello", " there", ""]
+    # min_tokens 1 on an empty reply: EOS is token 2 at the earliest, after one filler word
+    assert build_output(TOK, PolicyReply(content=""), None, "r", min_tokens=1).pieces == [" then", ""]
     p = build_output(TOK, PolicyReply(content="hello there"), 0, "r")         # max_tokens 0
     assert p.ids == [] and p.finish_reason == "length"
 
@@ -160,9 +167,9 @@ def test_min_tokens_raises_an_output_target():
 
 
 def test_token_ids_reply_exactly():
-    ids = [100, 101, 102, IM_END]
+    ids = TOK.encode(" so then we") + [IM_END]
     p = build_output(TOK, PolicyReply(token_ids=ids), None, "r")
-    assert p.pieces == [TOK.decode([100]), TOK.decode([101]), TOK.decode([102]), ""]
+    assert p.pieces == [" so", " then", " we", ""]
     assert p.kinds == [0, 0, 0, 1] and p.segments == [("content", 0), ("eos", 0)]
     assert p.tool_calls == [] and p.finish_reason == "stop"
     # a limit at or above the reply's length leaves it alone (no padding without ignore_eos)
@@ -170,8 +177,8 @@ def test_token_ids_reply_exactly():
         p = build_output(TOK, PolicyReply(token_ids=ids), limit, "r")
         assert p.ids == ids and p.finish_reason == "stop"
     # no EOS at the end: min_tokens 5 pads 2 filler ids (" then", " it"), no EOS added
-    p = build_output(TOK, PolicyReply(token_ids=[100, 101, 102]), None, "r", min_tokens=5)
-    assert p.ids == [100, 101, 102] + TOK.encode(" then it") and p.finish_reason == "length"
+    p = build_output(TOK, PolicyReply(token_ids=ids[:3]), None, "r", min_tokens=5)
+    assert p.ids == ids[:3] + TOK.encode(" then it") and p.finish_reason == "length"
     assert p.kinds == [0] * 5
     # only an EOS, min_tokens 1: one filler id before it
     p = build_output(TOK, PolicyReply(token_ids=[IM_END]), None, "r", min_tokens=1)
@@ -211,3 +218,32 @@ def test_deltas_of_reasoning_content_and_calls():
     ids = [tc["id"] for tc in p.tool_calls]
     assert len(ids) == 1 and deltas(p, 0, n1, set()) == [
         {"reasoning_content": "so"}, {"content": "ok"}, start(0, "bash"), args(0, '{"cmd": "ls"}')]
+
+
+class MergingTok:
+    """The tokenizer, except that the filler's first two words " then it" are one token (a
+    tokenizer whose filler takes fewer tokens than words: the plan pads with " x")."""
+
+    def encode_pieces(self, text):
+        ids, pieces = TOK.encode_pieces(text)
+        if pieces[:2] == [" then", " it"]:
+            return [ids[0]] + ids[2:], [" then it"] + pieces[2:]
+        return ids, pieces
+
+    def encode(self, text):
+        return self.encode_pieces(text)[0]
+
+    def decode(self, ids):
+        return TOK.decode(ids)
+
+
+def test_filler_short_of_the_target_is_padded_with_x():
+    x = TOK.encode(" x")[0]
+    # target 8, natural 3: 5 filler words in 4 tokens, so one " x" before the EOS
+    p = build_output(MergingTok(), PolicyReply(content="hello there", output_tokens=8), None, "r")
+    assert p.pieces == [" then it", " check", " fine", " next", "hello", " there", " x", ""]
+    assert p.ids[-2:] == [x, IM_END] and p.kinds == [0, 0, 0, 0, 1, 1, 2, 3]
+    assert p.segments == [("reasoning", 0), ("content", 0), ("reasoning", 0), ("eos", 0)]
+    # recorded ids: min_tokens 3 before the EOS: 3 filler words in 2 ids, then one " x"
+    p = build_output(MergingTok(), PolicyReply(token_ids=[IM_END]), None, "r", min_tokens=3)
+    assert p.ids == TOK.encode(" then")[:1] + TOK.encode(" check") + [x, IM_END]

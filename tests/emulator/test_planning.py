@@ -211,6 +211,8 @@ def test_deltas_of_reasoning_content_and_calls():
     first, rest = deltas(p, 0, k, started), deltas(p, k, n, started)
     assert first[-1] == args(0, '{"') and rest[0] == args(0, 'cmd": "ls"}') and started == {0, 1}
     assert start(0, "bash") not in rest
+    # a range that ends with the head opens the call before any argument streams
+    assert deltas(p, 0, k - 1, set())[-1] == start(0, "bash")
     # a call cut off by max_tokens (the second: 2 tokens of its head kept) streams nothing
     n1 = 2 + len(TOK.encode('\n<tool_call>\n{"name": "bash", "arguments": ')) + \
         len(TOK.encode('{"cmd": "ls"}')) + len(TOK.encode("}\n</tool_call>")) + 2

@@ -18,7 +18,11 @@ a test or argued equivalent. The working tree is not touched: the copy lives in 
     python bench/bench_mutation.py adev/analysis/windows.py --tests tests/analysis --survivors
 
 Slow: thousands of mutants; each runs the covering tests in a forked worker
-(``--max-children`` at a time, default: the CPU count).
+(``--max-children`` at a time, default: the CPU count). A mutant that makes a loop spin is ended
+by mutmut's time limit (counted as killed): ``(T + C) x M`` wall seconds and twice that in CPU
+seconds, where ``T`` is the covering tests' time in the unmutated run; ``--timeout-constant C``
+and ``--timeout-multiplier M`` (mutmut's defaults: 1 and 15) shorten it for modules whose
+mutants spin (the engine's driver loop), e.g. ``--timeout-constant 5 --timeout-multiplier 2``.
 """
 from __future__ import annotations
 
@@ -56,10 +60,11 @@ def copy_tree(dst: Path) -> None:
 
 
 def mutmut_config(modules: list[str], tests: list[str], top: list[str],
-                  pytest_args: list[str] = ()) -> str:
+                  pytest_args: list[str] = (), timeout: tuple[float, float] | None = None) -> str:
     """The ``[tool.mutmut]`` section: mutate only ``modules``, run the unit tests under ``tests``;
     every other top-level entry (stacks/, results/ notebooks, ...) is copied next to the mutants
-    because tests read them."""
+    because tests read them. ``timeout``: mutmut's ``(timeout_constant, timeout_multiplier)``
+    (None: mutmut's defaults)."""
     globs = [m.rstrip("/") + "/*" if not m.endswith(".py") else m for m in modules]
     q = lambda xs: "[" + ", ".join(json.dumps(x) for x in xs) + "]"  # noqa: E731
     return ("\n[tool.mutmut]\n"
@@ -68,7 +73,10 @@ def mutmut_config(modules: list[str], tests: list[str], top: list[str],
             f"also_copy = {q(top)}\n"
             f"pytest_add_cli_args = "
             f"{q(['-m', 'not integration', '-p', 'no:cacheprovider', *pytest_args])}\n"
-            f"pytest_add_cli_args_test_selection = {q(tests)}\n")
+            f"pytest_add_cli_args_test_selection = {q(tests)}\n"
+            + ("" if timeout is None else
+               f"timeout_constant = {float(timeout[0])!r}\n"
+               f"timeout_multiplier = {float(timeout[1])!r}\n"))
 
 
 def outcomes(work: Path, modules: list[str]) -> dict[str, Counter]:
@@ -149,6 +157,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--pytest-args", default="",
                     help="more pytest arguments, e.g. '--ignore=tests/analysis/test_report.py'")
     ap.add_argument("--max-children", type=int, default=os.cpu_count() or 2)
+    ap.add_argument("--timeout-constant", type=float, metavar="C",
+                    help="mutmut's timeout_constant: a mutant's wall limit is (T + C) x M seconds, "
+                         "T the covering tests' time (mutmut's default: 1)")
+    ap.add_argument("--timeout-multiplier", type=float, metavar="M",
+                    help="mutmut's timeout_multiplier (default: 15)")
     ap.add_argument("--workdir", type=Path, help="where the copy goes (default: a temp dir)")
     ap.add_argument("--keep", action="store_true", help="keep the workdir")
     ap.add_argument("--survivors", action="store_true", help="print each survivor's diff")
@@ -161,6 +174,14 @@ def main(argv: list[str] | None = None) -> int:
                     help="with --recheck: rerun only the survivors whose mutant name matches a "
                          "glob, e.g. 'adev.emulator.engine.*_save__*'")
     a = ap.parse_args(argv)
+    timeout = None
+    if a.timeout_constant is not None or a.timeout_multiplier is not None:
+        timeout = (1.0 if a.timeout_constant is None else a.timeout_constant,
+                   15.0 if a.timeout_multiplier is None else a.timeout_multiplier)
+        if timeout[0] < 0 or timeout[1] <= 0:
+            print(f"bench_mutation: --timeout-constant must be >= 0 and --timeout-multiplier > 0, "
+                  f"got {timeout[0]} and {timeout[1]}", file=sys.stderr)
+            return 2
     for m in a.modules:
         if not (ROOT / m).exists():
             print(f"bench_mutation: module {m!r} not found under {ROOT}", file=sys.stderr)
@@ -177,7 +198,7 @@ def main(argv: list[str] | None = None) -> int:
                          if p.name not in ("adev", "tests", "pyproject.toml", "mutants"))
             shutil.copy2(ROOT / "pyproject.toml", work / "pyproject.toml")
             with open(work / "pyproject.toml", "a") as f:
-                f.write(mutmut_config(a.modules, a.tests, top, shlex.split(a.pytest_args)))
+                f.write(mutmut_config(a.modules, a.tests, top, shlex.split(a.pytest_args), timeout))
         env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
         env["MPLBACKEND"] = "Agg"
         cmd = [sys.executable, "-m", "mutmut", "run", "--max-children", str(a.max_children)]

@@ -21,6 +21,19 @@ def test_config_section_mutates_only_the_chosen_modules_against_unit_tests():
     assert cfg["pytest_add_cli_args"] == ["-m", "not integration", "-p", "no:cacheprovider",
                                           "--ignore=tests/x.py"]
     assert cfg["pytest_add_cli_args_test_selection"] == ["tests/"]
+    assert "timeout_constant" not in cfg and "timeout_multiplier" not in cfg   # mutmut's defaults
+
+
+def test_config_section_carries_the_timeout_settings():
+    cfg = tomllib.loads(bm.mutmut_config(["adev/emulator/engine.py"], ["tests/"], [],
+                                         timeout=(5, 2)))["tool"]["mutmut"]
+    assert (cfg["timeout_constant"], cfg["timeout_multiplier"]) == (5.0, 2.0)
+
+
+def test_bad_timeout_settings_are_refused(capsys):
+    assert bm.main(["adev/emulator/engine.py", "--timeout-multiplier", "0"]) == 2
+    assert "--timeout-multiplier > 0" in capsys.readouterr().err
+    assert bm.main(["adev/emulator/engine.py", "--timeout-constant", "-1"]) == 2
 
 
 def test_outcomes_and_score_from_mutmut_meta_files(tmp_path):

@@ -74,24 +74,27 @@ def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid
                   for tc in reply.tool_calls]
     reasoning = reply.reasoning or ""
     content = reply.content or ""
-    natural = len(tok.encode(reasoning)) + len(tok.encode(content)) + 1  # + EOS
-    for tc in reply.tool_calls:
-        natural += len(tok.encode(tok.render_tool_call(tc.name, tc.arguments)))
+    parts: list[tuple[SegmentKind, int, str]] = [("content", 0, content)]
+    for j, tc in enumerate(reply.tool_calls):
+        head = ("\n" if (content or j) else "") + f'<tool_call>\n{{"name": {json.dumps(tc.name)}, "arguments": '
+        parts += [("tool_head", j, head), ("tool_args", j, tc.arguments),
+                  ("tool_tail", j, "}\n</tool_call>")]
+    # the tokens the reply holds, each part encoded as add() encodes it, + EOS
+    natural = len(tok.encode(reasoning)) + sum(len(tok.encode(text)) for _, _, text in parts) + 1
     target = reply.output_tokens
     if min_tokens > 0:
         target = max(target if target is not None else natural, min_tokens + 1)
     if ignore_eos and max_tokens is not None:
         target = max_tokens + 1  # padded past the limit: the limit cuts the EOS off
     if target is not None and target > natural:
-        filler = _filler(target - natural, rid)
+        n = target - natural
+        if reasoning:  # the line break between the reasoning and its filler is a token too
+            n -= len(tok.encode(reasoning + "\n")) - len(tok.encode(reasoning))
+        filler = _filler(n, rid)
         reasoning = (reasoning + "\n" + filler) if reasoning else filler
     add("reasoning", 0, reasoning)
-    add("content", 0, content)
-    for j, tc in enumerate(reply.tool_calls):
-        head = ("\n" if (content or j) else "") + f'<tool_call>\n{{"name": {json.dumps(tc.name)}, "arguments": '
-        add("tool_head", j, head)
-        add("tool_args", j, tc.arguments)
-        add("tool_tail", j, "}\n</tool_call>")
+    for kind, j, text in parts:
+        add(kind, j, text)
     finish = "tool_calls" if reply.tool_calls else "stop"
     # cut to the target (then end with EOS), pad exactly when still short
     if target is not None and target >= 1 and len(ids) + 1 > target:

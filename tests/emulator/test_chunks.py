@@ -44,3 +44,18 @@ def test_save_puts_complete_chunks_with_a_block_the_store_did_not_serve():
     assert save_chunks(H, 18, offered, 4) == [0, 2, 3]
     assert save_chunks(H, 18, offered, 1) == [0, 1, 2, 3] + list(range(10, 18))
     assert save_chunks(H, 3, H[:3], 4) == []
+
+
+def test_span_without_a_complete_chunk_asks_for_no_keys():
+    asked = []
+
+    def keys_logged(hs):
+        asked.append(list(hs))
+        return keys(hs)
+    # blocks 5..6 with C = 4: chunk 1 (4-7) is incomplete below block 7; the span is empty and
+    # sits at its first block (end = max(first, 1 x 4) = 5)
+    s = lookup_span(H, 5, 7, 4, keys_logged)
+    assert (s.first, s.end, s.start, s.chunk) == (5, 5, 1, 4) and asked == []
+    assert s.chunks_for(0) == 0 and s.blocks_of(3) == 0
+    s = lookup_span(H, 5, 8, 4, keys_logged)                # chunk 1 is complete at block 8
+    assert asked == [[107]] and (s.end, s.blocks) == (8, 3)

@@ -13,6 +13,9 @@ import selectors
 
 from adev.emulator.store import LoadResult, SaveResult
 
+VIRTUAL_LIMIT_S = 3600.0
+"""A test's virtual time limit (the driver tests run at most minutes of model time)."""
+
 
 class _Selector:
     def __init__(self, loop: VirtualLoop, inner: selectors.BaseSelector) -> None:
@@ -24,6 +27,10 @@ class _Selector:
             raise RuntimeError("virtual loop: nothing scheduled, the test would wait forever")
         if timeout > 0:
             self._loop.vt += timeout
+            if self._loop.vt > self._loop.start + VIRTUAL_LIMIT_S:
+                # e.g. a driver waiting in a loop for a held clock that never moves again
+                raise RuntimeError(f"virtual loop: past {VIRTUAL_LIMIT_S} virtual seconds, the "
+                                   f"test would run forever")
         return self._inner.select(0)
 
     def __getattr__(self, name):
@@ -34,7 +41,7 @@ class VirtualLoop(asyncio.SelectorEventLoop):
     """``time()`` is a virtual clock that a wait for a timer advances to the timer."""
 
     def __init__(self) -> None:
-        self.vt = 1000.0
+        self.vt = self.start = 1000.0
         super().__init__(_Selector(self, selectors.DefaultSelector()))  # type: ignore[arg-type]
 
     def time(self) -> float:
@@ -50,7 +57,8 @@ def run_virtual(main):
         rest = asyncio.all_tasks(loop)
         for task in rest:
             task.cancel()
-        loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
+        if rest:
+            loop.run_until_complete(asyncio.gather(*rest, return_exceptions=True))
         loop.close()
 
 

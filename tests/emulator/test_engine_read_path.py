@@ -1,0 +1,300 @@
+"""The engine driver's store read path and its clock holds, its construction, ``submit`` and the
+loop's death, on the virtual clock of test_engine.py. Test model (test_scheduler.py):
+
+    RAM tier  lookup 1 ms, load_s(b) = 0.001 + 0.001 b;   disk tier  lookup 2 ms,
+    load_s(b) = 0.002 + 0.004 b;   block 16 tokens;   time scale 10 (wall = t0 + model / 10).
+
+A request is submitted and admitted at model time 0 without starting the driver's loop, so only
+its read path runs; the holds it publishes are recorded in model seconds."""
+from __future__ import annotations
+
+import asyncio
+import logging
+
+import pytest
+
+from adev.emulator.engine import SPIN_WALL_S, Engine
+from adev.emulator.metrics import Metrics
+from adev.emulator.pool import block_hashes
+from adev.emulator.state import Request
+from adev.emulator.store import LoadResult
+from tests.emulator.test_engine import make_engine
+from tests.emulator.test_scheduler import config, tokens, value
+from tests.emulator.vclock import FakeStore, run_virtual
+
+S = 10.0
+
+
+class Holds:
+    """Records the engine's holds as (key, model time or None)."""
+
+    def __init__(self, eng: Engine) -> None:
+        self.eng, self.log = eng, []
+
+    def set(self, key, until):
+        self.log.append((key, None if until is None else round((until - self.eng.t0) * S, 9)))
+
+
+class Store(FakeStore):
+    """FakeStore that records its calls; ``exists_none``: the lookup fails."""
+
+    def __init__(self, *a, exists_none=False, lease_retries=0, **k) -> None:
+        super().__init__(*a, **k)
+        self.calls, self.exists_none, self.lease_retries = [], exists_none, lease_retries
+
+    async def exists(self, keys, op="lookup"):
+        self.calls.append(("exists", len(keys)))
+        got = await super().exists(keys, op)
+        return None if self.exists_none else got
+
+    async def tiers(self, keys):
+        self.calls.append(("tiers", len(keys)))
+        return await super().tiers(keys)
+
+    async def load(self, keys, granted_at=None):
+        self.calls.append(("load", len(keys)))
+        self.granted_at = granted_at
+        res = await super().load(keys, granted_at)
+        return LoadResult(loaded=res.loaded, error=res.error, lease_retries=self.lease_retries)
+
+
+def read(store: Store, prompt: list[int], tiers: dict[int, str], **over):
+    """Admit one request for ``prompt`` at model time 0 with block b held by tier ``tiers[b]``
+    (by its chunk's key: the hash of the chunk's last block); run its read path to the end."""
+    async def main(clock):
+        hs = block_hashes(prompt)
+        for b, tier in tiers.items():
+            store.tier[store.keys([hs[b]])[0]] = tier
+        eng = make_engine(clock, store, **over)
+        holds = eng._holds = Holds(eng)
+        r = Request(rid="a", prompt=prompt, out_ids=[7], finish_reason="stop")
+        eng.submit(r)
+        eng.sched.admit(0.0)
+        await asyncio.gather(*eng._bg)
+        return eng, r, [(k == id(r), t) for k, t in holds.log]
+    return run_virtual(main)
+
+
+P = tokens(5000, 100)     # 6 full blocks below the last token: the lookup covers blocks 0-5
+
+
+def test_read_path_holds_the_clock_at_each_modelled_end():
+    store = Store(io_s=0.001)            # each store call: 0.001 wall s = 0.01 model s
+    eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"})
+    # lookup of 6 keys, 4 leading hits; tiers of and load of those 4
+    assert store.calls == [("exists", 6), ("tiers", 4), ("load", 4)]
+    # held at: the lookup's end 0.001; once the 4 hits are known the cheaper of all-RAM
+    # 0.001 + (0.001 + 0.004) = 0.006 and all-disk 0.001 + (0.002 + 0.016) = 0.019; once the
+    # tiers are known 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + (0.002 + 0.008) = 0.014; released
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.014), (True, None)]
+    assert (r.ram_blocks, r.disk_blocks, r.store_errors) == (2, 2, 0)
+    assert r.t_ready == pytest.approx(0.014) and eng._events[-1] == pytest.approx(0.014)
+    # the real read: lookup 0.001 wall, then tier query and load side by side 0.001: x 10
+    assert r.read_host_s == pytest.approx(0.02)
+    assert value(eng.sched, "adev_emulator_store_hit_blocks_total", tier="ram") == 2
+    assert value(eng.sched, "adev_emulator_store_hit_blocks_total", tier="disk") == 2
+    assert value(eng.sched, "vllm:external_prefix_cache_hits_total") == 4 * 16
+    assert value(eng.sched, "adev_emulator_store_lease_retries_total") == 0
+    # the load's lease clock starts when the read was granted, before the lookup
+    assert store.granted_at == eng.t0
+
+
+def test_failed_load_charges_the_blocks_that_arrived():
+    store = Store(lease_retries=2)
+    store.fail_load_after = 3            # blocks 0-2 arrive, block 3 (disk) fails
+    eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"})
+    # charged: 2 RAM + 1 disk: 0.001 + 0.003 + (0.002 + 0.004) = 0.010
+    assert (r.ram_blocks, r.disk_blocks, r.store_errors) == (2, 1, 1)
+    assert r.t_ready == pytest.approx(0.010)
+    assert holds[-2:] == [(True, 0.014), (True, None)]
+    assert value(eng.sched, "adev_emulator_store_load_failed_blocks_total", tier="disk") == 1
+    assert value(eng.sched, "adev_emulator_store_lease_retries_total") == 2
+    assert r.read_host_s == 0.0          # instant store: no wall time passed
+
+
+def test_chunk_loads_count_the_blocks_of_the_objects_that_arrived():
+    store = Store(chunk_blocks=2)
+    store.fail_load_after = 1            # chunk 0 (blocks 0-1) arrives, chunk 1 fails
+    # chunks: 0 = blocks 0-1 (key of block 1), 1 = blocks 2-3 (key of block 3), 2 = blocks 4-5
+    eng, r, holds = read(store, P, {1: "ram", 3: "disk"})
+    assert store.calls == [("exists", 3), ("tiers", 2), ("load", 2)]
+    assert (r.store_hit_blocks, r.ram_blocks, r.disk_blocks, r.store_errors) == (4, 2, 0, 1)
+    # held as in the first test (2 RAM + 2 disk blocks hit); charged 2 RAM: 0.001 + 0.003
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.014), (True, None)]
+    assert r.t_ready == pytest.approx(0.004)
+
+
+def test_read_path_hold_takes_the_cheaper_tier_bound():
+    """A disk tier faster than RAM (lookup 0.5 ms, 4e9 B/s: load_s(b) = 0.0005 + 0.00025 b): the
+    hold once the hits are known is the all-disk bound."""
+    from adev.emulator.state import TierCost
+    store = Store()
+    eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
+                         disk_tier=TierCost("disk", 0.0005, 4e9))
+    # all RAM 0.001 + 0.005 = 0.006; all disk 0.001 + 0.0005 + 0.001 = 0.0025; then 2 RAM + 2
+    # disk: 0.001 + 0.003 + (0.0005 + 0.0005) = 0.005
+    assert holds == [(True, 0.001), (True, 0.0025), (True, 0.005), (True, None)]
+    assert r.t_ready == pytest.approx(0.005)
+
+
+def test_disk_only_charges_every_hit_at_the_disk_tier_without_a_tier_query():
+    store = Store()
+    eng, r, holds = read(store, P, {b: "ram" for b in range(4)}, disk_only=True)
+    assert store.calls == [("exists", 6), ("load", 4)]
+    # disk lookup 0.002; the cheaper bound: all RAM 0.002 + 0.005 = 0.007 (all disk: 0.020);
+    # then 4 disk blocks: 0.002 + 0.002 + 0.016 = 0.020
+    assert holds == [(True, 0.002), (True, 0.007), (True, 0.020), (True, None)]
+    assert (r.ram_blocks, r.disk_blocks) == (0, 4) and r.t_ready == pytest.approx(0.020)
+
+
+def test_failed_lookup_and_no_hit_read_nothing():
+    store = Store(exists_none=True)
+    eng, r, holds = read(store, P, {0: "ram"})
+    assert store.calls == [("exists", 6)]
+    assert holds == [(True, 0.001), (True, None)]
+    assert (r.store_hit_blocks, r.ram_blocks, r.store_errors) == (0, 0, 1)
+    assert r.t_ready == pytest.approx(0.001)
+    store = Store()
+    eng, r, holds = read(store, P, {1: "ram"})       # block 0 missing: no leading hit
+    assert store.calls == [("exists", 6)] and holds == [(True, 0.001), (True, None)]
+    assert r.store_errors == 0 and r.t_ready == pytest.approx(0.001)
+    assert value(eng.sched, "vllm:external_prefix_cache_queries_total") == 100
+
+
+def test_prompt_without_a_full_block_to_look_up():
+    store = Store()
+    eng, r, holds = read(store, tokens(0, 16), {})   # 16 tokens: no whole block below the last
+    assert store.calls == [] and r.store_keys_looked_up == 0
+    assert holds == [(True, 0.001), (True, None)]
+
+
+# ------------------------------------------------------------------ holds on a shared clock
+def test_hold_and_preparing_publish_wall_times(tmp_path):
+    from adev.clock import HeldClock
+    src = [100.0]
+    clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=lambda: src[0])
+    cfg = config()
+    eng = Engine(cfg, Metrics("m", 16, cfg.capacity_blocks, True, 65536), clock=clock, slot=2)
+    assert eng.held is clock and eng.real is clock.source and eng._holds.slot == 2
+    t0 = eng.t0
+    eng._hold("k", 0.5)                  # model 0.5 = wall t0 + 0.05
+    src[0] += 1.0
+    assert clock() == pytest.approx(t0 + 0.05)
+    eng._hold("k", None)                 # released: the clock runs again (held 0.95 s)
+    assert clock() == pytest.approx(t0 + 0.05)
+    src[0] += 0.5
+    assert clock() == pytest.approx(t0 + 0.55)
+    with eng.preparing("req"):           # held where it is while the block runs
+        src[0] += 2.0
+        assert clock() == pytest.approx(t0 + 0.55)
+    assert clock() == pytest.approx(t0 + 0.55)
+    src[0] += 0.25
+    assert clock() == pytest.approx(t0 + 0.8)
+
+
+def test_plain_clock_has_no_holds():
+    eng = make_engine(lambda: 3.0)
+    assert eng.held is None and eng._holds is None and eng.real() == 3.0
+    eng._hold("k", 1.0)                  # no-op
+    with eng.preparing("req"):
+        pass
+
+
+# ------------------------------------------------------------------ construction, submit, death
+def test_engine_defaults_and_stream_interval_check():
+    cfg = config()
+    m = Metrics("m", 16, cfg.capacity_blocks, True, 65536)
+    eng = Engine(cfg, m, clock=lambda: 7.0)
+    assert (eng.t0, eng._t_free, eng.slot, eng.spin_wall_s) == (7.0, 0.0, 0, SPIN_WALL_S)
+    assert SPIN_WALL_S == 0.0015
+    assert eng.dead is None and eng.on_finish is None and eng._task is None and not eng._bg
+    assert eng.sched.has_store is False and Engine(cfg, m, store=FakeStore()).sched.has_store
+    assert eng.sched.on_tokens == eng._send and eng.sched.on_finish == eng._finished
+    assert eng.sched.on_load == eng._start_read and eng.sched.on_event == eng._event
+    assert Engine(config(stream_interval=0), m).cfg.stream_interval == 0
+    with pytest.raises(ValueError) as e:
+        Engine(config(stream_interval=-1), m)
+    assert str(e.value) == ("stream_interval: expected an integer >= 0 (tokens per stream event, "
+                            "0 = one event per macro step), got -1")
+
+
+def test_submit_counts_model_time_from_the_arrival():
+    eng = make_engine(lambda: 5.0)
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    eng.submit(r, arrival_mono=5.025)                # 0.025 wall s after t0: model 0.25
+    assert r.arrival_mono == 5.025 and r.t_arrival == pytest.approx(0.25)
+    assert eng._events == [pytest.approx(0.25)] and eng._wake.is_set()
+    r2 = Request(rid="b", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    eng.submit(r2)                                   # arrives now: model 0
+    assert r2.arrival_mono == 5.0 and r2.t_arrival == 0.0 and list(eng.waiting) == [r, r2]
+
+
+def test_engine_death_is_recorded_and_cancellation_is_not(caplog):
+    async def main():
+        eng = make_engine(lambda: 0.0)
+
+        def boom(t):
+            raise RuntimeError("boom")
+        eng.sched.admit = boom
+        with caplog.at_level(logging.ERROR, logger="adev.emulator.engine"):
+            with pytest.raises(RuntimeError):
+                await eng._run()
+        quiet = make_engine(lambda: 0.0)
+        quiet.start()
+        await asyncio.sleep(0)           # the loop runs until it waits for work
+        await quiet.stop()
+        return eng, quiet
+    eng, quiet = asyncio.run(main())
+    assert isinstance(eng.dead, RuntimeError) and str(eng.dead) == "boom"
+    assert [r.getMessage() for r in caplog.records] == ["engine died"]
+    assert quiet.dead is None and quiet._task.cancelled()
+
+
+def test_save_of_chunk_objects_counts_blocks():
+    """One save of objects of 4 blocks: 3 put, 2 refused, 1 already there -> 12, 8 and 4 blocks
+    (refused bytes: 8 blocks x 1 MB)."""
+    from adev.emulator.store import SaveResult
+
+    class Store:
+        async def save(self, keys):
+            return SaveResult(put=3, refused=2, skipped=1)
+
+    eng = make_engine(lambda: 0.0, store=Store())
+    r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    asyncio.run(eng._save(r, ["k1"], 4))
+    assert (r.put_blocks, r.put_refused_blocks, r.store_errors) == (12, 8, 0)
+    assert value(eng.sched, "adev_emulator_store_put_blocks_total") == 12
+    assert value(eng.sched, "adev_emulator_store_put_refused_blocks_total") == 8
+    assert value(eng.sched, "adev_emulator_store_put_refused_bytes_total") == 8_000_000
+    assert value(eng.sched, "adev_emulator_store_put_skipped_blocks_total") == 4
+
+
+def test_held_clock_stops_a_macro_steps_stream_while_a_read_is_behind(tmp_path):
+    """a (30 tokens, 8 out) streams its macro steps token by token while b's lookup (0.005 wall s
+    of real I/O, modelled 0.001) holds the shared clock: each of a's tokens still reaches its
+    client at its model time. No store hits: each request's read is its lookup.
+
+    a: lookup 0.001, prefill 0.030, first token decode(1, 30) 0.0113 -> 0.0423; its macro step
+    is cut by b's arrival (0.05) after the step in progress: 0.0423 + 0.01131 -> 0.05361, where b
+    is admitted; b's lookup holds the clock at 0.05461 while a's next step (ctx 32: 0.01132)
+    streams -> 0.06493, cut there by b's ready time 0.05461; b's 40 tokens with a's 4th token:
+    0.040 + 0.01133 -> 0.11626; b's first token with a's 5th: decode(2, 34 + 40) 0.01274 -> 0.129."""
+    from adev.clock import HeldClock
+    from tests.emulator.test_engine import client
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        eng = make_engine(clock, FakeStore(io_s=0.005))
+        eng.start()
+
+        async def held_client(rid, prompt, n_out, at):
+            while clock() < eng.wall(at):
+                await asyncio.sleep(eng.wall(at) - clock())
+            return await client(eng, clock, rid, prompt, n_out, at)
+        a = asyncio.create_task(held_client("a", tokens(1000, 30), 8, 0.0))
+        b = asyncio.create_task(held_client("b", tokens(5000, 40), 1, 0.05))
+        return await a, await b
+    (ra, ga), (rb, gb) = run_virtual(main)
+    assert rb.t_admit == pytest.approx(0.05361) and rb.t_ready == pytest.approx(0.05461)
+    assert [t for _, t in ga[:5]] == pytest.approx([0.0423, 0.05361, 0.06493, 0.11626, 0.129])
+    assert gb == [(1, pytest.approx(0.129))] and sum(n for n, _ in ga) == 8

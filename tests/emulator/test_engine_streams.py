@@ -214,17 +214,19 @@ def test_first_token_plans_end_with_a_spin_and_others_on_a_timer(monkeypatch, sp
         eng = make_engine(clock)
         eng.spin_wall_s = spin_wall_s
 
-        async def fake_spin(deadline, clk, real, spin_s):
+        async def fake_spin(deadline, clk, real, spin_s, stop=None):
             spins.append((round((deadline - eng.t0) * 10, 9), spin_s, clk is eng.clock,
-                          real is eng.real))
+                          real is eng.real, stop is not None and not stop()))
             await asyncio.sleep(deadline - clock())
+            return False
         monkeypatch.setattr(engine_mod, "_spin_until", fake_spin)
         eng.start()
         return await client(eng, clock, "a", tokens(1000, 30), 3, 0.0)
     r, got = run_virtual(main)
     # 0.00113 wall s > 0.0005: a timer to 0.0413 - 0.005 first, then the spin; < 0.0015: the
     # spin at once. Either way one spin per request, to the first token's end, of 2 x the margin
-    assert spins == [(0.0413, 2 * spin_wall_s, True, True)]
+    # (and with no event inside the plan to end it early)
+    assert spins == [(0.0413, 2 * spin_wall_s, True, True, True)]
     assert got == [(1, pytest.approx(t, abs=1e-9)) for t in token_times(3)]
 
 

@@ -81,6 +81,10 @@ class Endpoint:
 
 
 
+_ROLE = b'"role":"assistant"'
+"""In a stream's event: the role-only first event of a chat answer (sent before any token)."""
+
+
 class LLMClient:
     """The one chat client of a run. Safe to share by many concurrent sessions.
 
@@ -349,13 +353,15 @@ class LLMClient:
                                 break
                             line = buf[start:k]
                             start = k + 1
+                            if not read_first and line.startswith(b"data:") and _ROLE not in line:
+                                # the first event after the role-only one: the answer's first
+                                # tokens are read, model time may run on
+                                read_first = True
+                                if holds is not None and slot is not None:
+                                    holds.release(slot)
                             if st.feed(line):
                                 break
                         buf = buf[start:]
-                        if not read_first and st.first_content is not None:
-                            read_first = True
-                            if holds is not None and slot is not None:
-                                holds.release(slot)
             except (aiohttp.ClientError, TimeoutError) as e:
                 # refused, reset, dropped mid-stream (payload error), read or connect timeouts
                 raise RetryableError(f"{type(e).__name__}: {e}") from None

@@ -62,6 +62,7 @@ async def _drain(ep: Endpoint, r: Request) -> float | None:
         if t_first is None:
             t_first = ep.engine.clock()
         ep.engine.written(r, end=False)  # a whole answer: nothing leaves before the end
+        ep.engine.unread(r)
 
 
 # ------------------------------------------------------------------------------------ chat
@@ -179,7 +180,9 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
             if t_token_sent is None:
                 t_token_sent = ep.engine.clock()
             await resp.write(b"".join(parts))
-            ep.engine.written(r, end=False)
+        else:
+            ep.engine.unread(r)
+        ep.engine.written(r, end=False)
     t_end = ep.engine.clock()
     tail = []
     if sent < r.n_out or r.finish_reason == "abort" or sent == 0:

@@ -219,17 +219,26 @@ class Engine:
         t = self.now() if t is None else t
         if r.hold_slot is not None and self.held is not None:
             self.held.set_hold(r.hold_slot, self.wall(t))
+            r.slot_hold = key
         else:
             self._hold((key, id(r)), t)
 
+    def unread(self, r: Request) -> None:
+        """``r``'s handler took its first tokens but sends its client nothing that it reads as
+        them (no visible delta yet, or a whole answer at the end): release the request slot's
+        hold at them, or the client would hold model time while the engine needs it to run on."""
+        if r.slot_hold == _OUT and r.hold_slot is not None and self.held is not None:
+            self.held.set_hold(r.hold_slot, math.inf)
+            r.slot_hold = None
+
     def _finished(self, r: Request) -> None:
-        self._writer_hold(r, _END, r.t_last_token)
         n = r.n_gen - r.n_sent
         if n > 0:  # tokens held back by stream_interval
             if r.n_sent == 0:
                 self._writer_hold(r, _OUT, r.t_last_token)
             r.n_sent = r.n_gen
             r.queue.put_nowait((n, r.t_last_token))
+        self._writer_hold(r, _END, r.t_last_token)
         r.queue.put_nowait((0, None))
         if self.on_finish:
             self.on_finish(r)

@@ -67,6 +67,7 @@ class Request:
     #                                    at its first tokens and its end until it has (Engine.written)
     hold_slot: int | None = None       # the client's request slot: those holds go there, and the
     #                                    client releases them as it reads (adev.clock.RequestHolds)
+    slot_hold: str | None = None       # what the engine last held the request slot at ("out", "end")
     state: str = WAITING
     t_arrival: float = 0.0
     arrival_mono: float = 0.0

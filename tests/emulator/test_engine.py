@@ -468,3 +468,39 @@ def test_spin_until_ends_early_when_an_event_falls_inside_the_plan():
                                    stop=stop)) is True
     assert len(seen) == 3
     assert asyncio.run(_spin_until(1.0, clock=lambda: 1.0)) is False   # deadline reached
+
+
+def test_a_request_slot_held_at_first_tokens_the_client_will_not_read_is_released(tmp_path):
+    """A client lent request slot 40: the engine holds it at the first tokens (0.0413) and at the
+    end. A handler that sends nothing the client reads as those tokens calls ``unread``, which
+    releases the slot; without that the clock would stay at 0.0413 and the later tokens (which
+    need model time) would never come. The end's hold stays until the client has read it."""
+    from adev.clock import HeldClock, _HEAD, _SLOT
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        eng = make_engine(clock)
+        eng.start()
+        slot_at = lambda: _SLOT.unpack_from(clock._mm, _HEAD.size + 40 * _SLOT.size)[0]  # noqa: E731
+        r = Request(rid="a", prompt=tokens(1000, 30), out_ids=[7] * 3, finish_reason="stop",
+                    writer_holds=True, hold_slot=40)
+        eng.submit(r)
+        seen = []
+        while True:
+            n, _ = await r.queue.get()
+            if n == 0:
+                break
+            seen.append((r.slot_hold, (slot_at() - eng.t0) * S))
+            eng.unread(r)
+        end = (r.slot_hold, (slot_at() - eng.t0) * S)
+        eng.written(r)              # a handler's release leaves the client's slot alone
+        still = slot_at() != float("inf")
+        clock.set_hold(40, float("inf"))   # the client reads the end
+        return seen, end, still
+    seen, end, still = run_virtual(main)
+    t = token_times(3)
+    # first tokens: held at 0.0413; the second token leaves the slot alone (released by
+    # unread); the last one's commit also finishes the request: held at its end, 0.06393
+    assert seen == [("out", pytest.approx(t[0])), (None, float("inf")),
+                    ("end", pytest.approx(t[-1]))]
+    assert end == ("end", pytest.approx(t[-1])) and still

@@ -475,7 +475,7 @@ def test_a_request_slot_held_at_first_tokens_the_client_will_not_read_is_release
     end. A handler that sends nothing the client reads as those tokens calls ``unread``, which
     releases the slot; without that the clock would stay at 0.0413 and the later tokens (which
     need model time) would never come. The end's hold stays until the client has read it."""
-    from adev.clock import HeldClock, _HEAD, _SLOT
+    from adev.clock import _HEAD, _SLOT, HeldClock
 
     async def main(loop_clock):
         clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)

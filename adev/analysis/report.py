@@ -267,7 +267,7 @@ def summarise_run(path: str | Path) -> str:
         if over > 1:
             effect = ("model time waited for them (held model clock), so their time reaches no "
                       "figure and the run took longer on the wall; TTFT over the emulator's model "
-                      "still carries the host's HTTP hops and event-loop wake-ups" if held else
+                      "says how much other host time still reached the client" if held else
                       "first tokens waited for them (free model clock), so TTFT and busy time "
                       "include host time")
             out.append(f"  note: this host's real store reads took {over:.3g}x the tier profile's time "

@@ -575,7 +575,7 @@ def test_summarise_run_emulated_store_run_line_by_line(tmp_path, monkeypatch):
         "  note: this host's real store reads took 3x the tier profile's time (median call; "
         "time scale 10; 2 window(s) behind); model time waited for them (held model clock), so "
         "their time reaches no figure and the run took longer on the wall; TTFT over the "
-        "emulator's model still carries the host's HTTP hops and event-loop wake-ups. "
+        "emulator's model says how much other host time still reached the client. "
         "bench/bench_store_io.py prints the largest time scale at which each read path keeps "
         "pace on this host.",
         f"  reuse, ownership view: same-session {fmt(ru['owner_share_same_session'], True)}, "

@@ -10,8 +10,9 @@
    two prefill and two decode replicas (or two colocated replicas on an emulator without
    ``kv_role``), configuration ``store-ram``, on a free model clock (the held clock would hold
    model time across the dispatch, which is what the benchmark measures). Dispatch delay =
-   ``t_sent - t_scheduled`` of each call's first request (:func:`adev.analysis.figures.dispatch_delay`; the schedule releases a
-   call at ``t_scheduled``, so it covers awaiting the prompt's ids, routing, building and
+   ``t_sent - t_scheduled`` of each call's first request
+   (:func:`adev.analysis.figures.dispatch_delay`; the schedule releases a call at
+   ``t_scheduled``, so it covers awaiting the prompt's ids, routing, building and
    sending the request), p50/p99 in wall milliseconds; target p99 < 10 ms. Baseline in the same
    run: the same calls sent by the bare client (``LLMClient.completion`` with the ids already
    built, 16 at a time, no schedule or router); printed as the ratio replay / bare.

@@ -5,10 +5,13 @@ stack the emulator divides every modelled duration by ``time_scale``, so multipl
 gives model time; against real endpoints ``time_scale`` is 1.
 
 ``mono`` is the host's CLOCK_MONOTONIC, or, on an embedded stack, the stack's *held clock*
-(:class:`HeldClock`): CLOCK_MONOTONIC minus the wall seconds during which an emulated endpoint held
-model time because a real store read outlasted its modelled duration. Every process of the run (the
-endpoints, the fleet's client) reads the same held clock, so their stamps compare directly, and no
-modelled request, client stamp or busy time sees the host's slow reads.
+(:class:`HeldClock`): CLOCK_MONOTONIC minus the wall seconds during which a process of the stack
+held model time: an emulated endpoint because a real store read outlasted its modelled duration
+or its loop has not yet handled a modelled event, a client's request slot
+(:class:`RequestHolds`) while a request or an answer travels between the processes or the
+client does its own work between calls, the fleet's client while a real gate outlasts its
+modelled pause. Every process of the run reads the same held clock, so their stamps compare
+directly, and no modelled request, client stamp or busy time sees the host's speed.
 """
 from __future__ import annotations
 

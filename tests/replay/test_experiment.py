@@ -144,7 +144,7 @@ def test_crossover_by_hand(tmp_path):
     assert crossover(slow, rec) is None
 
 
-def test_warm_up_sends_one_request_through_every_replica_and_records_nothing(tmp_path):
+def test_warm_up_sends_one_request_through_every_replica(tmp_path):
     from adev.replay.experiment import WARMUP_PROMPT, warm_up
 
     async def go():

@@ -285,8 +285,12 @@ class RequestHolds:
         if not self._free:
             return None
         slot = self._free.pop()
-        self.clock.set_hold(slot, -math.inf)   # where the clock is now
+        self.hold(slot)
         return slot
+
+    def hold(self, slot: int) -> None:
+        """Hold the clock in ``slot`` where it is now."""
+        self.clock.set_hold(slot, -math.inf)
 
     def release(self, slot: int) -> None:
         self.clock.set_hold(slot, math.inf)

@@ -48,7 +48,6 @@ result) and :mod:`.jsoncodec`.
 from __future__ import annotations
 
 import asyncio
-import math
 import random
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -369,7 +368,7 @@ class LLMClient:
             t_end = mono()
             if holds is not None and slot is not None:
                 if slot == hold_slot:   # the caller's: hold on where the clock is, for its next call
-                    holds.clock.set_hold(slot, -math.inf)
+                    holds.hold(slot)
                 else:
                     holds.give_back(slot)
             sent = box[1] or box[0]

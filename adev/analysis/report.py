@@ -30,6 +30,7 @@ from .render import PCT_COLS, Doc, md_table
 from .render import fmt as _fmt
 from .render import write as _write
 from .run import load_run
+from .shapes import judge_all, shapes_markdown
 from .source import beside, beside_markdown
 from .windows import ALL, window_table
 
@@ -136,6 +137,9 @@ def build_report(loaded: Sequence[Loaded], title: str | None = None) -> Doc:
     doc.blocks.append("## The source study beside adev\n\nThe figures the source study measured on "
                       "real GPUs at the points of these runs, beside adev's:\n\n"
                       + beside_markdown(beside(summ)))
+    doc.blocks.append("## Shapes of the source\n\nWhat the source says about how its figures move "
+                      "between points, held against these runs:\n\n"
+                      + shapes_markdown(judge_all(summ), only_judged=True))
     doc.blocks.append("## Runs\n\n" + "\n".join("- " + _run_header(ld).strip() for ld in loaded) + "\n")
     doc.blocks.append("## Width sweep\n\n" + md_table(sweep_table(summ), SWEEP_COLS))
     doc.blocks.append(fig_saving_vs_width(summ))

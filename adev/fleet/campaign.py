@@ -125,6 +125,7 @@ def source_beside_markdown(runs: list[str]) -> str:
     """The source study's figures beside this night's (:mod:`adev.analysis.source`)."""
     from ..analysis.aggregate import summarise
     from ..analysis.run import load_run
+    from ..analysis.shapes import judge_all, shapes_markdown
     from ..analysis.source import beside, beside_markdown
     summaries, failed = [], []
     for r in runs:
@@ -133,6 +134,7 @@ def source_beside_markdown(runs: list[str]) -> str:
         except Exception as e:  # a point whose run cannot be read is listed, not fatal
             failed.append(f"- `{r}`: {type(e).__name__}: {e}")
     txt = "## The source study beside this night\n\n" + beside_markdown(beside(summaries))
+    txt += "\n## Shapes of the source\n\n" + shapes_markdown(judge_all(summaries))
     if failed:
         txt += "\nRuns that could not be read:\n\n" + "\n".join(failed) + "\n"
     return txt

@@ -362,6 +362,7 @@ def small(tmp_path_factory):
 def test_build_report_blocks_in_order(small, tmp_path):
     from adev.analysis.aggregate import operating_points, sweep_table
     from adev.analysis.faults import faults_md
+    from adev.analysis.shapes import judge_all, shapes_markdown
     from adev.analysis.source import beside, beside_markdown
     from adev.analysis.windows import cross_check
     loaded = load_all([small / "A"])
@@ -374,21 +375,26 @@ def test_build_report_blocks_in_order(small, tmp_path):
     assert b[1] == ("## The source study beside adev\n\nThe figures the source study measured "
                     "on real GPUs at the points of these runs, beside adev's:\n\n"
                     + beside_markdown(beside(summ)))
-    assert b[2] == "## Runs\n\n" + "\n".join("- " + R._run_header(ld).strip()
+    assert b[2] == ("## Shapes of the source\n\nWhat the source says about how its figures move "
+                    "between points, held against these runs:\n\n"
+                    + shapes_markdown(judge_all(summ), only_judged=True))
+    # widths 1 and 3, steady: no shape's points are all present
+    assert b[2].endswith("0 of 0 judged shape(s) hold; 14 could not be judged from these runs.\n")
+    assert b[3] == "## Runs\n\n" + "\n".join("- " + R._run_header(ld).strip()
                                              for ld in loaded) + "\n"
-    assert b[2].startswith("## Runs\n\n- **synth-w1** (`synth-w1-s1-steady`) · width 1 ·")
-    assert b[3] == "## Width sweep\n\n" + R.md_table(sweep_table(summ), R.SWEEP_COLS)
-    assert b[3].startswith("## Width sweep\n\n| Operating point | Width (sessions) | Runs |")
-    assert [x.key for x in (b[4], b[5], b[7], b[9], b[11])] == [
+    assert b[3].startswith("## Runs\n\n- **synth-w1** (`synth-w1-s1-steady`) · width 1 ·")
+    assert b[4] == "## Width sweep\n\n" + R.md_table(sweep_table(summ), R.SWEEP_COLS)
+    assert b[4].startswith("## Width sweep\n\n| Operating point | Width (sessions) | Runs |")
+    assert [x.key for x in (b[5], b[6], b[8], b[10], b[12])] == [
         "saving_vs_width", "hit_shares_vs_width", "operating_points", "ttft_cdfs",
         "reuse_distance"]
-    assert b[6] == "## 12-session operating points\n\n_(no rows)_\n"      # no width 12
-    assert b[8] == "## Latency\n"
-    assert b[10] == "## Reuse\n\n" + "\n".join(R._reuse_md(ld) for ld in loaded) + "\n"
-    assert len(b) == 12 + 2 * 2
+    assert b[7] == "## 12-session operating points\n\n_(no rows)_\n"      # no width 12
+    assert b[9] == "## Latency\n"
+    assert b[11] == "## Reuse\n\n" + "\n".join(R._reuse_md(ld) for ld in loaded) + "\n"
+    assert len(b) == 13 + 2 * 2
     for i, ld in enumerate(loaded):
-        assert b[12 + 2 * i] == faults_md(ld.run, ld.summary.label)
-        assert b[13 + 2 * i] == (
+        assert b[13 + 2 * i] == faults_md(ld.run, ld.summary.label)
+        assert b[14 + 2 * i] == (
             f"## Per-window figures: {ld.summary.label}\n\n" + R._run_header(ld) + "\n"
             + R.md_table(ld.table, R.WINDOW_COLS) + "\n"
             + "How far this host was from the model, and scrape health:\n\n"
@@ -396,13 +402,13 @@ def test_build_report_blocks_in_order(small, tmp_path):
             + "Cross-check over the measured span (counters vs the emulator's per-request "
             "tier split; empty without scrapes):\n\n" + R.md_table(cross_check(ld.run)) + "\n"
             + R._missing_md(ld))
-        assert "| Window | Endpoint | Valid | Faults | Calls |" in b[13 + 2 * i]
-        assert "| Window | Endpoint | TTFT over model, p50 |" in b[13 + 2 * i]
+        assert "| Window | Endpoint | Valid | Faults | Calls |" in b[14 + 2 * i]
+        assert "| Window | Endpoint | TTFT over model, p50 |" in b[14 + 2 * i]
     # with 12-session runs: their operating points, in the table's columns
     ops = load_all([make_run(tmp_path, width=12, windows=1, window_s=60, max_prompt=2000,
                              seed=s, lease_ttl_s=ttl, ledger=False, run_id=f"op{s}")
                     for s, ttl in ((1, 5.0), (2, 60.0))], with_reuse=False)
-    b12 = build_report(ops).blocks[6]
+    b12 = build_report(ops).blocks[7]
     t = operating_points([ld.summary for ld in ops], 12)
     assert len(t) == 2
     assert b12 == "## 12-session operating points\n\n" + R.md_table(t, R.OP_COLS)

@@ -48,8 +48,9 @@ _PIDS = _HEAD.size + SLOTS * _SLOT.size
 _SIZE = _PIDS + SLOTS * _PID.size
 _POLL_S = 0.0005
 STALE_S = 2.0
-"""A reader that sees the clock held this long (wall seconds) checks that every holder is still
-alive, and releases the holds of processes that died (an endpoint killed mid-read)."""
+"""A reader that sees the clock stand still this long (wall seconds) checks that every holder is
+still alive, and releases the holds of processes that died (an endpoint killed mid-read) and the
+request slots that stop it."""
 
 
 _source: Callable[[], float] = time.monotonic
@@ -69,6 +70,18 @@ def use_held_clock(state_dir: str | Path | None) -> HeldClock | None:
     held = open_held_clock(state_dir)
     _source = held if held is not None else time.monotonic  # no held clock: the host's
     return held
+
+
+def leave_held_clock(state_dir: str | Path) -> bool:
+    """When this process's stamp source is the held clock of the stack in ``state_dir``, make it
+    CLOCK_MONOTONIC again (the stack was stopped: its clock no longer moves with its holders,
+    which are gone). Returns whether it was."""
+    global _source
+    held = held_source()
+    if held is None or held.path.parent.resolve() != Path(state_dir).resolve():
+        return False
+    _source = time.monotonic
+    return True
 
 
 SENT_HEADER = "X-Adev-Sent"
@@ -121,7 +134,7 @@ class HeldClock:
         self._fd = os.open(self.path, os.O_RDWR)
         self._mm = mmap.mmap(self._fd, _SIZE)
         self._last = -math.inf
-        self._held_since: float | None = None
+        self._still_since: float | None = None
 
     @classmethod
     def create(cls, path: str | Path) -> HeldClock:
@@ -165,22 +178,27 @@ class HeldClock:
 
     def __call__(self) -> float:
         """The held clock's time now (never less than a value this object returned before). A
-        hold that lasts over :data:`STALE_S` makes this reader release the holds of dead
-        processes, so a killed endpoint cannot stop the run's model time, and the request slots
-        that hold it (a request's trip between two processes takes far less: one whose reader
-        went away must not stop the run)."""
+        clock that has *stood still* for over :data:`STALE_S` (this reader saw no advance in that
+        time) makes this reader release the holds of dead processes, so a killed endpoint cannot
+        stop the run's model time, and the request slots that hold it (a request's trip between
+        two processes takes far less: one whose reader went away must not stop the run). A clock
+        that is held but moving (holders that follow one another, as on a loaded host) is not
+        stale: releasing a request slot then would let model time pass an answer's first tokens
+        before its client has read them."""
         w = self.source()
         held, hold = self._read()
-        if hold < w - held:                    # held now
-            if self._held_since is None:
-                self._held_since = w
-            elif w - self._held_since > STALE_S:
-                self._held_since = w
+        u = min(w - held, hold)
+        if u <= self._last:                    # standing still since this reader's last value
+            if self._still_since is None:
+                self._still_since = w
+            elif w - self._still_since > STALE_S:
+                self._still_since = w
                 if self.drop_dead() + self.drop_request_holds(hold):
                     held, hold = self._read()
+                    u = min(w - held, hold)
         else:
-            self._held_since = None
-        u = max(self._last, min(w - held, hold))
+            self._still_since = None
+        u = max(self._last, u)
         self._last = u
         return u
 

@@ -112,8 +112,11 @@ def test_a_dead_holders_hold_is_released(tmp_path, monkeypatch):
     subprocess.run([_sys.executable, "-c", code, str(p)], check=True)
     monkeypatch.setattr(clk, "STALE_S", 0.05)
     t0 = c()
+    _time.sleep(0.01)
+    c()
+    c()                                  # at the dead holder's hold: standing still from here
     _time.sleep(0.2)
-    c()                                  # held past STALE_S: the dead holder is found
+    c()                                  # still past STALE_S: the dead holder is found
     _time.sleep(0.1)
     assert c() - t0 > 0.05               # time moves again
     assert c.drop_dead() == 0            # nothing left to release
@@ -124,6 +127,42 @@ def test_a_dead_holders_hold_is_released(tmp_path, monkeypatch):
     _time.sleep(0.01)
     assert c.drop_dead() == 0
     c.set_hold(1, float("inf"))
+
+
+def test_a_held_but_moving_clock_keeps_a_request_slots_hold(tmp_path, monkeypatch):
+    """On a loaded host the clock is held most of the time, by holders that follow one another
+    (an engine's successive plan boundaries), yet it moves. Such a clock is not stale: a request
+    slot that holds it at an answer's first tokens keeps its hold until the client has read
+    them, however long the clock has been held before. Only a clock standing still for
+    STALE_S releases it."""
+    import time as _time
+
+    from adev import clock as clk
+    monkeypatch.setattr(clk, "STALE_S", 0.05)
+    c = clk.HeldClock.create(tmp_path / "clock")
+    slot = clk.REQUEST_SLOTS[0]
+    t_end = _time.monotonic() + 0.2
+    while _time.monotonic() < t_end:            # 0.2 s held, moving 1 ms at a time
+        c.set_hold(0, c() + 1e-3)
+        _time.sleep(0.002)
+        c()
+    at = c()
+    c.set_hold(slot, at)                        # the first tokens' hold, where the clock is
+    c.set_hold(0, float("inf"))
+    for _ in range(5):                          # read within STALE_S of standing still
+        assert c() == at
+        _time.sleep(0.005)
+    assert _slot_hold(c, slot) == at            # kept
+    _time.sleep(0.1)
+    c()                                         # standing still past STALE_S: released
+    assert _slot_hold(c, slot) == float("inf")
+    _time.sleep(0.01)
+    assert c() > at
+
+
+def _slot_hold(c, i):
+    from adev.clock import _HEAD, _SLOT
+    return _SLOT.unpack_from(c._mm, _HEAD.size + i * _SLOT.size)[0]
 
 
 def test_a_zombie_holders_hold_is_released(tmp_path):
@@ -191,3 +230,25 @@ def test_arrival_from_header_takes_the_clients_stamp_within_a_second():
     assert arrival_from_header("10.5", 10.0) == 10.0          # never after now
     for bad in (None, "", "soon", "nan", "inf"):
         assert arrival_from_header(bad, 10.0) == 10.0
+
+
+def test_leaving_a_stopped_stacks_held_clock(tmp_path):
+    """stop_stack makes CLOCK_MONOTONIC this process's stamp source again when it was the stopped
+    stack's held clock (a later run's clock must not stand on a clock whose holders are gone);
+    another stack's clock stays."""
+    import time as _time
+
+    from adev import clock as clk
+    a, b = tmp_path / "a", tmp_path / "b"
+    a.mkdir()
+    b.mkdir()
+    HeldClock.create(a / clk.CLOCK_FILE)
+    HeldClock.create(b / clk.CLOCK_FILE)
+    try:
+        assert clk.use_held_clock(a) is not None
+        assert clk.leave_held_clock(b) is False and clk.held_source() is not None
+        assert clk.leave_held_clock(a) is True and clk.held_source() is None
+        assert abs(clk.mono() - _time.monotonic()) < 0.01
+        assert clk.leave_held_clock(a) is False
+    finally:
+        clk.use_held_clock(None)

@@ -28,7 +28,7 @@ from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 from typing import Any
 
-from ..clock import CLOCK_FILE, HeldClock
+from ..clock import CLOCK_FILE, HeldClock, leave_held_clock
 from ..config import ROOT, StackConfig, load_stack
 from ..net import NoFreePortError, free_port
 from .commands import (
@@ -388,6 +388,7 @@ def stop_stack(target: StackInfo | StackConfig | str | Path | None = None, *,
         if st is None:
             return pending or None
         out = stop_recorded(st, timeout=timeout)
+        leave_held_clock(sdir)
         if not keep_disk:
             remove_disk(st)
         remove_state(sdir)

@@ -63,8 +63,9 @@ log = logging.getLogger("adev.emulator.engine")
 
 _PLAN = "plan"
 """The key of the engine's hold at its running plan's next boundary (a step that streams
-tokens, or the plan's end): on a held clock, model time does not pass a boundary before the
-engine's loop has handled it, so the loop's wake-up lag on a busy host is not model time."""
+tokens, or the plan's end), and at the loop's own time while it works out the next plan: on a
+held clock, model time does not pass a boundary, or the loop's time, before the engine's loop
+has handled it, so the loop's wake-up lag on a busy host is not model time."""
 
 _EVENTS = "events"
 """The key of the engine's hold at its earliest pending event (an arrival, an abort, a store
@@ -302,6 +303,10 @@ class Engine:
         s = self.sched
         t = 0.0
         while True:
+            # a held clock does not pass the loop's own time while the loop works towards its
+            # next plan: the events it drops below are handled from here, and a process the
+            # host deschedules in between must not let model time run on unheld
+            self._hold(_PLAN, t)
             self._drop_events(t)
             s.admit(t)
             plan = s.plan(t)

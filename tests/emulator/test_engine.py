@@ -435,6 +435,43 @@ def test_held_clock_does_not_pass_a_plan_boundary_the_loop_has_not_handled(tmp_p
     assert clock.held_s() == pytest.approx(0.00387)
 
 
+def test_held_clock_waits_for_a_loop_descheduled_between_an_event_and_its_plan(tmp_path):
+    """The loop takes the arrival event at model 0 and works out its plan; the host deschedules
+    the engine's process right there (0.005 wall s, 0.05 model s, with no task running). The loop's
+    hold at its own time keeps model time at 0 meanwhile, so the first token leaves at the model's
+    0.0413, not at 0.05 + (the part of the prefill and step not yet run)."""
+    from adev.clock import HeldClock
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        eng = make_engine(clock)
+        loop = asyncio.get_running_loop()
+        plan = eng.sched.plan
+        hogged = []
+
+        def descheduled_plan(t):   # the process loses the CPU while it plans the arrival
+            if eng.sched.active and not hogged:
+                hogged.append(t)
+                loop.vt += 0.005
+            return plan(t)
+        eng.sched.plan = descheduled_plan
+        eng.start()
+        await asyncio.sleep(0)
+        r = Request(rid="a", prompt=tokens(1000, 30), out_ids=[7] * 3, finish_reason="stop")
+        eng.submit(r)
+        got = []
+        while True:
+            n, _ = await r.queue.get()
+            if n == 0:
+                break
+            got.append((clock() - eng.t0) * S)
+        return got, hogged, clock
+    got, hogged, clock = run_virtual(main)
+    assert hogged == [0.0]
+    assert got == pytest.approx(token_times(3))
+    assert clock.held_s() == pytest.approx(0.005)   # the whole deschedule was held
+
+
 def test_writer_holds_keep_a_late_handlers_first_token_and_end_at_the_model(tmp_path):
     # the handler wakes 0.002 wall s (0.02 model s) late for the first token and for the end
     _, clock, got, t_end = held_lag_run(tmp_path, writer_holds=True, handler_lag_s=0.002)

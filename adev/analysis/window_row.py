@@ -67,6 +67,8 @@ class WindowFigures:
     store_gib_served: float = NAN
     store_ram_gib: float = NAN
     store_disk_gib: float = NAN
+    master_mem_read_gib: float = NAN
+    master_file_read_gib: float = NAN
     disk_read_rate: float = NAN
     recompute_rate: float = NAN
     disk_vs_recompute: float = NAN

@@ -42,7 +42,10 @@ def endpoint_split(fig: WindowFigures, sc, t0: float, t1: float, endpoint: str, 
 
 def master_split(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
     """RAM/disk split of the endpoint's store tokens from the master's byte counters (global:
-    the same shares for every endpoint; used when the endpoint has no per-tier counter)."""
+    the same shares for every endpoint; used when the endpoint has no per-tier counter, as a
+    real vLLM has not). With the disk tier's offload on, the master's RAM hit bytes include its
+    own reads of the objects it writes to disk (:mod:`adev.analysis.window_master`), so this share
+    understates the disk's part; ``disk_split_source`` names it."""
     ms = run.scrapes.get("master", [])
     idle = master_idle(run)
     d_mem = C.counter_delta(ms, C.MEM_HIT_BYTES, t0, t1, target="master", idle=idle)

@@ -43,13 +43,19 @@ def test_master_block_every_counter_by_hand():
     start = master(1, 1, 10, 1, 1, 1, 50, MIB16, 0)
     end = master(4, 5, 30, 3, 6, 8, 150, 4 * MIB16, MIB16)
     f = _fig()
+    f.store_tokens, f.store_disk_tokens = 1000.0, 250.0       # the window's tier split
     master_block(f, _run(end, start), 0.0, 10.0)
     # deltas: alloc failures 3, failed items 4 of 20, evictions 2 of 5 tried, 7 keys, 100 bytes
     assert (f.master_put_alloc_failures, f.master_batch_put_failed_items, f.master_batch_put_items,
             f.evictions, f.eviction_attempts, f.evicted_keys) == (3, 4, 20, 2, 5, 7)
     assert f.evicted_bytes == 100 * 64                      # stored bytes x payload scale
-    # 3 x 16 MiB of RAM bytes and 16 MiB of disk bytes, x 64: 3 GiB and 1 GiB served
-    assert (f.store_ram_gib, f.store_disk_gib, f.store_gib_served) == (3.0, 1.0, 4.0)
+    # the master's reads: 3 x 16 MiB of RAM bytes and 16 MiB of disk bytes, x 64: 3 GiB, 1 GiB
+    assert (f.master_mem_read_gib, f.master_file_read_gib) == (3.0, 1.0)
+    # served to requests: the store tokens' bytes, 1000 and 250 of them from disk
+    bpt = PROF.bytes_per_token
+    assert f.store_gib_served == pytest.approx(1000 * bpt / GiB)
+    assert (f.store_disk_gib, f.store_ram_gib) == (pytest.approx(250 * bpt / GiB),
+                                                   pytest.approx(750 * bpt / GiB))
     # no refusal share from the endpoints: the master's failed items / items
     assert f.refused_share == pytest.approx(0.2)
     assert f.refused_source == "master batch_put_start failed items / items"
@@ -79,23 +85,59 @@ def test_master_block_payload_scale_unknown_or_counters_missing():
     f = _fig()
     master_block(f, _run(master(ev_bytes=10, mem=5, file=5), scale=None,
                          missing={"payload_scale": "stack has no payload_scale"}), 0.0, 10.0)
-    assert f.missing["evicted_bytes"] == f.missing["store_gib_served"] == "stack has no payload_scale"
-    assert math.isnan(f.evicted_bytes) and math.isnan(f.store_ram_gib) and math.isnan(f.store_gib_served)
+    assert f.missing["evicted_bytes"] == f.missing["master_mem_read_gib"] == \
+        "stack has no payload_scale"
+    assert math.isnan(f.evicted_bytes) and math.isnan(f.master_mem_read_gib)
     g = _fig()
     master_block(g, _run(master(), scale=None), 0.0, 10.0)
-    assert g.missing["evicted_bytes"] == g.missing["store_gib_served"] == "payload scale unknown"
+    assert g.missing["evicted_bytes"] == g.missing["master_mem_read_gib"] == "payload scale unknown"
     h = _fig()
     master_block(h, _run(master(drop=("master_evicted_size_bytes", "file_cache_hit_bytes_total",
                                       "master_successful_evictions_total"))), 0.0, 10.0)
     never = "{} of master: never exported (or every scrape failed)"
     assert h.missing["evicted_bytes"] == never.format("master_evicted_size_bytes")
-    assert h.missing["store_gib_served"] == never.format("file_cache_hit_bytes_total")
+    assert h.missing["master_mem_read_gib"] == never.format("file_cache_hit_bytes_total")
     assert h.missing["evictions"] == never.format("master_successful_evictions_total")
-    assert math.isnan(h.evictions) and h.eviction_attempts == 0 and math.isnan(h.store_ram_gib)
+    assert math.isnan(h.evictions) and h.eviction_attempts == 0 and math.isnan(h.master_mem_read_gib)
     k = _fig()                                  # file bytes exported, RAM bytes not
     master_block(k, _run(master(drop=("mem_cache_hit_bytes_total",))), 0.0, 10.0)
-    assert k.missing["store_gib_served"] == never.format("mem_cache_hit_bytes_total")
-    assert math.isnan(k.store_disk_gib)
+    assert k.missing["master_mem_read_gib"] == never.format("mem_cache_hit_bytes_total")
+    assert math.isnan(k.master_file_read_gib)
+
+
+def test_store_served_is_the_requests_store_tokens_not_the_masters_reads():
+    """With the disk tier's offload on, the master counts its own reads of the objects it writes
+    to disk as RAM hits: the GiB served come from the window's store tokens and their tier split,
+    never from those counters; each input that is missing says why."""
+    bpt = PROF.bytes_per_token
+    f = _fig()
+    f.store_tokens, f.store_disk_tokens = 2 * GiB / bpt, 0.5 * GiB / bpt
+    master_block(f, _run(master(mem=40 * MIB16, file=MIB16 // 2)), 0.0, 10.0)
+    assert (f.store_gib_served, f.store_ram_gib, f.store_disk_gib) == \
+        (pytest.approx(2.0), pytest.approx(1.5), pytest.approx(0.5))
+    assert (f.master_mem_read_gib, f.master_file_read_gib) == (40.0, 0.5)   # offload reads too
+    g = _fig()
+    g.missing["store_tokens"] = "no scrapes of coder"
+    master_block(g, _run(master()), 0.0, 10.0)
+    assert math.isnan(g.store_gib_served) and g.missing["store_gib_served"] == "no scrapes of coder"
+    h = _fig()
+    master_block(h, _run(master()), 0.0, 10.0)
+    assert h.missing["store_gib_served"] == "store tokens not measured"
+    k = _fig()
+    k.store_tokens = 1000.0
+    k.missing["store_disk_tokens"] = "the master counted no store reads in the window"
+    master_block(k, _run(master()), 0.0, 10.0)
+    assert k.store_gib_served == pytest.approx(1000 * bpt / GiB) and math.isnan(k.store_ram_gib)
+    assert k.missing["store_disk_gib"] == "the master counted no store reads in the window"
+    m = _fig()
+    m.store_tokens = 1000.0
+    master_block(m, _run(master()), 0.0, 10.0)
+    assert m.missing["store_disk_gib"] == "no RAM/disk split"
+    n = _fig()
+    n.store_tokens = 1000.0
+    master_block(n, _run(master(), profile=None), 0.0, 10.0)
+    assert math.isnan(n.store_gib_served)
+    assert n.missing["store_gib_served"] == "model profile unknown (bytes per token)"
 
 
 def test_master_idle_over_every_call():

@@ -124,24 +124,27 @@ def test_markdown_counts_and_verdicts():
         "18 sessions, steady, pause 300 s at most 12 sessions, steady, pause 300 s + 0.50%"
 
 
-def test_malformed_shapes_name_index_and_field(tmp_path):
+BASE = 'says = "s"\nwhere = "w"\nfigure = "gross_saving"\n'
+
+
+@pytest.mark.parametrize("text, message", [
+    ('kind = "grows"\npoints = [{width = 1}, {width = 2}]\n' + BASE,
+     r"shape\[0\]\.kind: 'grows'; allowed: rises"),
+    ('kind = "ratio"\npoints = [{width = 1}]\nlo = 0.1\n' + BASE,
+     r"shape\[0\]\.points: kind 'ratio' takes 2 point\(s\), got 1"),
+    ('kind = "range"\npoints = [{widht = 1}]\nlo = 0.1\n' + BASE,
+     r"shape\[0\]\.points\[0\]: unknown key\(s\) \['widht'\]"),
+    ('kind = "range"\npoints = [{width = 1}]\n' + BASE,
+     r"shape\[0\]: kind 'range' needs 'lo' or 'hi'"),
+    ('kind = "rises"\npoints = [{width = 1}]\n' + BASE,
+     r"takes two or more point\(s\), got 1"),
+    ('kind = "rises"\npoints = [{width = 1}, {width = 2}]\n',
+     r"shape\[0\]: missing field 'figure'"),
+    ('kind = "rises"\npoints = [1, 2]\n' + BASE,
+     r"shape\[0\]\.points: expected a list of point tables"),
+])
+def test_malformed_shapes_name_index_and_field(tmp_path, text, message):
     p = tmp_path / "s.toml"
-    base = 'says = "s"\nwhere = "w"\nfigure = "gross_saving"\n'
-    p.write_text('[[shape]]\nkind = "grows"\npoints = [{width = 1}, {width = 2}]\n' + base)
-    with pytest.raises(ValueError, match=r"shape\[0\]\.kind: 'grows'; allowed: rises"):
-        load(p)
-    p.write_text('[[shape]]\nkind = "ratio"\npoints = [{width = 1}]\nlo = 0.1\n' + base)
-    with pytest.raises(ValueError, match=r"shape\[0\]\.points: kind 'ratio' takes 2 point\(s\), got 1"):
-        load(p)
-    p.write_text('[[shape]]\nkind = "range"\npoints = [{widht = 1}]\nlo = 0.1\n' + base)
-    with pytest.raises(ValueError, match=r"shape\[0\]\.points\[0\]: unknown key\(s\) \['widht'\]"):
-        load(p)
-    p.write_text('[[shape]]\nkind = "range"\npoints = [{width = 1}]\n' + base)
-    with pytest.raises(ValueError, match=r"shape\[0\]: kind 'range' needs 'lo' or 'hi'"):
-        load(p)
-    p.write_text('[[shape]]\nkind = "rises"\npoints = [{width = 1}]\n' + base)
-    with pytest.raises(ValueError, match=r"takes two or more point\(s\), got 1"):
-        load(p)
-    p.write_text('[[shape]]\nkind = "rises"\npoints = [{width = 1}, {width = 2}]\n')
-    with pytest.raises(ValueError, match=r"shape\[0\]: missing field 'figure'"):
+    p.write_text("[[shape]]\n" + text)
+    with pytest.raises(ValueError, match=message):
         load(p)

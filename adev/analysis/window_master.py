@@ -6,8 +6,8 @@ served to requests per tier.
 split of the store tokens (:mod:`adev.analysis.window_tiers`): what the requests were served (the
 endpoints' external prefix-cache hits less failed loads). Not the master's hit bytes: with the
 disk tier's offload on, the master also counts as RAM hits its reads of the objects it writes to
-disk (measured: RAM hit bytes 2.6-4.4x the requests' RAM-served bytes at 12 sessions, equal
-without a disk tier), so ``master_mem_read_gib`` / ``master_file_read_gib`` keep its counters
+disk (docs/measurements/nightly.md: several times the requests' RAM-served bytes with the disk
+tier, equal without it), so ``master_mem_read_gib`` / ``master_file_read_gib`` keep its counters
 apart."""
 from __future__ import annotations
 
@@ -73,7 +73,6 @@ def master_block(fig: WindowFigures, run: Run, t0: float, t1: float) -> None:
                 fig.refused_bytes = fig.master_batch_put_failed_items * run.profile.bytes_per_block
         else:
             fig.missing["refused_share"] = "no offered writes counted (emulator or master)"
-
 
 
 def served_gib(fig: WindowFigures, bytes_per_token: int | None) -> None:

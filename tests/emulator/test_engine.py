@@ -507,6 +507,40 @@ def test_spin_until_ends_early_when_an_event_falls_inside_the_plan():
     assert asyncio.run(_spin_until(1.0, clock=lambda: 1.0)) is False   # deadline reached
 
 
+def test_a_handler_whose_client_went_away_releases_every_hold_of_its_answer(tmp_path):
+    """``gave_up``: a client that goes away after the first tokens (0.0413) leaves holds behind:
+    the request slot it lent (held at those tokens until it reads them, which it never will) and,
+    for a request without a slot, the engine's own hold at them. The handler's ``abort`` +
+    ``gave_up`` releases both, so model time moves on past 0.0413."""
+    from adev.clock import _HEAD, _SLOT, HeldClock
+
+    async def main(loop_clock):
+        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        eng = make_engine(clock)
+        eng.start()
+        slot_at = lambda: _SLOT.unpack_from(clock._mm, _HEAD.size + 40 * _SLOT.size)[0]  # noqa: E731
+        out = []
+        for rid, kw in (("a", {"hold_slot": 40}), ("b", {"writer_holds": True})):
+            r = Request(rid=rid, prompt=tokens(1000 + len(out), 30), out_ids=[7] * 50,
+                        finish_reason="stop", **kw)
+            eng.submit(r)
+            await r.queue.get()                      # the first tokens, never read by a client
+            t_first = (clock() - eng.t0) * S
+            held = slot_at()
+            await asyncio.sleep(0.01)                # 0.1 model s: the hold keeps the clock there
+            stuck = (clock() - eng.t0) * S
+            eng.abort(r)
+            eng.gave_up(r)
+            await asyncio.sleep(0.01)
+            out.append((t_first, held, stuck, (clock() - eng.t0) * S - stuck, slot_at()))
+        return out
+    (ta, held_a, stuck_a, moved_a, slot_a), (tb, held_b, stuck_b, moved_b, slot_b) = run_virtual(main)
+    assert held_a != float("inf") and stuck_a == pytest.approx(ta)      # slot 40 held the clock
+    assert slot_a == float("inf") and moved_a > 0.05                     # released, time moves
+    assert held_b == float("inf") and stuck_b == pytest.approx(tb)      # the engine's own hold
+    assert moved_b > 0.05
+
+
 def test_a_request_slot_held_at_first_tokens_the_client_will_not_read_is_released(tmp_path):
     """A client lent request slot 40: the engine holds it at the first tokens (0.0413) and at the
     end. A handler that sends nothing the client reads as those tokens calls ``unread``, which

@@ -202,11 +202,15 @@ class HeldClock:
         self._last = u
         return u
 
+    def slot_hold(self, slot: int) -> float:
+        """What slot ``slot`` holds the clock at (math.inf: nothing)."""
+        return _SLOT.unpack_from(self._mm, _HEAD.size + slot * _SLOT.size)[0]
+
     def drop_dead(self) -> int:
         """Release every slot whose holding process no longer exists; returns how many."""
         n = 0
         for i in range(SLOTS):
-            hold = _SLOT.unpack_from(self._mm, _HEAD.size + i * _SLOT.size)[0]
+            hold = self.slot_hold(i)
             pid = _PID.unpack_from(self._mm, _PIDS + i * _PID.size)[0]
             if math.isinf(hold) or pid <= 0 or _alive(pid):
                 continue
@@ -218,7 +222,7 @@ class HeldClock:
         """Release every request slot holding the clock at or before ``at``; returns how many."""
         n = 0
         for i in REQUEST_SLOTS:
-            if _SLOT.unpack_from(self._mm, _HEAD.size + i * _SLOT.size)[0] <= at:
+            if self.slot_hold(i) <= at:
                 self.set_hold(i, math.inf)
                 n += 1
         return n

@@ -152,17 +152,12 @@ def test_a_held_but_moving_clock_keeps_a_request_slots_hold(tmp_path, monkeypatc
     for _ in range(5):                          # read within STALE_S of standing still
         assert c() == at
         _time.sleep(0.005)
-    assert _slot_hold(c, slot) == at            # kept
+    assert c.slot_hold(slot) == at            # kept
     _time.sleep(0.1)
     c()                                         # standing still past STALE_S: released
-    assert _slot_hold(c, slot) == float("inf")
+    assert c.slot_hold(slot) == float("inf")
     _time.sleep(0.01)
     assert c() > at
-
-
-def _slot_hold(c, i):
-    from adev.clock import _HEAD, _SLOT
-    return _SLOT.unpack_from(c._mm, _HEAD.size + i * _SLOT.size)[0]
 
 
 def test_a_zombie_holders_hold_is_released(tmp_path):

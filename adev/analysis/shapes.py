@@ -33,7 +33,7 @@ from typing import Any
 
 from .aggregate import RunSummary, t_interval
 from .render import fmt, label
-from .source import POINT_KEYS, SOURCE_FILE, SourceFigure, ours
+from .source import POINT_KEYS, SOURCE_FILE, mean_over, ours, point_matches, point_text
 
 KINDS = ("rises", "falls", "ratio", "range", "not_above", "overlap")
 N_POINTS = {"rises": None, "falls": None, "ratio": 2, "range": 1, "not_above": 2, "overlap": 2}
@@ -57,11 +57,10 @@ class Shape:
     tol: float = 0.0
 
     def point_text(self, i: int) -> str:
-        return SourceFigure(self.figure, self.points[i], "").point_text()
+        return point_text(self.points[i])
 
     def matching(self, summaries: Sequence[RunSummary], i: int) -> list[RunSummary]:
-        f = SourceFigure(self.figure, self.points[i], "")
-        return [s for s in summaries if f.matches(s)]
+        return [s for s in summaries if point_matches(self.points[i], s)]
 
 
 @dataclass
@@ -114,11 +113,6 @@ def load(path: Path = SOURCE_FILE) -> list[Shape]:
     return out
 
 
-def _value(runs: list[RunSummary], figure: str) -> float | None:
-    vals = [v for v in (ours(s, figure) for s in runs) if not math.isnan(v)]
-    return sum(vals) / len(vals) if vals else None
-
-
 def _interval(runs: list[RunSummary], figure: str) -> tuple[float, float] | None:
     if len(runs) == 1:
         iv = runs[0].interval.get(figure) or {}
@@ -132,7 +126,7 @@ def _interval(runs: list[RunSummary], figure: str) -> tuple[float, float] | None
 def judge(shape: Shape, summaries: Sequence[RunSummary]) -> Judged:
     """``shape`` against the runs in ``summaries`` (see the module's doc for each kind)."""
     runs = [shape.matching(summaries, i) for i in range(len(shape.points))]
-    values = [_value(r, shape.figure) if r else None for r in runs]
+    values = [mean_over(r, shape.figure) if r else None for r in runs]
     for i, r in enumerate(runs):
         if not r:
             return Judged(shape, values, None, f"no run at {shape.point_text(i)}")

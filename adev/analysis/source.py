@@ -42,41 +42,49 @@ class SourceFigure:
         return f"{fmt(self.lo or 0.0, True)[:-1]}-{fmt(self.hi or 0.0, True)}"
 
     def point_text(self) -> str:
-        p = self.point
-        bits = [f"{p['width']} session{'s' if p['width'] != 1 else ''}"] if "width" in p else []
-        if "protocol" in p:
-            bits.append(p["protocol"])
-        if "pause_s" in p:
-            bits.append(f"pause {p['pause_s']:g} s")
-        if "configuration" in p:
-            bits.append(p["configuration"])
-        if "disk_tier" in p:
-            bits.append(p["disk_tier"])
-        if "lease" in p:
-            bits.append("short lease" if p["lease"] == "short" else f"lease {p['lease']:g} s")
-        return ", ".join(bits)
+        return point_text(self.point)
 
     def matches(self, s: RunSummary) -> bool:
         """Whether run ``s`` was made at this figure's point."""
-        p = self.point
-        if "width" in p and s.width != p["width"]:
+        return point_matches(self.point, s)
+
+
+def point_text(p: dict[str, Any]) -> str:
+    """A point (width, protocol, pause, configuration, disk tier, lease) in words."""
+    bits = [f"{p['width']} session{'s' if p['width'] != 1 else ''}"] if "width" in p else []
+    if "protocol" in p:
+        bits.append(p["protocol"])
+    if "pause_s" in p:
+        bits.append(f"pause {p['pause_s']:g} s")
+    if "configuration" in p:
+        bits.append(p["configuration"])
+    if "disk_tier" in p:
+        bits.append(p["disk_tier"])
+    if "lease" in p:
+        bits.append("short lease" if p["lease"] == "short" else f"lease {p['lease']:g} s")
+    return ", ".join(bits)
+
+
+def point_matches(p: dict[str, Any], s: RunSummary) -> bool:
+    """Whether run ``s`` was made at point ``p``."""
+    if "width" in p and s.width != p["width"]:
+        return False
+    if "protocol" in p and s.protocol != p["protocol"]:
+        return False
+    if "pause_s" in p and (s.pause_s or 0.0) != float(p["pause_s"]):
+        return False
+    if "configuration" in p and s.configuration != p["configuration"]:
+        return False
+    if "disk_tier" in p and s.disk_tier != p["disk_tier"]:
+        return False
+    if "lease" in p:
+        lease = s.lease_ttl_s
+        if lease is None:
             return False
-        if "protocol" in p and s.protocol != p["protocol"]:
-            return False
-        if "pause_s" in p and (s.pause_s or 0.0) != float(p["pause_s"]):
-            return False
-        if "configuration" in p and s.configuration != p["configuration"]:
-            return False
-        if "disk_tier" in p and s.disk_tier != p["disk_tier"]:
-            return False
-        if "lease" in p:
-            lease = s.lease_ttl_s
-            if lease is None:
-                return False
-            if p["lease"] == "short":
-                return lease < LONG_LEASE_S
-            return lease == float(p["lease"])
-        return True
+        if p["lease"] == "short":
+            return lease < LONG_LEASE_S
+        return lease == float(p["lease"])
+    return True
 
 
 def load(path: Path = SOURCE_FILE) -> list[SourceFigure]:
@@ -107,6 +115,13 @@ def ours(s: RunSummary, figure: str) -> float:
     return s.mean(figure)
 
 
+def mean_over(runs: Sequence[RunSummary], figure: str) -> float | None:
+    """The mean of ``figure`` (:func:`ours`) over ``runs``, leaving out those that did not
+    measure it; None when none did."""
+    vals = [v for v in (ours(s, figure) for s in runs) if not math.isnan(v)]
+    return sum(vals) / len(vals) if vals else None
+
+
 @dataclass
 class Beside:
     """One row of the comparison: the source's figure and ours at the same point."""
@@ -132,13 +147,13 @@ def beside(summaries: Sequence[RunSummary],
     rows = []
     for f in figures if figures is not None else load():
         runs = [s for s in summaries if f.matches(s)]
-        vals = [v for v in (ours(s, f.figure) for s in runs) if not math.isnan(v)]
+        mean = mean_over(runs, f.figure)
         why = None
         if not runs:
             why = "no run at this point"
-        elif not vals:
+        elif mean is None:
             why = "not measured in the runs at this point"
-        rows.append(Beside(f, sum(vals) / len(vals) if vals else None, len(runs), why))
+        rows.append(Beside(f, mean, len(runs), why))
     return rows
 
 

@@ -9,6 +9,7 @@ Times are model seconds: a client's receipt time is (virtual wall - t0) x 10.
 from __future__ import annotations
 
 import asyncio
+import functools
 
 import pytest
 
@@ -20,6 +21,12 @@ from tests.emulator.test_scheduler import config, tokens, value
 from tests.emulator.vclock import FakeStore, run_virtual
 
 S = 10.0
+
+
+def held_clock(tmp_path, loop_clock):
+    """A fresh held clock in ``tmp_path`` on the virtual loop's time."""
+    from adev.clock import HeldClock
+    return HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
 
 
 def make_engine(clock, store=None, **over) -> Engine:
@@ -184,10 +191,8 @@ def test_store_objects_of_whole_chunks_end_hits_on_a_chunk_boundary():
 
 def held_store_run(tmp_path, io_wall_s: float):
     """store_run on the stack's held clock (the clock file in ``tmp_path``): the clients too."""
-    from adev.clock import HeldClock
-
     async def main(loop_clock):
-        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        clock = held_clock(tmp_path, loop_clock)
         store = FakeStore(io_s=io_wall_s)
         pb = tokens(5000, 100)
         for k in store.keys(block_hashes(pb)):
@@ -393,10 +398,8 @@ def held_lag_run(tmp_path, *, hog_at: float = 0.0, hog_s: float = 0.0, writer_ho
     (a busy host: no task runs, the wall moves on), and the client's handler wakes
     ``handler_lag_s`` late for the first tokens and for the end. Returns the engine, the clock,
     the stream as the client stamped it and the end the client saw."""
-    from adev.clock import HeldClock
-
     async def main(loop_clock):
-        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        clock = held_clock(tmp_path, loop_clock)
         eng = make_engine(clock)
         eng.start()
         loop = asyncio.get_running_loop()
@@ -440,10 +443,8 @@ def test_held_clock_waits_for_a_loop_descheduled_between_an_event_and_its_plan(t
     the engine's process right there (0.005 wall s, 0.05 model s, with no task running). The loop's
     hold at its own time keeps model time at 0 meanwhile, so the first token leaves at the model's
     0.0413, not at 0.05 + (the part of the prefill and step not yet run)."""
-    from adev.clock import HeldClock
-
     async def main(loop_clock):
-        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        clock = held_clock(tmp_path, loop_clock)
         eng = make_engine(clock)
         loop = asyncio.get_running_loop()
         plan = eng.sched.plan
@@ -512,13 +513,11 @@ def test_a_handler_whose_client_went_away_releases_every_hold_of_its_answer(tmp_
     the request slot it lent (held at those tokens until it reads them, which it never will) and,
     for a request without a slot, the engine's own hold at them. The handler's ``abort`` +
     ``gave_up`` releases both, so model time moves on past 0.0413."""
-    from adev.clock import _HEAD, _SLOT, HeldClock
-
     async def main(loop_clock):
-        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        clock = held_clock(tmp_path, loop_clock)
         eng = make_engine(clock)
         eng.start()
-        slot_at = lambda: _SLOT.unpack_from(clock._mm, _HEAD.size + 40 * _SLOT.size)[0]  # noqa: E731
+        slot_at = functools.partial(clock.slot_hold, 40)
         out = []
         for rid, kw in (("a", {"hold_slot": 40}), ("b", {"writer_holds": True})):
             r = Request(rid=rid, prompt=tokens(1000 + len(out), 30), out_ids=[7] * 50,
@@ -546,13 +545,11 @@ def test_a_request_slot_held_at_first_tokens_the_client_will_not_read_is_release
     end. A handler that sends nothing the client reads as those tokens calls ``unread``, which
     releases the slot; without that the clock would stay at 0.0413 and the later tokens (which
     need model time) would never come. The end's hold stays until the client has read it."""
-    from adev.clock import _HEAD, _SLOT, HeldClock
-
     async def main(loop_clock):
-        clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
+        clock = held_clock(tmp_path, loop_clock)
         eng = make_engine(clock)
         eng.start()
-        slot_at = lambda: _SLOT.unpack_from(clock._mm, _HEAD.size + 40 * _SLOT.size)[0]  # noqa: E731
+        slot_at = functools.partial(clock.slot_hold, 40)
         r = Request(rid="a", prompt=tokens(1000, 30), out_ids=[7] * 3, finish_reason="stop",
                     writer_holds=True, hold_slot=40)
         eng.submit(r)

@@ -397,9 +397,7 @@ async def test_a_role_turn_holds_the_stacks_clock_between_its_calls(tmp_path):
         gate_run = ctx.gate.run
 
         async def gate(req):    # no request slot holds the clock while the gate runs
-            taken.append(sum(1 for i in clk.REQUEST_SLOTS
-                             if clk._SLOT.unpack_from(held._mm, clk._HEAD.size + i * clk._SLOT.size)[0]
-                             != float("inf")))
+            taken.append(sum(1 for i in clk.REQUEST_SLOTS if held.slot_hold(i) != float("inf")))
             return await gate_run(req)
         ctx.gate.run = gate
         out = await run_session(ctx, task, seed_for(oracle, 1), "s1")

@@ -21,7 +21,8 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
             "busy_share", "gross_saving_quiet", "gross_saving_lo", "gross_saving_hi",
             "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
             "reuse_owner_share_same_session", "reuse_owner_share_cross_session",
-            "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share"}
+            "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share",
+            "physical_read_share"}
 """Columns that hold shares (0..1), printed as percentages."""
 
 LABELS = {
@@ -52,6 +53,9 @@ LABELS = {
     "reuse_owner_share_cross_session": "Cross-session reuse (ownership)",
     "reuse_aged_share": "Aged reuse", "store_gib_served": "Store served (GiB)",
     "dispatch_p50": "Dispatch delay p50 (s)",
+    "throughput_rps": "Throughput (calls/s)", "ttft_p50_s": "User TTFT p50 (s)",
+    "ttft_p90_s": "User TTFT p90 (s)", "ttft_p99_s": "User TTFT p99 (s)",
+    "evictions": "RAM eviction cycles", "physical_read_share": "Disk reads / store loads",
 }
 """Column name -> heading in words, with its unit where it has one."""
 

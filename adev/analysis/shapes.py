@@ -26,21 +26,23 @@ from __future__ import annotations
 import itertools
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from .aggregate import RunSummary, t_interval
-from .render import fmt, label
+from .render import PCT_COLS, fmt, label
 from .source import POINT_KEYS, SOURCE_FILE, mean_over, ours, point_matches, point_text
 
 KINDS = ("rises", "falls", "ratio", "range", "not_above", "overlap")
 N_POINTS = {"rises": None, "falls": None, "ratio": 2, "range": 1, "not_above": 2, "overlap": 2}
 """Points each kind takes (None: two or more)."""
-NOT_SHARES = frozenset({"store_gib_served", "preemptions", "ttft_send_p50", "ttft_send_p99",
-                        "dispatch_p50", "store_read_over_p50", "store_read_over_p99"})
-"""Figures that are not shares of 0..1 (printed as numbers, not percentages)."""
+
+Match = Callable[[dict[str, Any], Any], bool]
+"""Whether a run (a summary) was made at a point."""
+Value = Callable[[Sequence[Any], str], "float | None"]
+"""A figure's value over the runs at a point (None: not measured)."""
 
 
 @dataclass(frozen=True)
@@ -59,8 +61,14 @@ class Shape:
     def point_text(self, i: int) -> str:
         return point_text(self.points[i])
 
-    def matching(self, summaries: Sequence[RunSummary], i: int) -> list[RunSummary]:
-        return [s for s in summaries if point_matches(self.points[i], s)]
+    @property
+    def share(self) -> bool:
+        """Whether the figure is a share of 0..1 (printed as a percentage)."""
+        return self.figure in PCT_COLS
+
+    def matching(self, summaries: Sequence[Any], i: int, match: Match = point_matches
+                 ) -> list[Any]:
+        return [s for s in summaries if match(self.points[i], s)]
 
 
 @dataclass
@@ -74,16 +82,17 @@ class Judged:
     measure: float | None = None        # the ratio (``ratio``), else None
 
     def ours_text(self) -> str:
-        pct = self.shape.figure not in NOT_SHARES
+        pct = self.shape.share
         vals = " → ".join(fmt(v, pct) if v is not None else "—" for v in self.values)
         if self.shape.kind == "ratio" and self.measure is not None:
             return f"{vals} (ratio {self.measure:.2f})"
         return vals
 
 
-def load(path: Path = SOURCE_FILE) -> list[Shape]:
-    """The data file's ``[[shape]]`` entries; a malformed one raises ValueError naming its index
-    and field."""
+def load(path: Path = SOURCE_FILE, point_keys: Sequence[str] = POINT_KEYS,
+         kinds: Sequence[str] = KINDS) -> list[Shape]:
+    """The data file's ``[[shape]]`` entries (points keyed by ``point_keys``, of the ``kinds``
+    given); a malformed one raises ValueError naming its index and field."""
     doc = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
     for i, s in enumerate(doc.get("shape", [])):
@@ -92,8 +101,8 @@ def load(path: Path = SOURCE_FILE) -> list[Shape]:
             if k not in s:
                 raise ValueError(f"{where}: missing field {k!r}")
         kind = s["kind"]
-        if kind not in KINDS:
-            raise ValueError(f"{where}.kind: {kind!r}; allowed: {', '.join(KINDS)}")
+        if kind not in kinds:
+            raise ValueError(f"{where}.kind: {kind!r}; allowed: {', '.join(kinds)}")
         pts = s["points"]
         if not isinstance(pts, list) or not all(isinstance(p, dict) for p in pts):
             raise ValueError(f"{where}.points: expected a list of point tables")
@@ -102,10 +111,10 @@ def load(path: Path = SOURCE_FILE) -> list[Shape]:
             raise ValueError(f"{where}.points: kind {kind!r} takes "
                              f"{'two or more' if n is None else n} point(s), got {len(pts)}")
         for j, p in enumerate(pts):
-            bad = set(p) - set(POINT_KEYS)
+            bad = set(p) - set(point_keys)
             if bad:
                 raise ValueError(f"{where}.points[{j}]: unknown key(s) {sorted(bad)}; "
-                                 f"allowed: {POINT_KEYS}")
+                                 f"allowed: {tuple(point_keys)}")
         if kind in ("ratio", "range") and s.get("lo") is None and s.get("hi") is None:
             raise ValueError(f"{where}: kind {kind!r} needs 'lo' or 'hi'")
         out.append(Shape(kind, s["figure"], tuple(dict(p) for p in pts), s["says"], s["where"],
@@ -123,10 +132,13 @@ def _interval(runs: list[RunSummary], figure: str) -> tuple[float, float] | None
     return None if math.isnan(lo) or math.isnan(hi) else (lo, hi)
 
 
-def judge(shape: Shape, summaries: Sequence[RunSummary]) -> Judged:
-    """``shape`` against the runs in ``summaries`` (see the module's doc for each kind)."""
-    runs = [shape.matching(summaries, i) for i in range(len(shape.points))]
-    values = [mean_over(r, shape.figure) if r else None for r in runs]
+def judge(shape: Shape, summaries: Sequence[Any], match: Match = point_matches,
+          value: Value = mean_over) -> Judged:
+    """``shape`` against the runs in ``summaries`` (see the module's doc for each kind); by
+    default the fleet study's runs (:class:`RunSummary`), else ``match`` and ``value`` say which
+    runs are at a point and what the figure is over them."""
+    runs = [shape.matching(summaries, i, match) for i in range(len(shape.points))]
+    values = [value(r, shape.figure) if r else None for r in runs]
     for i, r in enumerate(runs):
         if not r:
             return Judged(shape, values, None, f"no run at {shape.point_text(i)}")
@@ -158,13 +170,14 @@ def judge(shape: Shape, summaries: Sequence[RunSummary]) -> Judged:
     return Judged(shape, values, ok, None, measure)
 
 
-def judge_all(summaries: Sequence[RunSummary],
-              shapes: Sequence[Shape] | None = None) -> list[Judged]:
-    return [judge(s, summaries) for s in (shapes if shapes is not None else load())]
+def judge_all(summaries: Sequence[Any], shapes: Sequence[Shape] | None = None,
+              match: Match = point_matches, value: Value = mean_over) -> list[Judged]:
+    return [judge(s, summaries, match, value)
+            for s in (shapes if shapes is not None else load())]
 
 
 def _bounds(s: Shape) -> str:
-    pct = s.kind == "range" and s.figure not in NOT_SHARES
+    pct = s.kind == "range" and s.share
     if s.lo is not None and s.hi is not None:
         return f"{fmt(s.lo, pct)} to {fmt(s.hi, pct)}"
     if s.lo is not None:

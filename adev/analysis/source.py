@@ -50,8 +50,11 @@ class SourceFigure:
 
 
 def point_text(p: dict[str, Any]) -> str:
-    """A point (width, protocol, pause, configuration, disk tier, lease) in words."""
+    """A point (width, protocol, pause, configuration, disk tier, lease; a replay's experiment)
+    in words."""
     bits = [f"{p['width']} session{'s' if p['width'] != 1 else ''}"] if "width" in p else []
+    if "experiment" in p:
+        bits.append(f"{p['experiment']} gap")
     if "protocol" in p:
         bits.append(p["protocol"])
     if "pause_s" in p:

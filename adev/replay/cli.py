@@ -103,10 +103,11 @@ def _main(args: argparse.Namespace) -> int:
     from .report import build, write
     html = write(runs, out / "report", f"Replay ({args.experiment} reuse gap): "
                  f"{Path(args.trace).name}")
-    _, df = build(runs, "")
+    doc, df = build(runs, "")
     from ..analysis.report import md_table
     from .report import COLS
     print(md_table(df, COLS))
+    print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")
     return 0
 

@@ -1,4 +1,5 @@
-"""The replay report: one row per configuration and seed, markdown + HTML through
+"""The replay report: the source's shapes judged against these runs
+(:mod:`adev.replay.shapes`), then one row per configuration and seed, markdown + HTML through
 :mod:`adev.analysis.report` (``Doc``, ``Figure``, ``md_table``), with the TTFT distribution per
 configuration and throughput relative to recompute.
 
@@ -22,7 +23,9 @@ import pandas as pd
 from ..analysis.plots import Figure, _cdf, _plt, _png
 from ..analysis.render import Doc, md_table
 from ..analysis.render import write as _write
+from ..analysis.shapes import shapes_markdown
 from ..records import RunDir
+from .shapes import judge_replay
 from .traces import GROUPS
 
 COLS = ["label", "ok_calls", "errors", "throughput_rps", "throughput_vs_recompute",
@@ -140,6 +143,7 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
             crossover(Path(p), rec[_seed(Path(p).name)]) if _seed(Path(p).name) in rec
             and not Path(p).name.startswith("recompute-") else None for p in runs]
     doc = Doc(title)
+    doc.blocks.append("## Shapes of the source\n\n" + shapes_markdown(judge_replay(sums)))
     doc.blocks.append("## Configurations\n\n" + md_table(df, COLS))
     groups = pd.DataFrame([{"label": s.get("label"), **(s.get("ttft_by_group_p50_s") or {})}
                            for s in sums])

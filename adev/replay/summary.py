@@ -12,9 +12,13 @@ with its reason in ``missing``.
   turns; ``traffic``: calls per ``"prefill>decode"`` pair, and ``traffic_shares``;
 - ``dispatch_delay_p99_s``: :func:`adev.analysis.figures.dispatch_delay` of the first request of
   every call;
+- ``experiment``, ``seed`` (the manifest's replay options) and ``configuration`` (the label
+  without its ``-s<seed>``): the point the run was made at;
 - store figures, counter deltas between the first and last OK scrape of each target:
   ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
-  bytes per block; ``physical_read_bytes`` = those loaded from the disk tier; ``evictions`` =
+  bytes per block; ``physical_read_bytes`` = those loaded from the disk tier;
+  ``physical_read_share`` = physical_read_bytes / store_load_bytes (None without loads);
+  ``evictions`` =
   the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
   (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
   the calls' tier split and load time;
@@ -88,7 +92,11 @@ def summarise(path: str | Path) -> dict[str, Any]:
     man = rd.manifest()
     recs = rd.read("replay")
     missing: dict[str, str] = {}
-    out: dict[str, Any] = {"run": rd.path.name, "label": (man.get("replay") or {}).get("label"),
+    rep = man.get("replay") or {}
+    lab = rep.get("label")
+    out: dict[str, Any] = {"run": rd.path.name, "label": lab,
+                           "experiment": rep.get("experiment"), "seed": rep.get("seed"),
+                           "configuration": lab.rsplit("-s", 1)[0] if lab else None,
                            "calls": len(recs), "missing": missing}
     okr = [r for r in recs if r.get("status") == "ok" and r.get("ttft_s") is not None]
     out["ok_calls"] = len(okr)
@@ -170,8 +178,11 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
         out["physical_read_bytes"] = disk * bpb
         out["store_load_blocks"] = ram + disk
         out["physical_read_blocks"] = disk
+        out["physical_read_share"] = disk / (ram + disk) if ram + disk > 0 else None
+        if ram + disk <= 0:
+            missing["physical_read_share"] = "no store loads"
     else:
-        out["store_load_bytes"] = out["physical_read_bytes"] = None
+        out["store_load_bytes"] = out["physical_read_bytes"] = out["physical_read_share"] = None
         missing["store_loads"] = "no store hit-block counters scraped (no store, or real vLLM)"
     master = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in run.scrapes.get("master", [])]
     out["evictions"] = _delta(master, K.EVICTIONS_OK)

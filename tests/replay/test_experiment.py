@@ -118,6 +118,9 @@ def test_run_one_external(tmp_path):
     html = write([path], tmp_path / "report", "t")
     md = (tmp_path / "report.md").read_text()
     assert html.exists() and "## Configurations" in md and "store-ram-s0" in md
+    # one run cannot judge a shape: every long-gap shape sets two configurations
+    assert "## Shapes of the source" in md and "0 of 0 judged shape(s) hold" in md
+    assert s["experiment"] == "long" and s["configuration"] == "store-ram"
 
 
 def test_crossover_by_hand(tmp_path):

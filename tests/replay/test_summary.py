@@ -66,6 +66,7 @@ def test_summary_by_hand(tmp_path):
     assert s["user_ttft_over_model_p99"] == pytest.approx(0.495)
     bpb = load_model_profile(stack.profile).bytes_per_block
     assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == 5 * bpb
+    assert s["physical_read_share"] == pytest.approx(5 / 25)
     assert s["evictions"] == 4
     assert s["evicted_bytes"] == 500 * stack.payload_scale
 

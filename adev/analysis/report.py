@@ -211,9 +211,13 @@ def build_compare(a: Sequence[Loaded], b: Sequence[Loaded], la: str, lb: str) ->
 def write_report(paths: Sequence[str | Path] | str | Path, out: str | Path | None = None,
                  with_reuse: bool = True) -> Path:
     """Build and write the report of ``paths``; returns the HTML path. Default output: inside the
-    run directory for one run, else ``results/reports/report-<UTC time>``."""
+    run directory for one run, else ``results/reports/report-<UTC time>``. Replay runs (all of
+    ``paths``) get the replay report instead, by default beside them (``<folder>/report``)."""
     if isinstance(paths, (str, Path)):
         paths = [paths]
+    runs = expand(paths)
+    if runs and all(_is_replay(p) for p in runs):
+        return _write_replay(runs, out)
     loaded = load_all(paths, with_reuse)
     if out is None:
         if len(loaded) == 1:
@@ -223,6 +227,29 @@ def write_report(paths: Sequence[str | Path] | str | Path, out: str | Path | Non
             ts = datetime.datetime.now(datetime.UTC).strftime("%Y%m%d-%H%M%S")
             out = ROOT / "results" / "reports" / f"report-{ts}"
     return _write(build_report(loaded), Path(out))
+
+
+def _is_replay(p: Path) -> bool:
+    """Whether ``p`` is a replay run (its manifest carries the replay's options)."""
+    import json
+    try:
+        return "replay" in json.loads((p / "manifest.json").read_text())
+    except (OSError, ValueError):
+        return False
+
+
+def _write_replay(runs: Sequence[Path], out: str | Path | None) -> Path:
+    """The replay report (:mod:`adev.replay.report`) of replay runs, their summaries computed
+    afresh from their records."""
+    from ..records import RunDir
+    from ..replay.report import write as write_replay
+    from ..replay.summary import summarise as summarise_replay
+    for p in runs:
+        RunDir(p).write_json("summary.json", summarise_replay(p))
+    if out is None:
+        out = (runs[0].parent if len({p.parent for p in runs}) == 1 else runs[0]) / "report"
+    title = f"Replay: {', '.join(sorted({p.parent.name for p in runs}))}"
+    return write_replay(runs, Path(out), title)
 
 
 def write_compare(a: str | Path, b: str | Path, out: str | Path | None = None,

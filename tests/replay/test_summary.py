@@ -87,3 +87,25 @@ def test_user_ttft_over_model_sums_the_requests_models():
     ]
     modelled = {"a-prefill": 0.5, "a": 1.0, "b": 1.0, "c": 3.0, "d": float("nan")}
     assert user_ttft_over_model(recs, modelled) == pytest.approx(np.array([1 / 3, 0.1]))
+
+
+def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_path):
+    """`adev report DIR` recomputes each replay run's summary and judges the source's shapes."""
+    from adev.analysis.report import write_report
+    stack = default_stack()
+    for conf, p99 in (("recompute", 10.0), ("gpu-only", 9.0)):
+        label = f"{conf}-s0"
+        rd = RunDir.create(label, base=tmp_path / "m")
+        rd.write_json("manifest.json", build_manifest(
+            label, config={"stack": stack}, time_scale=10.0,
+            extra={"replay": {"experiment": "short", "seed": 0, "label": label}}))
+        for i, t in enumerate((1.0, 2.0, p99)):
+            rd.append(_rec(i, call_id=f"c{i}", t_ready=float(i), t_first_token=i + t,
+                           t_end=i + t + 1, ttft_s=t, live_output_tokens=10))
+        rd.close()
+    html = write_report([tmp_path / "m"])
+    assert html == tmp_path / "m" / "report.html"
+    md = html.with_suffix(".md").read_text()
+    # p99 of (1, 2, 9) over p99 of (1, 2, 10): (2 + 0.98 * 7) / (2 + 0.98 * 8) = 8.86 / 9.84
+    assert "## Shapes of the source" in md and "8.86 → 9.84 (ratio 0.90)" in md
+    assert (tmp_path / "m" / "gpu-only-s0" / "summary.json").exists()

@@ -56,6 +56,7 @@ LABELS = {
     "throughput_rps": "Throughput (calls/s)", "ttft_p50_s": "User TTFT p50 (s)",
     "ttft_p90_s": "User TTFT p90 (s)", "ttft_p99_s": "User TTFT p99 (s)",
     "evictions": "RAM eviction cycles", "physical_read_share": "Disk reads / store loads",
+    "prompt_load": "Prompt tokens / prefill capacity",
 }
 """Column name -> heading in words, with its unit where it has one."""
 

@@ -28,7 +28,7 @@ from ..records import RunDir
 from .shapes import judge_replay
 from .traces import GROUPS
 
-COLS = ["label", "ok_calls", "errors", "throughput_rps", "throughput_vs_recompute",
+COLS = ["label", "ok_calls", "errors", "throughput_rps", "throughput_vs_recompute", "prompt_load",
         "crossover_tokens", "ttft_p50_s",
         "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "stickiness", "exact_output_share",
         "store_load_bytes", "physical_read_bytes", "evictions", "evicted_bytes",

@@ -12,6 +12,11 @@ with its reason in ``missing``.
   turns; ``traffic``: calls per ``"prefill>decode"`` pair, and ``traffic_shares``;
 - ``dispatch_delay_p99_s``: :func:`adev.analysis.figures.dispatch_delay` of the first request of
   every call;
+- ``prompt_load`` = (OK calls' prompt tokens / the same span) / (prefill replicas x the model
+  profile's prefill rate): the offered prompt work against the prefill capacity. Under
+  ``recompute`` it is the prefill replicas' utilisation; near or above 1 the replay is
+  prefill-bound and the configurations' throughputs can part, well below 1 the schedule, not the
+  service, sets the throughput;
 - ``experiment``, ``seed`` (the manifest's replay options) and ``configuration`` (the label
   without its ``-s<seed>``): the point the run was made at;
 - store figures, counter deltas between the first and last OK scrape of each target:
@@ -100,6 +105,7 @@ def summarise(path: str | Path) -> dict[str, Any]:
                            "calls": len(recs), "missing": missing}
     okr = [r for r in recs if r.get("status") == "ok" and r.get("ttft_s") is not None]
     out["ok_calls"] = len(okr)
+    span = 0.0
     out["errors"] = len(recs) - len(okr)
     if okr:
         span = max(r["t_end"] for r in okr) - min(r["t_ready"] for r in okr)
@@ -125,6 +131,13 @@ def summarise(path: str | Path) -> dict[str, Any]:
     out["traffic_shares"] = {k: v / n for k, v in sorted(traffic.items())} if n else {}
 
     run = load_run(rd.path)
+    n_pre = len(((rep.get("topology") or {}).get("prefill")) or [])
+    pre_rate = run.prefill_tokens_per_s
+    if span and n_pre and pre_rate:
+        out["prompt_load"] = sum(r["prompt_tokens"] for r in okr) / span / (n_pre * pre_rate)
+    else:
+        out["prompt_load"] = None
+        missing["prompt_load"] = "no completed call, no prefill replica or no model profile"
     c = run.calls
     if len(c):
         ids = c["call_id"].astype(str)

@@ -21,7 +21,10 @@ def _rec(turn, **kw):
 def test_summary_by_hand(tmp_path):
     stack = default_stack()
     rd = RunDir.create("r", base=tmp_path)
-    rd.write_json("manifest.json", build_manifest("r", config={"stack": stack}, time_scale=10.0))
+    rd.write_json("manifest.json", build_manifest(
+        "r", config={"stack": stack}, time_scale=10.0,
+        extra={"replay": {"label": "store-ram-s3", "experiment": "long", "seed": 3,
+                          "topology": {"prefill": ["p0", "p1"], "decode": []}}}))
     rd.append(_rec(0, t_ready=0.0, t_first_token=1.0, t_end=5.0, ttft_s=1.0, itl_s=0.1,
                    live_output_tokens=10))
     rd.append(_rec(1, t_ready=2.0, t_first_token=5.0, t_end=10.0, ttft_s=3.0, itl_s=0.3,
@@ -49,6 +52,10 @@ def test_summary_by_hand(tmp_path):
     s = summarise(rd.path)
     assert (s["calls"], s["ok_calls"], s["errors"]) == (4, 3, 1)
     assert s["throughput_rps"] == pytest.approx(3 / 10.0)        # 3 OK over [0, 10]
+    assert (s["experiment"], s["seed"], s["configuration"]) == ("long", 3, "store-ram")
+    rate = load_model_profile(stack.profile).prefill_tokens_per_s
+    # 1,000 + 40,000 + 1,000 prompt tokens over 10 s, against two prefill replicas
+    assert s["prompt_load"] == pytest.approx(42000 / 10.0 / (2 * rate))
     assert s["ttft_p50_s"] == pytest.approx(2.0)
     assert s["ttft_p90_s"] == pytest.approx(2.8)                 # 2 + 0.8 * (3 - 2)
     assert s["ttft_by_group_p50_s"]["<=32K"] == pytest.approx(1.5)

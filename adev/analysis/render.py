@@ -22,7 +22,8 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
             "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
             "reuse_owner_share_same_session", "reuse_owner_share_cross_session",
             "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share",
-            "physical_read_share"}
+            "physical_read_share", "stickiness", "exact_output_share", "ttft_over_model_p50",
+            "ttft_over_model_p99", "user_ttft_over_model_p50", "user_ttft_over_model_p99"}
 """Columns that hold shares (0..1), printed as percentages."""
 
 LABELS = {
@@ -57,6 +58,16 @@ LABELS = {
     "ttft_p90_s": "User TTFT p90 (s)", "ttft_p99_s": "User TTFT p99 (s)",
     "evictions": "RAM eviction cycles", "physical_read_share": "Disk reads / store loads",
     "prompt_load": "Prompt tokens / prefill capacity",
+    "throughput_vs_recompute": "Throughput / recompute's", "crossover_tokens":
+    "Beats recompute from (prompt tokens)", "stickiness": "Stickiness", "ok_calls": "OK calls",
+    "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":
+    "Inter-token latency p50 (s)", "store_load_bytes": "Store loads (bytes)",
+    "physical_read_bytes": "Disk reads (bytes)", "evicted_bytes": "Evicted (bytes)",
+    "disk_read_rate_Bps": "Disk read rate (B/s)", "dispatch_delay_p99_s": "Dispatch delay p99 (s)",
+    "store_read_over_profile_p50": "Store reads / profile, p50 (×)",
+    "ttft_over_model_p50": "TTFT over model p50", "ttft_over_model_p99": "TTFT over model p99",
+    "user_ttft_over_model_p50": "User TTFT over model p50",
+    "user_ttft_over_model_p99": "User TTFT over model p99",
 }
 """Column name -> heading in words, with its unit where it has one."""
 

@@ -105,8 +105,8 @@ def _main(args: argparse.Namespace) -> int:
                  f"{Path(args.trace).name}")
     doc, df = build(runs, "")
     from ..analysis.report import md_table
-    from .report import COLS
-    print(md_table(df, COLS))
+    from .report import HEADLINE
+    print(md_table(df, HEADLINE))
     print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")
     return 0

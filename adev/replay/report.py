@@ -28,13 +28,17 @@ from ..records import RunDir
 from .shapes import judge_replay
 from .traces import GROUPS
 
-COLS = ["label", "ok_calls", "errors", "throughput_rps", "throughput_vs_recompute", "prompt_load",
-        "crossover_tokens", "ttft_p50_s",
-        "ttft_p90_s", "ttft_p99_s", "itl_p50_s", "stickiness", "exact_output_share",
-        "store_load_bytes", "physical_read_bytes", "evictions", "evicted_bytes",
-        "disk_read_rate_Bps", "dispatch_delay_p99_s", "store_read_over_profile_p50",
-        "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",
-        "user_ttft_over_model_p99"]
+HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
+            "ttft_p99_s", "crossover_tokens", "stickiness", "prompt_load"]
+"""The configurations table: throughput, user TTFT, routing, load."""
+STORE = ["label", "store_load_bytes", "physical_read_bytes", "physical_read_share", "evictions",
+         "evicted_bytes", "disk_read_rate_Bps"]
+"""Store loads against disk reads, RAM eviction, the disk tier's read rate."""
+FIDELITY = ["label", "ok_calls", "errors", "exact_output_share", "itl_p50_s",
+            "dispatch_delay_p99_s", "store_read_over_profile_p50", "ttft_over_model_p50",
+            "ttft_over_model_p99", "user_ttft_over_model_p50", "user_ttft_over_model_p99"]
+"""The run's own checks: calls, output lengths, dispatch and the host's time against the model."""
+COLS = HEADLINE + STORE[1:] + FIDELITY[1:]
 
 
 def _seed(label: str) -> str:
@@ -144,7 +148,10 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
             and not Path(p).name.startswith("recompute-") else None for p in runs]
     doc = Doc(title)
     doc.blocks.append("## Shapes of the source\n\n" + shapes_markdown(judge_replay(sums)))
-    doc.blocks.append("## Configurations\n\n" + md_table(df, COLS))
+    doc.blocks.append("## Configurations\n\n" + md_table(df, HEADLINE))
+    doc.blocks.append("## Store loads, disk reads and RAM eviction\n\n" + md_table(df, STORE))
+    doc.blocks.append("## Checks of the run: calls, output lengths, host time against the model"
+                      "\n\n" + md_table(df, FIDELITY))
     groups = pd.DataFrame([{"label": s.get("label"), **(s.get("ttft_by_group_p50_s") or {})}
                            for s in sums])
     doc.blocks.append("## Median user TTFT by prompt length (model s)\n\n"

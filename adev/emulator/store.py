@@ -15,6 +15,10 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
   LEASE_EXPIRED (a real read slower than the scaled lease; in model time it would not be) is
   renewed and re-read, at most ``LEASE_RETRIES`` times in a row (a batch read in full resets the
   count); any other failed block and every block after it are recomputed;
+- leases in model time (:mod:`adev.emulator.leases`, when ``model_lease_s`` is set: a long lease
+  under a held model clock): every lookup hit records the model time its lease ends, and a
+  background task renews the keys whose model lease still runs, so the master's short real lease
+  lasts exactly as long in model time as the configured one;
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
   ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
@@ -48,11 +52,13 @@ import os
 import socket
 import threading
 import time
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from adev.emulator.leases import LEASE_GRAIN_S, RENEWALS_PER_GRAIN, ModelLeases
 from adev.emulator.store_tiers import TierQuery
 
 log = logging.getLogger("adev.emulator.store")
@@ -62,6 +68,7 @@ RPC_FAIL = -900       # master unreachable
 LEASE_EXPIRED = -707  # a read that outlived its lease
 LEASE_RETRIES = 2     # renew-and-reread after LEASE_EXPIRED, in a row (see load)
 MIN_SEGMENT = 16 << 20  # Mooncake refuses a segment smaller than 16 MiB
+RENEW_BATCH = 8192      # keys per lease-renewal call
 
 
 @dataclass
@@ -78,6 +85,7 @@ class StoreSettings:
     host: str = "127.0.0.1"
     prefer_local: bool = True         # puts prefer this client's own segment (see module doc)
     lease_s: float | None = None      # the master's lease in real seconds (None: unknown)
+    model_lease_s: float | None = None  # leases kept in model time (adev.emulator.leases), or None
 
 
 @dataclass
@@ -134,6 +142,10 @@ class MooncakeTier:
         self.connects = 0
         self._retired: list[_Conn] = []
         self._key_cache: dict[int, str] = {}
+        self.leases = ModelLeases(settings.model_lease_s) if settings.model_lease_s else None
+        self.model_now: Callable[[], float] | None = None   # the engine's model time
+        self.lease_renewed = 0     # keys renewed to keep their model-time lease
+        self._lease_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -149,10 +161,13 @@ class MooncakeTier:
             if not self.up:
                 await asyncio.sleep(0.2)
         self._task = asyncio.create_task(self._keepalive())
+        if self.leases is not None:
+            self._lease_task = asyncio.create_task(self._keep_leases())
 
     async def close(self) -> None:
-        if self._task:
-            self._task.cancel()
+        for task in (self._task, self._lease_task):
+            if task:
+                task.cancel()
         await self.tier_query.close()
         c = self._conn
         self._conn = None
@@ -182,6 +197,31 @@ class MooncakeTier:
                 raise
             except Exception:  # never let the keepalive die
                 log.exception("store keepalive")
+
+    async def _keep_leases(self) -> None:
+        """Renew the leases still running in model time (:mod:`adev.emulator.leases`) every
+        ``lease_s / RENEWALS_PER_GRAIN`` real seconds; keys the store no longer holds are
+        forgotten. A renewal is a bare ``batch_is_exist``: it grants the master's lease without
+        extending the model-time one."""
+        assert self.leases is not None
+        period = (self.s.lease_s or LEASE_GRAIN_S) / RENEWALS_PER_GRAIN
+        while True:
+            try:
+                await asyncio.sleep(period)
+                if self.model_now is None:
+                    continue
+                live = self.leases.live(self.model_now())
+                for i in range(0, len(live), RENEW_BATCH):
+                    batch = live[i:i + RENEW_BATCH]
+                    r = await self._call("lease", lambda c, k: c.client.batch_is_exist(k), batch)
+                    if r is None:
+                        break
+                    self.lease_renewed += sum(1 for x in r if x == 1)
+                    self.leases.forget(k for k, x in zip(batch, r, strict=True) if x == 0)
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the renewals die
+                log.exception("store lease renewal")
 
     async def _try_connect(self) -> None:
         self._gen += 1
@@ -300,6 +340,9 @@ class MooncakeTier:
             if min(r) == RPC_FAIL:
                 self._mark_down(op)
             return None
+        if self.leases is not None and self.model_now is not None:
+            self.leases.granted((k for k, x in zip(keys, r, strict=True) if x == 1),
+                                self.model_now())
         return list(r)
 
     async def load(self, keys: list[str], granted_at: float | None = None) -> LoadResult:

@@ -169,3 +169,42 @@ def test_lease_is_not_stale_at_exactly_half(monkeypatch):
     t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
                            segment_bytes=1 << 24, lease_s=10.0))
     assert not t._lease_stale(95.0) and t._lease_stale(94.5)
+
+
+async def test_lookup_hits_get_model_time_leases_and_renewals_keep_only_live_ones():
+    """With ``model_lease_s``, every lookup hit records its lease end in model time; the renewal
+    task re-grants (bare batch_is_exist) the keys whose model lease runs, forgets keys the store
+    no longer holds, and renewing does not extend a model lease."""
+    import asyncio
+    t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                           segment_bytes=1 << 24, master_http=None, lease_s=0.04,
+                           model_lease_s=300.0))
+    now = [100.0]
+    t.model_now = lambda: now[0]
+    calls = []
+    present = {"a": 1, "b": 1, "c": 0}
+
+    async def fake_call(op, fn, *args):
+        calls.append((op, list(args[0])))
+        return [present.get(k, 0) for k in args[0]]
+
+    t._call = fake_call
+    assert await t.exists(["a", "b", "c"]) == [1, 1, 0]     # hits a, b: leases end at 400
+    now[0] = 200.0
+    assert await t.exists(["b"]) == [1]                     # b's lease now ends at 500
+    calls.clear()
+    t._lease_task = asyncio.create_task(t._keep_leases())
+    try:
+        await asyncio.sleep(0.035)                          # three renewals (every 10 ms)
+        assert calls and all(c == ("lease", ["a", "b"]) for c in calls)
+        now[0] = 400.0                                      # a's model lease has ended
+        present["b"] = 0                                    # ... and b left the store
+        calls.clear()
+        await asyncio.sleep(0.015)
+        assert calls[0] == ("lease", ["b"])
+        assert len(t.leases) == 0                           # b forgotten: nothing more to renew
+        calls.clear()
+        await asyncio.sleep(0.025)
+        assert calls == []
+    finally:
+        t._lease_task.cancel()

@@ -109,6 +109,7 @@ class Endpoint:
                 else None,
                 chunk_blocks=stack.store.chunk_blocks))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
+            self.store.on_lease = self._lease_round
         S = stack.time_scale
         # the stack's held clock (model time waits for slow store reads), when it has one
         from adev.clock import open_held_clock
@@ -130,6 +131,13 @@ class Endpoint:
         if self.store is not None:
             self.store.model_now = self.engine.now
         self.created = int(time.time())
+
+    def _lease_round(self, renewed: int, late: bool, kept: int) -> None:
+        m = self.metrics
+        m.store_lease_renewed.inc(renewed)
+        if late:
+            m.store_lease_late.inc()
+        m.store_lease_kept.set(kept)
 
     async def start(self) -> None:
         if self.store is not None:

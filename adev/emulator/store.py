@@ -106,13 +106,15 @@ class LoadResult:
 
 
 class _Conn:
-    """One client generation: a read executor (lookups, loads: latency-critical) and a write
-    executor (saves, in the background), so puts never queue in front of reads."""
+    """One client generation: a read executor (lookups, loads: latency-critical), a write
+    executor (saves, in the background) and a lease executor (renewals), so puts never queue in
+    front of reads and renewals never wait behind either."""
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
         self.exec = ThreadPoolExecutor(2, thread_name_prefix=f"mooncake-r{gen}")
         self.put_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-w{gen}")
+        self.lease_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-l{gen}")
         self.client: Any = None      # mooncake.store.MooncakeDistributedStore, once set up
         self.put_config: Any = None  # mooncake.store.ReplicateConfig
         self.closed = False
@@ -145,6 +147,8 @@ class MooncakeTier:
         self.leases = ModelLeases(settings.model_lease_s) if settings.model_lease_s else None
         self.model_now: Callable[[], float] | None = None   # the engine's model time
         self.lease_renewed = 0     # keys renewed to keep their model-time lease
+        self.lease_late = 0        # renewal rounds that started over a master lease after the last
+        self.on_lease: Callable[[int, bool, int], None] = lambda renewed, late, kept: None
         self._lease_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ lifecycle
@@ -204,20 +208,28 @@ class MooncakeTier:
         forgotten. A renewal is a bare ``batch_is_exist``: it grants the master's lease without
         extending the model-time one."""
         assert self.leases is not None
-        period = (self.s.lease_s or LEASE_GRAIN_S) / RENEWALS_PER_GRAIN
+        grain = self.s.lease_s or LEASE_GRAIN_S
+        last = time.monotonic()   # when the previous round's renewals had all been granted
         while True:
             try:
-                await asyncio.sleep(period)
+                await asyncio.sleep(grain / RENEWALS_PER_GRAIN)
                 if self.model_now is None:
+                    last = time.monotonic()
                     continue
                 live = self.leases.live(self.model_now())
+                renewed = 0
                 for i in range(0, len(live), RENEW_BATCH):
                     batch = live[i:i + RENEW_BATCH]
                     r = await self._call("lease", lambda c, k: c.client.batch_is_exist(k), batch)
                     if r is None:
                         break
-                    self.lease_renewed += sum(1 for x in r if x == 1)
+                    renewed += sum(1 for x in r if x == 1)
                     self.leases.forget(k for k, x in zip(batch, r, strict=True) if x == 0)
+                done = time.monotonic()
+                late, last = done - last > grain, done
+                self.lease_renewed += renewed
+                self.lease_late += late
+                self.on_lease(renewed, late, len(self.leases))
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let the renewals die
@@ -240,8 +252,8 @@ class MooncakeTier:
             log.warning("store connect failed: %s", rc)
             self.on_error("connect")
             conn.closed = True
-            conn.exec.shutdown(wait=False)
-            conn.put_exec.shutdown(wait=False)
+            for ex in (conn.exec, conn.put_exec, conn.lease_exec):
+                ex.shutdown(wait=False)
 
     def _setup(self, conn: _Conn) -> int:
         from mooncake.store import MooncakeDistributedStore
@@ -297,7 +309,7 @@ class MooncakeTier:
             self.on_error(op)
             return None
         loop = asyncio.get_running_loop()
-        ex = c.put_exec if op == "put" else c.exec
+        ex = c.put_exec if op == "put" else c.lease_exec if op == "lease" else c.exec
         try:
             return await asyncio.wait_for(loop.run_in_executor(ex, fn, c, *args), self.s.io_timeout_s)
         except TimeoutError:
@@ -464,8 +476,8 @@ def _close_after_drain(c: _Conn) -> None:
     """Close a client once every call submitted to it has returned (a call after ``close()``
     crashes the process; nothing new is submitted once ``c.closed`` is set)."""
     try:
-        c.exec.shutdown(wait=True)
-        c.put_exec.shutdown(wait=True)
+        for ex in (c.exec, c.put_exec, c.lease_exec):
+            ex.shutdown(wait=True)
         if c.client is not None:
             c.client.close()
     except Exception:  # noqa: BLE001

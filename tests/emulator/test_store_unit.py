@@ -189,6 +189,8 @@ async def test_lookup_hits_get_model_time_leases_and_renewals_keep_only_live_one
         return [present.get(k, 0) for k in args[0]]
 
     t._call = fake_call
+    seen = []
+    t.on_lease = lambda renewed, late, kept: seen.append((renewed, late, kept))
     assert await t.exists(["a", "b", "c"]) == [1, 1, 0]     # hits a, b: leases end at 400
     now[0] = 200.0
     assert await t.exists(["b"]) == [1]                     # b's lease now ends at 500
@@ -206,5 +208,17 @@ async def test_lookup_hits_get_model_time_leases_and_renewals_keep_only_live_one
         calls.clear()
         await asyncio.sleep(0.025)
         assert calls == []
+        assert t.lease_late == 0 and seen[-1] == (0, False, 0)
+        # a renewal that takes longer than the master's lease: that round is counted late
+        now[0] = 500.0
+        t.leases.granted(["a"], 500.0)
+        present["a"] = 1
+
+        async def slow_call(op, fn, *args):
+            await asyncio.sleep(0.05)
+            return [1] * len(args[0])
+        t._call = slow_call
+        await asyncio.sleep(0.08)
+        assert t.lease_late >= 1 and (1, True, 1) in seen
     finally:
         t._lease_task.cancel()

@@ -84,24 +84,10 @@ def get(url: str) -> int:
 def test_lease_is_real_milliseconds_of_model_seconds():
     cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 5.0})
     assert master_lease_ms(cfg) == 500
-    cfg = small_config("/tmp/x", time_scale=1.0, store={"lease_ttl_s": 300.0}, model_clock="free")
+    cfg = small_config("/tmp/x", time_scale=1.0, store={"lease_ttl_s": 300.0})
     assert master_lease_ms(cfg) == 300_000
     cfg = small_config("/tmp/x", time_scale=100.0, store={"lease_ttl_s": 0.01})
     assert master_lease_ms(cfg) == 1  # never 0: Mooncake would read it as no lease
-
-
-def test_a_long_lease_under_a_held_clock_runs_on_the_master_as_one_grain():
-    """300 s at time scale 10 is 30 s real: the endpoints keep it in model time and the master
-    runs with the 1 s grain; 5 s at time scale 10 (0.5 s real) stays the master's own."""
-    cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 300.0})
-    assert cfg.model_clock == "held" and master_lease_ms(cfg) == 1000
-    cfg = small_config("/tmp/x", time_scale=2.0, store={"lease_ttl_s": 2.0})
-    assert master_lease_ms(cfg) == 1000          # exactly one grain: not kept, 2 / 2 s real
-    cfg = small_config("/tmp/x", time_scale=2.0, store={"lease_ttl_s": 2.2})
-    assert master_lease_ms(cfg) == 1000          # kept: the grain
-    cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 300.0},
-                       model_clock="free")
-    assert master_lease_ms(cfg) == 30_000
 
 
 @pytest.mark.parametrize("configuration,offload", [

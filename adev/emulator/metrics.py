@@ -157,14 +157,6 @@ class Metrics:
         self.store_lease_retries = c("adev_emulator_store_lease_retries",
                                      "Load batches renewed and re-read after LEASE_EXPIRED (a real read "
                                      "slower than the time-scaled lease).")
-        self.store_lease_renewed = c("adev_emulator_store_lease_renewed_keys",
-                                     "Store keys whose lease was renewed because their model-time "
-                                     "lease still ran (adev.emulator.leases).")
-        self.store_lease_late = c("adev_emulator_store_lease_late_rounds",
-                                  "Lease renewal rounds that started more than one master lease "
-                                  "after the previous one (leases may have lapsed in between).")
-        self.store_lease_kept = g("adev_emulator_store_lease_kept_keys",
-                                  "Store keys whose model-time lease runs, at the last renewal.")
         self.store_up = g("adev_emulator_store_up", "1 while the store client is connected.")
         self.read_path = h("adev_emulator_read_path_seconds",
                            "Per-request store read path (lookup + load), model seconds.", READ_PATH_BUCKETS)

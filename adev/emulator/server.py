@@ -79,9 +79,7 @@ class Endpoint:
         disk = load_tier_profile(stack.store.disk_tier)
         self.store = None
         if conf in STORE_CONFIGS:
-            from adev.emulator.leases import kept_in_model_time
             from adev.emulator.store import MooncakeTier, StoreSettings
-            from adev.stack.commands import master_lease_ms
             if not master:
                 raise ConfigError(f"stack.configuration: {conf!r} needs a Mooncake master (--master HOST:PORT)")
             n_eps = max(1, len(stack.endpoints))
@@ -103,13 +101,9 @@ class Endpoint:
                 master=master, model_name=self.model, payload_bytes=max(1, p.bytes_per_block // scale),
                 segment_bytes=seg, disk_dir=ddir, master_http=http if conf == "store-ram+disk" else None,
                 host=stack.host, prefer_local=stack.store.placement == "local",
-                lease_s=master_lease_ms(stack) / 1000.0,
-                model_lease_s=stack.store.lease_ttl_s if kept_in_model_time(
-                    stack.store.lease_ttl_s, stack.time_scale, stack.model_clock == "held")
-                else None,
+                lease_s=stack.store.lease_ttl_s / stack.time_scale,
                 chunk_blocks=stack.store.chunk_blocks))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
-            self.store.on_lease = self._lease_round
         S = stack.time_scale
         # the stack's held clock (model time waits for slow store reads), when it has one
         from adev.clock import open_held_clock
@@ -128,16 +122,7 @@ class Endpoint:
             stream_interval=stack.stream_interval), self.metrics, self.store,
             clock=held if held is not None else time.monotonic,
             slot=[e.name for e in stack.endpoints].index(name) if held is not None else 0)
-        if self.store is not None:
-            self.store.model_now = self.engine.now
         self.created = int(time.time())
-
-    def _lease_round(self, renewed: int, late: bool, kept: int) -> None:
-        m = self.metrics
-        m.store_lease_renewed.inc(renewed)
-        if late:
-            m.store_lease_late.inc()
-        m.store_lease_kept.set(kept)
 
     async def start(self) -> None:
         if self.store is not None:

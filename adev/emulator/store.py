@@ -15,10 +15,6 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
   LEASE_EXPIRED (a real read slower than the scaled lease; in model time it would not be) is
   renewed and re-read, at most ``LEASE_RETRIES`` times in a row (a batch read in full resets the
   count); any other failed block and every block after it are recomputed;
-- leases in model time (:mod:`adev.emulator.leases`, when ``model_lease_s`` is set: a long lease
-  under a held model clock): every lookup hit records the model time its lease ends, and a
-  background task renews the keys whose model lease still runs, so the master's short real lease
-  lasts exactly as long in model time as the configured one;
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
   ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
@@ -52,13 +48,11 @@ import os
 import socket
 import threading
 import time
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
-from adev.emulator.leases import LEASE_GRAIN_S, RENEWALS_PER_GRAIN, ModelLeases
 from adev.emulator.store_tiers import TierQuery
 
 log = logging.getLogger("adev.emulator.store")
@@ -68,7 +62,6 @@ RPC_FAIL = -900       # master unreachable
 LEASE_EXPIRED = -707  # a read that outlived its lease
 LEASE_RETRIES = 2     # renew-and-reread after LEASE_EXPIRED, in a row (see load)
 MIN_SEGMENT = 16 << 20  # Mooncake refuses a segment smaller than 16 MiB
-RENEW_BATCH = 8192      # keys per lease-renewal call
 
 
 @dataclass
@@ -85,7 +78,6 @@ class StoreSettings:
     host: str = "127.0.0.1"
     prefer_local: bool = True         # puts prefer this client's own segment (see module doc)
     lease_s: float | None = None      # the master's lease in real seconds (None: unknown)
-    model_lease_s: float | None = None  # leases kept in model time (adev.emulator.leases), or None
 
 
 @dataclass
@@ -106,15 +98,13 @@ class LoadResult:
 
 
 class _Conn:
-    """One client generation: a read executor (lookups, loads: latency-critical), a write
-    executor (saves, in the background) and a lease executor (renewals), so puts never queue in
-    front of reads and renewals never wait behind either."""
+    """One client generation: a read executor (lookups, loads: latency-critical) and a write
+    executor (saves, in the background), so puts never queue in front of reads."""
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
         self.exec = ThreadPoolExecutor(2, thread_name_prefix=f"mooncake-r{gen}")
         self.put_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-w{gen}")
-        self.lease_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-l{gen}")
         self.client: Any = None      # mooncake.store.MooncakeDistributedStore, once set up
         self.put_config: Any = None  # mooncake.store.ReplicateConfig
         self.closed = False
@@ -144,12 +134,6 @@ class MooncakeTier:
         self.connects = 0
         self._retired: list[_Conn] = []
         self._key_cache: dict[int, str] = {}
-        self.leases = ModelLeases(settings.model_lease_s) if settings.model_lease_s else None
-        self.model_now: Callable[[], float] | None = None   # the engine's model time
-        self.lease_renewed = 0     # keys renewed to keep their model-time lease
-        self.lease_late = 0        # renewal rounds that started over a master lease after the last
-        self.on_lease: Callable[[int, bool, int], None] = lambda renewed, late, kept: None
-        self._lease_task: asyncio.Task | None = None
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -165,13 +149,10 @@ class MooncakeTier:
             if not self.up:
                 await asyncio.sleep(0.2)
         self._task = asyncio.create_task(self._keepalive())
-        if self.leases is not None:
-            self._lease_task = asyncio.create_task(self._keep_leases())
 
     async def close(self) -> None:
-        for task in (self._task, self._lease_task):
-            if task:
-                task.cancel()
+        if self._task:
+            self._task.cancel()
         await self.tier_query.close()
         c = self._conn
         self._conn = None
@@ -202,39 +183,6 @@ class MooncakeTier:
             except Exception:  # never let the keepalive die
                 log.exception("store keepalive")
 
-    async def _keep_leases(self) -> None:
-        """Renew the leases still running in model time (:mod:`adev.emulator.leases`) every
-        ``lease_s / RENEWALS_PER_GRAIN`` real seconds; keys the store no longer holds are
-        forgotten. A renewal is a bare ``batch_is_exist``: it grants the master's lease without
-        extending the model-time one."""
-        assert self.leases is not None
-        grain = self.s.lease_s or LEASE_GRAIN_S
-        last = time.monotonic()   # when the previous round's renewals had all been granted
-        while True:
-            try:
-                await asyncio.sleep(grain / RENEWALS_PER_GRAIN)
-                if self.model_now is None:
-                    last = time.monotonic()
-                    continue
-                live = self.leases.live(self.model_now())
-                renewed = 0
-                for i in range(0, len(live), RENEW_BATCH):
-                    batch = live[i:i + RENEW_BATCH]
-                    r = await self._call("lease", lambda c, k: c.client.batch_is_exist(k), batch)
-                    if r is None:
-                        break
-                    renewed += sum(1 for x in r if x == 1)
-                    self.leases.forget(k for k, x in zip(batch, r, strict=True) if x == 0)
-                done = time.monotonic()
-                late, last = done - last > grain, done
-                self.lease_renewed += renewed
-                self.lease_late += late
-                self.on_lease(renewed, late, len(self.leases))
-            except asyncio.CancelledError:
-                raise
-            except Exception:  # never let the renewals die
-                log.exception("store lease renewal")
-
     async def _try_connect(self) -> None:
         self._gen += 1
         conn = _Conn(self._gen)
@@ -252,8 +200,8 @@ class MooncakeTier:
             log.warning("store connect failed: %s", rc)
             self.on_error("connect")
             conn.closed = True
-            for ex in (conn.exec, conn.put_exec, conn.lease_exec):
-                ex.shutdown(wait=False)
+            conn.exec.shutdown(wait=False)
+            conn.put_exec.shutdown(wait=False)
 
     def _setup(self, conn: _Conn) -> int:
         from mooncake.store import MooncakeDistributedStore
@@ -309,7 +257,7 @@ class MooncakeTier:
             self.on_error(op)
             return None
         loop = asyncio.get_running_loop()
-        ex = c.put_exec if op == "put" else c.lease_exec if op == "lease" else c.exec
+        ex = c.put_exec if op == "put" else c.exec
         try:
             return await asyncio.wait_for(loop.run_in_executor(ex, fn, c, *args), self.s.io_timeout_s)
         except TimeoutError:
@@ -352,9 +300,6 @@ class MooncakeTier:
             if min(r) == RPC_FAIL:
                 self._mark_down(op)
             return None
-        if self.leases is not None and self.model_now is not None:
-            self.leases.granted((k for k, x in zip(keys, r, strict=True) if x == 1),
-                                self.model_now())
         return list(r)
 
     async def load(self, keys: list[str], granted_at: float | None = None) -> LoadResult:
@@ -476,8 +421,8 @@ def _close_after_drain(c: _Conn) -> None:
     """Close a client once every call submitted to it has returned (a call after ``close()``
     crashes the process; nothing new is submitted once ``c.closed`` is set)."""
     try:
-        for ex in (c.exec, c.put_exec, c.lease_exec):
-            ex.shutdown(wait=True)
+        c.exec.shutdown(wait=True)
+        c.put_exec.shutdown(wait=True)
         if c.client is not None:
             c.client.close()
     except Exception:  # noqa: BLE001

@@ -31,13 +31,9 @@ def master_lease_ms(config: StackConfig) -> int:
     """The master's ``--default_kv_lease_ttl`` in real milliseconds.
 
     ``lease_real_ms = lease_ttl_s / time_scale * 1000`` (Mooncake counts the lease in real time;
-    the config gives it in model seconds), at least 1 ms; under a held model clock a lease longer
-    than one grain of real time is kept by the endpoints in model time and the master runs with
-    the grain (:func:`adev.emulator.leases.master_lease_s`).
+    the config gives it in model seconds), at least 1 ms.
     """
-    from adev.emulator.leases import master_lease_s
-    s = master_lease_s(config.store.lease_ttl_s, config.time_scale, config.model_clock == "held")
-    return max(1, round(s * 1000.0))
+    return max(1, round(config.store.lease_ttl_s / config.time_scale * 1000.0))
 
 
 def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,

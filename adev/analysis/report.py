@@ -231,10 +231,10 @@ def write_report(paths: Sequence[str | Path] | str | Path, out: str | Path | Non
 
 def _is_replay(p: Path) -> bool:
     """Whether ``p`` is a replay run (its manifest carries the replay's options)."""
-    import json
+    from ..records import RecordError, RunDir
     try:
-        return "replay" in json.loads((p / "manifest.json").read_text())
-    except (OSError, ValueError):
+        return "replay" in RunDir(p).manifest()
+    except RecordError:
         return False
 
 

@@ -100,12 +100,11 @@ def _main(args: argparse.Namespace) -> int:
     def log(*a: Any, **kw: Any) -> None:
         print(*a, file=sys.stderr)
     runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log))
-    from .report import build, write
-    html = write(runs, out / "report", f"Replay ({args.experiment} reuse gap): "
-                 f"{Path(args.trace).name}")
-    doc, df = build(runs, "")
-    from ..analysis.report import md_table
-    from .report import HEADLINE
+    from ..analysis.render import md_table
+    from ..analysis.render import write as write_doc
+    from .report import HEADLINE, build
+    doc, df = build(runs, f"Replay ({args.experiment} reuse gap): {Path(args.trace).name}")
+    html = write_doc(doc, out / "report")
     print(md_table(df, HEADLINE))
     print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")

@@ -26,6 +26,7 @@ from ..analysis.render import write as _write
 from ..analysis.shapes import shapes_markdown
 from ..records import RunDir
 from .shapes import judge_replay
+from .summary import split_label
 from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
@@ -38,11 +39,10 @@ FIDELITY = ["label", "ok_calls", "errors", "exact_output_share", "itl_p50_s",
             "dispatch_delay_p99_s", "store_read_over_profile_p50", "ttft_over_model_p50",
             "ttft_over_model_p99", "user_ttft_over_model_p50", "user_ttft_over_model_p99"]
 """The run's own checks: calls, output lengths, dispatch and the host's time against the model."""
-COLS = HEADLINE + STORE[1:] + FIDELITY[1:]
 
 
 def _seed(label: str) -> str:
-    return label.rsplit("-s", 1)[-1] if "-s" in label else ""
+    return split_label(label)[1]
 
 
 def table(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:

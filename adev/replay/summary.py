@@ -74,6 +74,13 @@ def _delta(scrapes: list[dict[str, Any]], names, match: dict[str, str] | None = 
         K.value(ok[0]["samples"], names, match) or 0.0)
 
 
+def split_label(label: str) -> tuple[str, str]:
+    """(configuration, seed) of a run label ``<configuration>-s<seed>``; a label without
+    ``-s``: (the label, "")."""
+    conf, sep, seed = label.rpartition("-s")
+    return (conf, seed) if sep else (label, "")
+
+
 def user_ttft_over_model(recs: list[dict[str, Any]], modelled: dict[str, float]) -> np.ndarray:
     """Per replay call (``recs``: OK records of ``replay.jsonl``), its user TTFT against the sum of
     the modelled TTFTs of its requests (``modelled``: call id -> the endpoint's ``ttft_s``; the
@@ -101,12 +108,12 @@ def summarise(path: str | Path) -> dict[str, Any]:
     lab = rep.get("label")
     out: dict[str, Any] = {"run": rd.path.name, "label": lab,
                            "experiment": rep.get("experiment"), "seed": rep.get("seed"),
-                           "configuration": lab.rsplit("-s", 1)[0] if lab else None,
+                           "configuration": split_label(lab)[0] if lab else None,
                            "calls": len(recs), "missing": missing}
     okr = [r for r in recs if r.get("status") == "ok" and r.get("ttft_s") is not None]
     out["ok_calls"] = len(okr)
-    span = 0.0
     out["errors"] = len(recs) - len(okr)
+    span = 0.0
     if okr:
         span = max(r["t_end"] for r in okr) - min(r["t_ready"] for r in okr)
         out["throughput_rps"] = len(okr) / span if span > 0 else None
@@ -192,7 +199,7 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
         out["store_load_blocks"] = ram + disk
         out["physical_read_blocks"] = disk
         out["physical_read_share"] = disk / (ram + disk) if ram + disk > 0 else None
-        if ram + disk <= 0:
+        if out["physical_read_share"] is None:
             missing["physical_read_share"] = "no store loads"
     else:
         out["store_load_bytes"] = out["physical_read_bytes"] = out["physical_read_share"] = None

@@ -267,7 +267,21 @@ class TierProfile:
 
 
 def load_model_profile(name_or_path: str) -> ModelProfile:
-    return load(ModelProfile, resolve(name_or_path, "stacks/profiles/models"))
+    """A model profile by name or path. A profile with ``extends = "<name>"`` is that profile
+    with its own keys replacing the base's (one level: the base may not extend another)."""
+    path = resolve(name_or_path, "stacks/profiles/models")
+    data = load_toml(path)
+    if "extends" in data:
+        base_name = data.pop("extends")
+        base = load_toml(resolve(str(base_name), "stacks/profiles/models"))
+        if "extends" in base:
+            raise ConfigError(f"{path}: field 'extends': {base_name!r} extends another profile; "
+                              "allowed values: a profile without 'extends'")
+        data = {**base, **data}
+    try:
+        return from_dict(ModelProfile, data, "")
+    except ConfigError as e:
+        raise ConfigError(f"{path}: {e}") from None
 
 
 def load_tier_profile(name_or_path: str) -> TierProfile:

@@ -1,7 +1,8 @@
 """``adev replay``: replay a trace over the six cache configurations.
 
     adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
-        [--stack FILE] [--sessions N --min-turns K --skip M] [--out DIR]
+        [--stack FILE | --profile NAME --ram-gb G] [--sessions N --min-turns K --skip M] \
+        [--out DIR]
 
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
 decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the endpoint supports
@@ -79,7 +80,7 @@ def _main(args: argparse.Namespace) -> int:
         base = load_stack(args.stack, time_scale=args.time_scale)
     else:
         store = {"ram_gb": args.ram_gb} if args.ram_gb is not None else None
-        base = default_stack(time_scale=args.time_scale, store=store,
+        base = default_stack(time_scale=args.time_scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None)
     max_ctx = None if base.mode == "external" else _max_context(base)
@@ -128,6 +129,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--stack", help="a stack file (default: the replay's embedded stack)")
     p.add_argument("--time-scale", type=float, default=None)
     p.add_argument("--ram-gb", type=float, default=None, help="RAM tier at model scale")
+    p.add_argument("--profile", default=None,
+                   help="model profile of the embedded stack (stacks/profiles/models/<name>; "
+                        "default: the stack file's)")
     p.add_argument("--stack-cpus", default=None, help="cores of the stack's processes")
     p.add_argument("--sessions", type=int, default=None, help="replay at most N sessions")
     p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")

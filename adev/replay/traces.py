@@ -2,6 +2,7 @@
 
     adev trace import mooncake|openai|sharegpt IN --out TRACE.jsonl
     adev trace export RUN --out TRACE.jsonl       # an adev run (calls.jsonl + reuse ledger)
+    adev trace synth --out TRACE.jsonl [--seed N]  # shaped after the source's replay workload
     adev trace stats TRACE.jsonl [--json]
 
 The format is described in :mod:`adev.replay.format` (and docs/replay.md); importers in
@@ -144,6 +145,22 @@ def _cmd_export(args: argparse.Namespace) -> int:
     return _write(trace, args.out)
 
 
+def _cmd_synth(args: argparse.Namespace) -> int:
+    from .synth import SynthParams, synth_trace
+    try:
+        params = SynthParams(**{k: v for k, v in (("sessions", args.sessions),
+                                                  ("calls", args.calls), ("seed", args.seed))
+                                if v is not None})
+        trace = synth_trace(params)
+    except ValueError as e:
+        name, _, why = str(e).partition(":")
+        return _fail(f"synth: --{name.replace('_', '-')}:{why}")
+    rc = _write(trace, args.out)
+    if rc == 0:
+        print(format_stats(trace_stats(trace)))
+    return rc
+
+
 def _cmd_stats(args: argparse.Namespace) -> int:
     try:
         s = trace_stats(read_trace(args.trace))
@@ -165,6 +182,12 @@ def register(subparsers: Any) -> None:
     e.add_argument("run")
     e.add_argument("--out", required=True)
     e.set_defaults(func=_cmd_export)
+    y = sub.add_parser("synth", help="a trace shaped after the source's replay workload")
+    y.add_argument("--out", required=True)
+    y.add_argument("--seed", type=int, default=None, help="generator seed (default 0)")
+    y.add_argument("--sessions", type=int, default=None, help="sessions (default 256)")
+    y.add_argument("--calls", type=int, default=None, help="calls (default 7,903)")
+    y.set_defaults(func=_cmd_synth)
     s = sub.add_parser("stats", help="sessions, calls, prompt lengths, growth and gaps")
     s.add_argument("trace")
     s.add_argument("--json", action="store_true")

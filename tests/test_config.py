@@ -248,3 +248,22 @@ def test_resolve_profile_by_name_or_path(tmp_path):
     with pytest.raises(ConfigError) as e:
         load_model_profile(str(bad))
     assert str(e.value) == f"{bad}: num_layers: 0 must be greater than 0"
+
+
+def test_a_model_profile_extends_another(tmp_path):
+    long = load_model_profile("qwen3-coder-30b-a3b-128k")
+    base = load_model_profile("qwen3-coder-30b-a3b")
+    assert long.max_model_len == 131072 and base.max_model_len == 65536
+    assert dataclasses.replace(long, max_model_len=65536, source=base.source) == base
+    mine = tmp_path / "mine.toml"
+    mine.write_text(f'extends = "{tmp_path / "base.toml"}"\nhead_dim = 8\n')
+    (tmp_path / "base.toml").write_text(
+        'name = "b"\nnum_layers = 2\nnum_kv_heads = 2\nhead_dim = 4\n')
+    assert load_model_profile(str(mine)).bytes_per_token == 2 * 2 * 2 * 8 * 2
+    (tmp_path / "base.toml").write_text('extends = "qwen3-coder-30b-a3b"\n')
+    with pytest.raises(ConfigError, match="field 'extends': .* extends another profile"):
+        load_model_profile(str(mine))
+    (tmp_path / "base.toml").write_text('name = "b"\nnum_layers = 0\nnum_kv_heads = 2\n'
+                                        'head_dim = 4\n')
+    with pytest.raises(ConfigError, match=f"^{mine}: num_layers: 0 must be greater than 0"):
+        load_model_profile(str(mine))

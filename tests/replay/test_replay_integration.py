@@ -97,3 +97,29 @@ def test_same_command_against_emulated_endpoints_in_external_mode(tmp_path):
     # later turns find their prefix in the store the producers share
     later = [r for r in _replay(runs[0]) if not r["initial"]]
     assert sum(r["cached_tokens"] or 0 for r in later) > 0
+
+
+def test_a_synthetic_trace_above_64k_tokens_on_the_128k_profile(tmp_path):
+    """`adev trace synth`'s longest prompts (above 96K tokens) are served whole by the stack
+    with the 131,072-token profile; the default 65,536-token context would cut every call."""
+    from adev.replay.synth import SynthParams, synth_trace
+
+    trace = synth_trace(SynthParams(sessions=2, calls=4, group_calls=(0, 0, 0, 1)))
+    assert all(c.prompt_tokens > 98304 for c in trace.calls)
+    assert select_sessions(trace, max_context=65536) == []
+    sessions = select_sessions(trace, max_context=131072)
+    assert sum(map(len, sessions)) == 4
+    base = default_stack(time_scale=20.0, state_dir=str(tmp_path / "stack"),
+                         profile="qwen3-coder-30b-a3b-128k")
+    opts = ReplayOptions(experiment="short", active=2, stagger_s=1.0, scrape_s=2.0)
+    runs = asyncio.run(run_matrix(trace, sessions, base, ["store-ram"], [0], opts,
+                                  tmp_path / "out", log=lambda *a, **k: None))
+    s = json.loads((runs[0] / "summary.json").read_text())
+    assert s["ok_calls"] == 4 and s["errors"] == 0, s
+    rows = _replay(runs[0])
+    assert sorted(r["prompt_tokens"] for r in rows) == sorted(c.prompt_tokens for c in trace.calls)
+    # each session's second call finds its first call's whole prompt (whole 16-token blocks)
+    for r in rows:
+        if not r["initial"]:
+            first = next(c for c in trace.calls if c.session == r["session"] and c.turn == 0)
+            assert r["cached_tokens"] >= first.prompt_tokens // 16 * 16 - 16

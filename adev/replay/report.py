@@ -88,14 +88,20 @@ def _ttft_fig(runs: Sequence[Path]) -> Figure:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     drawn = 0
-    for p in runs:
+    labels = [split_label(p.name) for p in runs]
+    configs = list(dict.fromkeys(c for c, _ in labels))
+    seeds = list(dict.fromkeys(s for _, s in labels))
+    for p, (conf, seed) in zip(runs, labels, strict=True):
         tt = [r["ttft_s"] for r in RunDir(p).read("replay") if r.get("ttft_s") is not None]
         if not tt:
             continue
         x, y = _cdf(np.array(tt))
-        line, = ax.plot(x, y, label=p.name)
+        # one colour per configuration, one line style per seed
+        color = f"C{configs.index(conf) % 10}"
+        ax.plot(x, y, label=p.name, color=color,
+                linestyle=("-", "--", ":", "-.")[seeds.index(seed) % 4])
         for q in (50, 90, 99):
-            ax.plot([np.percentile(tt, q)], [q / 100], "o", color=line.get_color(), ms=4)
+            ax.plot([np.percentile(tt, q)], [q / 100], "o", color=color, ms=4)
         drawn += 1
     if not drawn:
         plt.close(fig)

@@ -14,11 +14,14 @@ over the sessions of a trace, each session's calls in turn order, one at a time.
 - **Long reuse gap** (:class:`LongGapPolicy`, :func:`run_long_gap`): at most ``max_in_flight``
   (16) calls in flight; after a turn completes, its session may not start its next turn until
   at least ``gap`` (128) other calls have completed since. Free slots go to eligible sessions in
-  the order they became ready; there is no round barrier. Relaxed only at the end: once the
-  sessions with turns left are no more than ``max_in_flight`` (the gap can no longer be reached
-  without leaving slots idle), or when nothing is in flight and no session is eligible (the run
-  would stall), the waiting session with the most completions since its last turn goes next.
-  Each relaxed start is counted.
+  the order they became ready; there is no round barrier. The gap is relaxed only as far as
+  needed to keep the slots filled: with ``R`` sessions left (waiting or in flight) at most
+  ``R - max_in_flight`` sessions wait while the slots are full, so a session waits for
+  ``min(gap, max(0, R - max_in_flight))`` other completions. With ``gap + max_in_flight`` or more
+  sessions left that is the full gap; as sessions finish it falls, reaching 0 once no more than
+  ``max_in_flight`` are left. Should nothing be in flight and no session eligible, the waiting
+  session with the most completions since its last turn goes next. Every start after fewer than
+  ``gap`` other completions is counted as relaxed.
 - **Trace timestamps** (:func:`run_timestamps`): a call starts at ``t / speed`` after the run's
   start, but never before its session's previous turn has completed.
 """
@@ -152,16 +155,21 @@ class LongGapPolicy:
         """Calls completed since session s's last turn (unbounded before its first turn)."""
         return self.completed - self.last_done[s] if s in self.last_done else self.gap
 
+    def target(self) -> int:
+        """Completions a session waits for now: ``min(gap, max(0, R - max_in_flight))``."""
+        return min(self.gap, max(0, self.remaining_sessions() - self.max_in_flight))
+
     def pick(self, free: int) -> list[int]:
         out: list[int] = []
         free = min(free, self.max_in_flight - self.in_flight)
-        end_phase = self.remaining_sessions() <= self.max_in_flight
         while free > 0 and self.ready:
-            s = next((s for s in self.ready if self.since(s) >= self.gap), None)
+            need = self.target()
+            s = next((s for s in self.ready if self.since(s) >= need), None)
             if s is None:
-                if not (end_phase or (self.in_flight == 0 and not out)):
+                if self.in_flight or out:
                     break
                 s = max(self.ready, key=self.since)
+            if self.since(s) < self.gap:
                 self.relaxed += 1
             self.ready.remove(s)
             self.in_flight += 1

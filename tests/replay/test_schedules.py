@@ -46,6 +46,7 @@ def test_clipped_mean_formula():
 
 def test_long_gap_rule_by_hand():
     p = LongGapPolicy([2] * 5, gap=10, max_in_flight=2)
+    assert p.target() == 3                 # min(10, 5 sessions left - 2 slots)
     assert p.pick(2) == [0, 1]            # first turns need no gap
     p.done(0)
     assert p.pick(1) == [2]
@@ -54,39 +55,77 @@ def test_long_gap_rule_by_hand():
     p.done(2)
     assert p.pick(1) == [4]
     p.done(3)                              # 4 done; session 0 has seen 3 since its turn
-    assert p.pick(1) == [] and p.relaxed == 0   # others in flight: wait for the gap
-    p.done(4)                              # nothing in flight, none eligible: relax once
-    assert p.pick(2) == [0] and p.relaxed == 1  # session 0 has the most completions since
-    p.done(0)
-    assert p.pick(2) == [1] and p.relaxed == 2
-    p.done(1)
-    assert p.pick(2) == [2] and p.relaxed == 3
-    p.done(2)                              # sessions 3, 4 left <= max_in_flight: end phase
-    assert p.pick(2) == [3, 4] and p.relaxed == 5
+    assert p.pick(1) == [0] and p.relaxed == 1  # 3 of the 10: relaxed
+    p.done(4)
+    assert p.target() == 3 and p.pick(1) == [1] and p.relaxed == 2   # 5 - 3 = 2 since
+    p.done(0)                              # session 0 finished: 4 left, target 2
+    assert p.target() == 2 and p.pick(1) == [2] and p.relaxed == 3
+    p.done(1)                              # 3 left, target 1
+    assert p.target() == 1 and p.pick(1) == [3]
+    p.done(2)                              # 2 left: no more than the slots, target 0
+    assert p.target() == 0 and p.pick(2) == [4] and p.relaxed == 5
     p.done(3)
     p.done(4)
     assert p.finished and p.completed == 10
 
 
-def test_long_gap_waits_for_128_others():
-    n = 200                                # enough sessions: the gap holds until the end phase
-    p = LongGapPolicy([3] * n, gap=128, max_in_flight=16)
-    ended: dict[int, int] = {}             # session -> completions when its last turn ended
-    waited: list[tuple[int, bool]] = []    # (others completed since, end phase) per later turn
+def test_long_gap_waits_while_slots_are_full():
+    p = LongGapPolicy([2] * 8, gap=10, max_in_flight=2)   # target min(10, 8 - 2) = 6
+    assert p.pick(2) == [0, 1]
+    for s in (1, 0):                       # both done: 2 completions, each has seen 1 or 0
+        p.done(s)
+    assert p.pick(2) == [2, 3]             # first turns
+    p.done(2)                              # session 1 has seen 2 of 6; session 3 in flight
+    assert p.pick(1) == [4]                # a first turn is free to go
+    p.done(3)
+    p.done(4)                              # 5 completions; since(1) = 4, since(0) = 5
+    assert p.pick(2) == [5, 6] and p.relaxed == 0
+    p.done(5)
+    p.done(6)                              # 7 completions: since(1) = 6 >= 6, since(0) = 7
+    assert p.pick(2) == [7, 1] and p.relaxed == 1
+
+
+def _run(p: LongGapPolicy, order=lambda fl: 0):
+    """Drive ``p`` with slots always offered; yields (others completed since the session's last
+    turn, target at the start, sessions left, calls in flight after the pick)."""
+    ended: dict[int, int] = {}
     in_flight: list[int] = []
+    out = []
     while not p.finished:
-        end = p.remaining_sessions() <= 16
-        new = p.pick(16 - len(in_flight))
-        waited += [(p.completed - ended[s], end) for s in new if s in ended]
+        target, left = p.target(), p.remaining_sessions()
+        new = p.pick(p.max_in_flight - len(in_flight))
+        out += [(p.completed - ended[s] if s in ended else None, target, left,
+                 len(in_flight) + len(new)) for s in new]
         in_flight += new
-        assert len(in_flight) <= 16
-        s = in_flight.pop(0)
+        s = in_flight.pop(order(in_flight))
         p.done(s)
         ended[s] = p.completed
-    assert len(waited) == 2 * n
-    assert all(w >= 128 for w, end in waited if not end)
-    assert 0 < sum(end for _, end in waited) <= 2 * 16   # relaxed only for the last sessions
-    assert p.relaxed <= 2 * 16 and p.completed == 3 * n
+    return out
+
+
+def test_long_gap_waits_for_128_others():
+    n = 200                                # enough sessions: the full gap until 144 are left
+    p = LongGapPolicy([3] * n, gap=128, max_in_flight=16)
+    starts = _run(p)
+    later = [(w, t, left) for w, t, left, _ in starts if w is not None]
+    assert len(later) == 2 * n
+    assert all(w >= t for w, t, _ in later)
+    assert all(w >= 128 for w, _, left in later if left >= 128 + 16)
+    assert p.relaxed == sum(w < 128 for w, _, _ in later) and p.completed == 3 * n
+
+
+def test_long_gap_keeps_the_slots_filled_as_sessions_finish():
+    """Sessions of very different lengths: as they finish the gap falls, and the slots stay
+    full while at least 16 sessions are left (a schedule that relaxes only when idle runs
+    most of such a trace with a few calls in flight)."""
+    import random
+    rng = random.Random(0)
+    turns = [rng.choice([2, 3, 5, 10, 30]) for _ in range(160)]
+    p = LongGapPolicy(turns, gap=128, max_in_flight=16)
+    starts = _run(p, order=lambda fl: rng.randrange(len(fl)))
+    assert len(starts) == sum(turns)
+    assert all(fl == 16 for _, _, left, fl in starts if left > 16)
+    assert all(w is None or w >= t for w, t, _, _ in starts)
 
 
 def _sessions(spec):

@@ -58,6 +58,7 @@ LABELS = {
     "ttft_p90_s": "User TTFT p90 (s)", "ttft_p99_s": "User TTFT p99 (s)",
     "evictions": "RAM eviction cycles", "physical_read_share": "Disk reads / store loads",
     "prompt_load": "Prompt tokens / prefill capacity",
+    "calls_in_flight_mean": "Calls in flight (mean)",
     "throughput_vs_recompute": "Throughput / recompute's", "crossover_tokens":
     "Beats recompute from (prompt tokens)", "stickiness": "Stickiness", "ok_calls": "OK calls",
     "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":

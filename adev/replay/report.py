@@ -30,7 +30,7 @@ from .summary import split_label
 from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
-            "ttft_p99_s", "crossover_tokens", "stickiness", "prompt_load"]
+            "ttft_p99_s", "crossover_tokens", "stickiness", "prompt_load", "calls_in_flight_mean"]
 """The configurations table: throughput, user TTFT, routing, load."""
 STORE = ["label", "store_load_bytes", "physical_read_bytes", "physical_read_share", "evictions",
          "evicted_bytes", "disk_read_rate_Bps"]

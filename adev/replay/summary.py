@@ -4,6 +4,8 @@ called from :mod:`adev.analysis.figures`, not restated. A figure that cannot be 
 with its reason in ``missing``.
 
 - ``throughput_rps`` = OK calls / (last call end - first call ready), model seconds;
+- ``calls_in_flight_mean`` = sum over OK calls of (end - ready) / the same span: the mean number
+  of calls in flight (the long gap allows at most 16);
 - ``ttft_p50/p90/p99_s``: user TTFT (:class:`adev.replay.experiment.ReplayRecord.ttft_s`);
   ``ttft_by_group_p50_s``: its median per prompt-length group;
 - ``itl_p50_s``: median of the calls' mean inter-token latency;
@@ -117,6 +119,8 @@ def summarise(path: str | Path) -> dict[str, Any]:
     if okr:
         span = max(r["t_end"] for r in okr) - min(r["t_ready"] for r in okr)
         out["throughput_rps"] = len(okr) / span if span > 0 else None
+        out["calls_in_flight_mean"] = (sum(r["t_end"] - r["t_ready"] for r in okr) / span
+                                       if span > 0 else None)
         tt = np.array([r["ttft_s"] for r in okr])
         for q in (50, 90, 99):
             out[f"ttft_p{q}_s"] = _f(pct(tt, q))

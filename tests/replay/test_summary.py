@@ -52,6 +52,7 @@ def test_summary_by_hand(tmp_path):
     s = summarise(rd.path)
     assert (s["calls"], s["ok_calls"], s["errors"]) == (4, 3, 1)
     assert s["throughput_rps"] == pytest.approx(3 / 10.0)        # 3 OK over [0, 10]
+    assert s["calls_in_flight_mean"] == pytest.approx((5 + 8 + 4) / 10.0)  # busy 5, 8 and 4 s
     assert (s["experiment"], s["seed"], s["configuration"]) == ("long", 3, "store-ram")
     rate = load_model_profile(stack.profile).prefill_tokens_per_s
     # 1,000 + 40,000 + 1,000 prompt tokens over 10 s, against two prefill replicas

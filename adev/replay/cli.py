@@ -1,7 +1,7 @@
 """``adev replay``: replay a trace over the six cache configurations.
 
     adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
-        [--stack FILE | --profile NAME --ram-gb G] [--sessions N --min-turns K --skip M] \
+        [--stack FILE | --profile NAME --ram-gb G] [--sessions N --min-turns K --skip M] \\
         [--out DIR]
 
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two

@@ -240,12 +240,18 @@ def _is_replay(p: Path) -> bool:
 
 def _write_replay(runs: Sequence[Path], out: str | Path | None) -> Path:
     """The replay report (:mod:`adev.replay.report`) of replay runs, their summaries computed
-    afresh from their records."""
-    from ..records import RunDir
+    afresh from their records. What a run's own summary holds beyond them (its schedule's
+    counts, which no record keeps) is carried over, never dropped."""
+    from ..records import RecordError, RunDir, read_json
     from ..replay.report import write as write_replay
     from ..replay.summary import summarise as summarise_replay
     for p in runs:
-        RunDir(p).write_json("summary.json", summarise_replay(p))
+        fresh = summarise_replay(p)
+        old = p / "summary.json"
+        if old.exists():
+            kept = read_json(old, "a replay summary adev wrote", RecordError)
+            fresh.update({k: v for k, v in kept.items() if k not in fresh})
+        RunDir(p).write_json("summary.json", fresh)
     if out is None:
         out = (runs[0].parent if len({p.parent for p in runs}) == 1 else runs[0]) / "report"
     title = f"Replay: {', '.join(sorted({p.parent.name for p in runs}))}"

@@ -1,6 +1,8 @@
 """Replay figures from hand-made records, worked by hand."""
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from adev.config import load_model_profile
@@ -111,9 +113,12 @@ def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_pat
             rd.append(_rec(i, call_id=f"c{i}", t_ready=float(i), t_first_token=i + t,
                            t_end=i + t + 1, ttft_s=t, live_output_tokens=10))
         rd.close()
+        # the run's own summary: a figure recomputed from the records and one no record keeps
+        rd.write_json("summary.json", {"ttft_p99_s": -1.0, "schedule": {"relaxed_starts": 7}})
     html = write_report([tmp_path / "m"])
     assert html == tmp_path / "m" / "report.html"
     md = html.with_suffix(".md").read_text()
     # p99 of (1, 2, 9) over p99 of (1, 2, 10): (2 + 0.98 * 7) / (2 + 0.98 * 8) = 8.86 / 9.84
     assert "## Shapes of the source" in md and "8.86 → 9.84 (ratio 0.90)" in md
-    assert (tmp_path / "m" / "gpu-only-s0" / "summary.json").exists()
+    kept = json.loads((tmp_path / "m" / "gpu-only-s0" / "summary.json").read_text())
+    assert kept["schedule"] == {"relaxed_starts": 7} and kept["ttft_p99_s"] == pytest.approx(8.86)

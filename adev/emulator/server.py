@@ -80,6 +80,7 @@ class Endpoint:
         self.store = None
         if conf in STORE_CONFIGS:
             from adev.emulator.store import MooncakeTier, StoreSettings
+            from adev.stack.commands import master_lease_ms
             if not master:
                 raise ConfigError(f"stack.configuration: {conf!r} needs a Mooncake master (--master HOST:PORT)")
             n_eps = max(1, len(stack.endpoints))
@@ -101,7 +102,7 @@ class Endpoint:
                 master=master, model_name=self.model, payload_bytes=max(1, p.bytes_per_block // scale),
                 segment_bytes=seg, disk_dir=ddir, master_http=http if conf == "store-ram+disk" else None,
                 host=stack.host, prefer_local=stack.store.placement == "local",
-                lease_s=stack.store.lease_ttl_s / stack.time_scale,
+                lease_s=master_lease_ms(stack) / 1000.0,
                 chunk_blocks=stack.store.chunk_blocks))
             self.store.on_error = lambda op: self.metrics.store_error(op).inc()
         S = stack.time_scale

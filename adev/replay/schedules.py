@@ -162,8 +162,8 @@ class LongGapPolicy:
     def pick(self, free: int) -> list[int]:
         out: list[int] = []
         free = min(free, self.max_in_flight - self.in_flight)
+        need = self.target()  # a start moves a session from waiting to in flight: R stays
         while free > 0 and self.ready:
-            need = self.target()
             s = next((s for s in self.ready if self.since(s) >= need), None)
             if s is None:
                 if self.in_flight or out:

@@ -131,8 +131,8 @@ def synth_trace(p: SynthParams | None = None) -> Trace:
     raw = [np.concatenate([[0.0], np.cumsum(r * rng.exponential(1.0, n - 1))])
            for r, n in zip(rates, turns, strict=True)]
     flat = np.concatenate(raw)
-    flat += np.arange(len(flat)) * 1e-12  # equal raw values (first calls) rank in trace order
     lengths = np.empty(len(flat), dtype=np.int64)
+    # a stable sort: equal raw values (every first call's 0) rank in trace order
     lengths[np.argsort(flat, kind="stable")] = target_lengths(p)
     bt, n_shared = p.block_tokens, p.shared_tokens // p.block_tokens
     calls: list[Call] = []

@@ -217,7 +217,12 @@ class Scheduler:
 
     def read_path_s(self, ram: int, disk: int) -> tuple[float, float]:
         """The modelled read path of ``ram`` blocks from the RAM tier and ``disk`` from the disk
-        tier: (lookup_s, load_s) as :meth:`load_done` charges them."""
+        tier: (lookup_s, load_s) as :meth:`load_done` charges them.
+
+        With a RAM store in front of the disk tier, a disk block is staged: the store client
+        reads it from disk into CPU memory, and from there it travels to the GPU as a RAM hit
+        does (the RAM tier's transfer time, without a second lookup). Direct disk (``disk_only``,
+        the GPU-direct path) reads it from disk into the GPU with no staging hop."""
         c = self.cfg
         lookup = c.ram_tier.lookup_latency_s if c.ram_tier else 0.0
         if c.disk_only and c.disk_tier:
@@ -227,6 +232,8 @@ class Scheduler:
             load += c.ram_tier.load_s(ram, c.bytes_per_block)
         if disk and c.disk_tier:
             load += c.disk_tier.load_s(disk, c.bytes_per_block)
+            if c.ram_tier and not c.disk_only:
+                load += c.ram_tier.transfer_s(disk, c.bytes_per_block)
         return lookup, load
 
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
@@ -238,6 +245,7 @@ class Scheduler:
 
             lookup_s = the RAM tier's lookup latency (the disk tier's when disk_only)
             load_s   = sum over tiers with loaded blocks of TierCost.load_s(blocks)
+                       + RAM tier transfer_s(disk blocks) unless disk_only (CPU staging)
             ready    = t_admit + lookup_s + load_s
         """
         c = self.cfg

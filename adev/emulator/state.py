@@ -21,7 +21,11 @@ class TierCost:
     read_bytes_per_s: float
 
     def load_s(self, blocks: int, bytes_per_block: int) -> float:
-        return 0.0 if blocks <= 0 else self.lookup_latency_s + blocks * bytes_per_block / self.read_bytes_per_s
+        return 0.0 if blocks <= 0 else self.lookup_latency_s + self.transfer_s(blocks, bytes_per_block)
+
+    def transfer_s(self, blocks: int, bytes_per_block: int) -> float:
+        """The tier's per-byte part alone: ``blocks * bytes_per_block / read_bps``."""
+        return max(0, blocks) * bytes_per_block / self.read_bytes_per_s
 
 
 @dataclass

@@ -2,7 +2,7 @@
 
     adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
         [--stack FILE | --profile NAME --ram-gb G] [--sessions N --min-turns K --skip M] \\
-        [--out DIR]
+        [--order trace|longest] [--out DIR]
 
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
 decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the endpoint supports
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from ..config import ROOT, ConfigError, EndpointSpec, KvRole, StackConfig, load_stack, parse_cpu_list
-from .experiment import CONFIGURATIONS, EXPERIMENTS, ReplayOptions, run_matrix, select_sessions
+from .experiment import CONFIGURATIONS, EXPERIMENTS, SESSION_ORDERS, ReplayOptions, run_matrix, select_sessions
 from .format import TraceError, read_trace
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
 
@@ -85,7 +85,8 @@ def _main(args: argparse.Namespace) -> int:
                              if args.stack_cpus else None)
     max_ctx = None if base.mode == "external" else _max_context(base)
     sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
-                               skip=args.skip, max_context=args.max_context or max_ctx)
+                               skip=args.skip, max_context=args.max_context or max_ctx,
+                               order=args.order)
     if not sessions:
         print("adev replay: no session of the trace matches --sessions/--min-turns/--skip",
               file=sys.stderr)
@@ -136,6 +137,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--sessions", type=int, default=None, help="replay at most N sessions")
     p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")
     p.add_argument("--skip", type=int, default=0, help="skip the first M matching sessions")
+    p.add_argument("--order", choices=SESSION_ORDERS, default="trace",
+                   help="rank the matching sessions in trace order, or by their mean prompt "
+                        "tokens, longest first")
     p.add_argument("--max-context", type=int, default=None,
                    help="cut a session before a call longer than this (default: the model's)")
     p.add_argument("--routing", choices=POLICIES, default="soft-sticky")

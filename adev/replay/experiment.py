@@ -130,26 +130,36 @@ def topology(stack: StackConfig) -> Topology:
     return Topology(list(roles))
 
 
+SESSION_ORDERS = ("trace", "longest")
+"""How :func:`select_sessions` ranks the matching sessions before ``skip`` and ``sessions``."""
+
+
 def select_sessions(trace: Trace, *, sessions: int | None = None, min_turns: int = 1,
-                    max_context: int | None = None, skip: int = 0) -> list[list[Call]]:
-    """The sessions to replay, in trace order: those with at least ``min_turns`` turns, after
-    ``skip`` of them, at most ``sessions``. A session is cut before its first call whose prompt
-    plus recorded output exceeds ``max_context`` (later turns only grow)."""
-    out: list[list[Call]] = []
+                    max_context: int | None = None, skip: int = 0,
+                    order: str = "trace") -> list[list[Call]]:
+    """The sessions to replay: those with at least ``min_turns`` turns, ranked by ``order``,
+    after ``skip`` of them, at most ``sessions``. A session is cut before its first call whose
+    prompt plus recorded output exceeds ``max_context`` (later turns only grow).
+
+    ``order``: ``trace`` keeps the trace's order; ``longest`` ranks the sessions by the mean
+    prompt tokens of their calls (after the cut), longest first, ties in trace order, so a
+    slice of a trace with many short conversations can be taken at the prompt lengths a study
+    needs."""
+    if order not in SESSION_ORDERS:
+        raise ValueError(f"order: {order!r} not allowed; allowed values: "
+                         + ", ".join(SESSION_ORDERS))
+    kept: list[list[Call]] = []
     for cs in trace.sessions().values():
         if max_context is not None:
             k = next((i for i, c in enumerate(cs)
                       if c.prompt_tokens + max(1, c.output_tokens) > max_context), len(cs))
             cs = cs[:k]
-        if len(cs) < max(1, min_turns):
-            continue
-        if skip > 0:
-            skip -= 1
-            continue
-        out.append(cs)
-        if sessions is not None and len(out) >= sessions:
-            break
-    return out
+        if len(cs) >= max(1, min_turns):
+            kept.append(cs)
+    if order == "longest":
+        kept.sort(key=lambda cs: -sum(c.prompt_tokens for c in cs) / len(cs))
+    out = kept[max(0, skip):]
+    return out if sessions is None else out[:max(0, sessions)]
 
 
 class Replayer:

@@ -82,7 +82,9 @@ class Window:
     prompt tokens; refused_share = refused blocks / offered blocks; gross_saving and
     gross_saving_disk as :func:`adev.analysis.figures.gross_saving` with busy time ``busy_s``
     (summed over endpoints, each the union of its calls' intervals); read_s = modelled store read
-    time (blocks x bytes per block / tier read rate).
+    time: every store-served block at the RAM tier's rate (a disk block is staged through CPU
+    memory and then travels as a RAM hit, as the emulator charges it) plus the disk blocks at the
+    disk tier's rate.
     """
 
     window: int
@@ -265,7 +267,7 @@ def _window(w: Workload, p: Params, pc: dict[str, np.ndarray], index: int, t0: f
     f.store_ram_tokens = f.store_tokens - f.store_disk_tokens
     f.offered_blocks = float(pc["put_blocks"][sel].sum() + pc["refused_blocks"][sel].sum())
     f.refused_blocks = float(pc["refused_blocks"][sel].sum())
-    f.read_s = ((ext - disk) * p.bytes_per_block / p.ram_read_bytes_per_s
+    f.read_s = (ext * p.bytes_per_block / p.ram_read_bytes_per_s
                 + disk * p.bytes_per_block / p.disk_read_bytes_per_s)
     if f.prompt_tokens > 0:
         f.gpu_hit_share = hit_share(f.gpu_tokens, f.prompt_tokens)

@@ -2,7 +2,8 @@
 loop's death, on the virtual clock of test_engine.py. Test model (test_scheduler.py):
 
     RAM tier  lookup 1 ms, load_s(b) = 0.001 + 0.001 b;   disk tier  lookup 2 ms,
-    load_s(b) = 0.002 + 0.004 b;   block 16 tokens;   time scale 10 (wall = t0 + model / 10).
+    load_s(b) = 0.002 + 0.004 b, plus 0.001 b for staging through the RAM store (not for direct
+    disk);   block 16 tokens;   time scale 10 (wall = t0 + model / 10).
 
 A request is submitted and admitted at model time 0 without starting the driver's loop, so only
 its read path runs; the holds it publishes are recorded in model seconds."""
@@ -85,11 +86,12 @@ def test_read_path_holds_the_clock_at_each_modelled_end():
     # lookup of 6 keys, 4 leading hits; tiers of and load of those 4
     assert store.calls == [("exists", 6), ("tiers", 4), ("load", 4)]
     # held at: the lookup's end 0.001; once the 4 hits are known the cheaper of all-RAM
-    # 0.001 + (0.001 + 0.004) = 0.006 and all-disk 0.001 + (0.002 + 0.016) = 0.019; once the
-    # tiers are known 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + (0.002 + 0.008) = 0.014; released
-    assert holds == [(True, 0.001), (True, 0.006), (True, 0.014), (True, None)]
+    # 0.001 + (0.001 + 0.004) = 0.006 and all-disk 0.001 + (0.002 + 0.016) + staging 0.004 =
+    # 0.023; once the tiers are known 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + (0.002 + 0.008)
+    # + staging 0.002 = 0.016; released
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.016), (True, None)]
     assert (r.ram_blocks, r.disk_blocks, r.store_errors) == (2, 2, 0)
-    assert r.t_ready == pytest.approx(0.014) and eng._events[-1] == pytest.approx(0.014)
+    assert r.t_ready == pytest.approx(0.016) and eng._events[-1] == pytest.approx(0.016)
     # the real read: lookup 0.001 wall, then tier query and load side by side 0.001: x 10
     assert r.read_host_s == pytest.approx(0.02)
     assert value(eng.sched, "adev_emulator_store_hit_blocks_total", tier="ram") == 2
@@ -104,10 +106,10 @@ def test_failed_load_charges_the_blocks_that_arrived():
     store = Store(lease_retries=2)
     store.fail_load_after = 3            # blocks 0-2 arrive, block 3 (disk) fails
     eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"})
-    # charged: 2 RAM + 1 disk: 0.001 + 0.003 + (0.002 + 0.004) = 0.010
+    # charged: 2 RAM + 1 disk: 0.001 + 0.003 + (0.002 + 0.004) + staging 0.001 = 0.011
     assert (r.ram_blocks, r.disk_blocks, r.store_errors) == (2, 1, 1)
-    assert r.t_ready == pytest.approx(0.010)
-    assert holds[-2:] == [(True, 0.014), (True, None)]
+    assert r.t_ready == pytest.approx(0.011)
+    assert holds[-2:] == [(True, 0.016), (True, None)]
     assert value(eng.sched, "adev_emulator_store_load_failed_blocks_total", tier="disk") == 1
     assert value(eng.sched, "adev_emulator_store_lease_retries_total") == 2
     assert r.read_host_s == 0.0          # instant store: no wall time passed
@@ -121,21 +123,22 @@ def test_chunk_loads_count_the_blocks_of_the_objects_that_arrived():
     assert store.calls == [("exists", 3), ("tiers", 2), ("load", 2)]
     assert (r.store_hit_blocks, r.ram_blocks, r.disk_blocks, r.store_errors) == (4, 2, 0, 1)
     # held as in the first test (2 RAM + 2 disk blocks hit); charged 2 RAM: 0.001 + 0.003
-    assert holds == [(True, 0.001), (True, 0.006), (True, 0.014), (True, None)]
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.016), (True, None)]
     assert r.t_ready == pytest.approx(0.004)
 
 
 def test_read_path_hold_takes_the_cheaper_tier_bound():
-    """A disk tier faster than RAM (lookup 0.5 ms, 4e9 B/s: load_s(b) = 0.0005 + 0.00025 b): the
-    hold once the hits are known is the all-disk bound."""
+    """A disk tier with no lookup latency and 1e10 B/s (load_s(b) = 0.0001 b, staged 0.0011 b):
+    reading every hit from disk is cheaper than from RAM (whose lookup costs 1 ms), so the hold
+    once the hits are known is the all-disk bound."""
     from adev.emulator.state import TierCost
     store = Store()
     eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
-                         disk_tier=TierCost("disk", 0.0005, 4e9))
-    # all RAM 0.001 + 0.005 = 0.006; all disk 0.001 + 0.0005 + 0.001 = 0.0025; then 2 RAM + 2
-    # disk: 0.001 + 0.003 + (0.0005 + 0.0005) = 0.005
-    assert holds == [(True, 0.001), (True, 0.0025), (True, 0.005), (True, None)]
-    assert r.t_ready == pytest.approx(0.005)
+                         disk_tier=TierCost("disk", 0.0, 1e10))
+    # all RAM 0.001 + (0.001 + 0.004) = 0.006; all disk 0.001 + 0.0004 + staging 0.004 = 0.0054;
+    # then 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + 0.0002 + staging 0.002 = 0.0062
+    assert holds == [(True, 0.001), (True, 0.0054), (True, 0.0062), (True, None)]
+    assert r.t_ready == pytest.approx(0.0062)
 
 
 def test_disk_only_charges_every_hit_at_the_disk_tier_without_a_tier_query():

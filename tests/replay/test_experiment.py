@@ -6,6 +6,8 @@ from __future__ import annotations
 import asyncio
 import json
 
+import pytest
+
 from adev.client.llm import Endpoint, LLMClient
 from adev.clock import RunClock
 from adev.config import StackConfig, from_dict
@@ -34,6 +36,22 @@ def test_select_sessions():
     # s0..s2 keep turns 0 and 1 (192 + 5 > 195 cuts turn 2); "long" is cut to 1 turn
     assert [[c.turn for c in cs] for cs in got] == [[0, 1]] * 3
     assert [cs[0].session for cs in select_sessions(t, sessions=2, skip=1)] == ["s1", "s2"]
+
+
+def test_select_sessions_longest_first():
+    t = _trace()                                  # s0..s2: prompts 64, 128, 192 (mean 128 each)
+    t.calls += [Call("big", 0, 300, 1), Call("big", 1, 500, 1),       # mean 400
+                Call("mid", 0, 150, 1), Call("mid", 1, 160, 1)]       # mean 155
+    ranked = [cs[0].session for cs in select_sessions(t, min_turns=2, order="longest")]
+    # by mean prompt tokens, longest first; the three 128-token sessions keep trace order
+    assert ranked == ["big", "mid", "s0", "s1", "s2"]
+    # the mean is taken after the cut: at 195 "big" keeps no turn (300 + 1 > 195); "mid" (155)
+    # leads the sessions cut to turns 0-1 (mean (64 + 128) / 2 = 96), which keep trace order
+    got = select_sessions(t, min_turns=2, max_context=195, order="longest", skip=1, sessions=2)
+    assert [cs[0].session for cs in got] == ["s0", "s1"]
+    with pytest.raises(ValueError, match="order: 'random' not allowed; allowed values: trace, "
+                                         "longest"):
+        select_sessions(t, order="random")
 
 
 def test_disaggregated_flow(tmp_path):

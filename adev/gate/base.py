@@ -74,11 +74,25 @@ class GateResult:
     """Per-test results."""
 
     def failing_text(self, limit: int = 4000) -> str:
-        """The failing tests and their messages, as later rounds resend them to the roles."""
+        """The failing tests and their messages, as later rounds resend them to the roles, with
+        what differs between two runs of the same code replaced (:func:`run_invariant`)."""
         lines = [f"{t.nodeid}: {t.outcome}\n{t.message}" for t in self.tests
                  if t.outcome in ("failed", "error")]
         text = "\n\n".join(lines) or self.error or self.output_tail
-        return text[-limit:]
+        return run_invariant(text)[-limit:]
+
+
+_ADDRESS = re.compile(r"\b0x[0-9a-fA-F]{6,16}\b")
+_DURATION = re.compile(r"\bin \d+\.\d+s\b")
+
+
+def run_invariant(text: str) -> str:
+    """``text`` with the parts of pytest's output that change from run to run of the same code
+    replaced by fixed placeholders: object addresses in reprs (``<X object at 0x7f2805a6bb30>``:
+    where the allocator placed the object) -> ``0x...``, and the summary's duration (``in
+    0.53s``) -> ``in ...s``. Everything a session reads is then a function of its code alone,
+    so two runs of one fleet seed send the same prompts (the records keep the raw output)."""
+    return _DURATION.sub("in ...s", _ADDRESS.sub("0x...", text))
 
 
 @runtime_checkable

@@ -53,6 +53,10 @@ still alive, and releases the holds of processes that died (an endpoint killed m
 request slots that stop it."""
 
 
+WAKE_TOLERANCE_S = 1e-6
+"""Model seconds a sleeper may wake before its end: a clock held at that end reads it back
+through two float conversions and may stop a rounding error short of it."""
+
 _source: Callable[[], float] = time.monotonic
 
 
@@ -362,6 +366,15 @@ def hold_until(clock: RunClock, model_t: float) -> contextlib.AbstractContextMan
     return _client_holds.holding(object(), clock.t0 + model_t / clock.time_scale)
 
 
+async def sleep_until(clock: RunClock, model_t: float) -> None:
+    """Sleep until model time ``model_t`` of ``clock``. On the stack's held clock the sleeper
+    holds model time at ``model_t`` until it is awake (:func:`hold_until`): how late this process
+    wakes (the host's scheduling, at time scale S each wall millisecond is S model milliseconds)
+    is no model time, so what the sleeper does next starts at ``model_t`` in every run."""
+    with hold_until(clock, model_t):
+        await clock.sleep_to(model_t)
+
+
 def _alive(pid: int) -> bool:
     """Whether process ``pid`` runs: it exists and is no zombie (an endpoint killed under a
     parent that has not reaped it yet is a zombie, and a zombie's holds must be released)."""
@@ -442,9 +455,13 @@ class RunClock:
         if model_seconds <= 0:
             await asyncio.sleep(0)
             return
-        end = self.now() + max(0.0, model_seconds)
+        await self.sleep_to(self.now() + model_seconds)
+
+    async def sleep_to(self, end: float) -> None:
+        """Sleep until model time ``end`` (at once if it has passed)."""
+        import asyncio
         while True:
             left = end - self.now()
-            if left <= 0:
+            if left <= WAKE_TOLERANCE_S:   # a clock held at ``end`` may read a rounding below it
                 return
             await asyncio.sleep(max(left / self.time_scale, _POLL_S))

@@ -217,6 +217,33 @@ def test_a_client_hold_stops_model_time_at_its_end(tmp_path):
     assert rc.now() >= 0.45
 
 
+def test_sleep_until_holds_the_clock_until_the_sleeper_is_awake(tmp_path):
+    """A sleeper whose process is busy (descheduled) across its wake time still wakes at its
+    model time on the held clock; a plain sleep wakes as late as the host let it."""
+    import time as _time
+
+    from adev import clock as clk
+    HeldClock.create(tmp_path / clk.CLOCK_FILE)
+
+    async def nap(until_held: bool) -> tuple[float, float]:
+        end = rc.now() + 0.5                                    # 0.05 wall seconds from now
+        asyncio.get_running_loop().call_later(0.03, _time.sleep, 0.2)   # busy 0.03-0.23 wall s
+        if until_held:
+            await clk.sleep_until(rc, end)
+        else:
+            await rc.sleep(end - rc.now())
+        return end, rc.now()
+    try:
+        assert clk.use_held_clock(tmp_path) is not None
+        rc = RunClock(time_scale=10.0)
+        end, woke = asyncio.run(nap(True))
+        assert end - clk.WAKE_TOLERANCE_S <= woke < end + 0.01    # held at 0.5 until awake
+        end, woke = asyncio.run(nap(False))
+        assert woke > end + 1.0                                   # 0.18 wall s late: 1.8 model s
+    finally:
+        clk.use_held_clock(None)
+
+
 def test_arrival_from_header_takes_the_clients_stamp_within_a_second():
     from adev.clock import MAX_BACKDATE_S, arrival_from_header
     assert MAX_BACKDATE_S == 1.0

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.faults import verdict
-from ..clock import RunClock
+from ..clock import WAKE_TOLERANCE_S, RunClock, hold_until
 from ..records import EventKind, EventRecord, SessionRecord, WindowProtocol, WindowRecord
 from .config import FleetConfig
 from .scraper import Scraper
@@ -97,15 +97,20 @@ class Fleet:
 
     async def _sleep_until(self, t: float) -> bool:
         """Sleep until model time ``t``; False if the fleet was stopped meanwhile. Looks at the
-        clock again after each wait: a held model clock runs slower than the wall."""
-        while not self.stop_event.is_set():
-            delay = self.clock.model_to_wall(t - self.clock.now())
-            if delay <= 0:
-                break
-            try:
-                await asyncio.wait_for(self.stop_event.wait(), timeout=max(delay, 0.0005))
-            except TimeoutError:
-                pass
+        clock again after each wait: a held model clock runs slower than the wall. On the
+        stack's held clock model time does not pass ``t`` until this wait is over
+        (:func:`adev.clock.sleep_until`): a session slot starts, and a window's boundary is
+        taken, at ``t`` however late the host wakes this process."""
+        with hold_until(self.clock, t):
+            while not self.stop_event.is_set():
+                left = t - self.clock.now()
+                if left <= WAKE_TOLERANCE_S:
+                    break
+                try:
+                    await asyncio.wait_for(self.stop_event.wait(),
+                                           timeout=max(self.clock.model_to_wall(left), 0.0005))
+                except TimeoutError:
+                    pass
         return not self.stop_event.is_set()
 
     def next_session(self) -> tuple[str, int]:

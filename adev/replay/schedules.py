@@ -1,8 +1,10 @@
 """When each call of a replay is dispatched: short reuse gap, long reuse gap, trace timestamps.
 
-All times are model seconds on the run clock (:class:`adev.clock.RunClock`). A schedule drives
-``dispatch(session_index, call)`` (an async callable that returns when the call has completed)
-over the sessions of a trace, each session's calls in turn order, one at a time.
+All times are model seconds on the run clock (:class:`adev.clock.RunClock`); a schedule's waits
+hold a stack's held clock at their ends until the waiter is awake (:func:`adev.clock.sleep_until`),
+so a call is released at its planned model time however late the host wakes the client. A
+schedule drives ``dispatch(session_index, call)`` (an async callable that returns when the call
+has completed) over the sessions of a trace, each session's calls in turn order, one at a time.
 
 - **Short reuse gap** (:func:`run_short_gap`): ``active`` sessions (16) run at once; the first
   group starts staggered evenly over ``stagger_s`` (30 s): slot ``i`` starts at ``i * stagger_s
@@ -35,7 +37,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from ..clock import RunClock
+from ..clock import RunClock, sleep_until
 from .format import Call
 
 Dispatch = Callable[[int, Call], Awaitable[None]]
@@ -111,9 +113,10 @@ async def run_short_gap(sessions: Sequence[Sequence[Call]], dispatch: Dispatch, 
                         dist: ClippedLogNormal | None = None, seed: int = 0) -> None:
     dist = dist or ClippedLogNormal.fit()
     queue = deque(range(len(sessions)))
+    t_first = clock.now()
 
     async def slot(i: int) -> None:
-        await clock.sleep(i * stagger_s / active)
+        await sleep_until(clock, t_first + i * stagger_s / active)
         while queue:
             s = queue.popleft()
             calls = sessions[s]
@@ -122,7 +125,7 @@ async def run_short_gap(sessions: Sequence[Sequence[Call]], dispatch: Dispatch, 
                 t_start = clock.now()
                 await dispatch(s, call)
                 if k + 1 < len(calls):
-                    await clock.sleep(t_start + float(iv[k]) - clock.now())
+                    await sleep_until(clock, t_start + float(iv[k]))
 
     await asyncio.gather(*(slot(i) for i in range(min(active, len(sessions)))))
 
@@ -221,7 +224,7 @@ async def run_timestamps(sessions: Sequence[Sequence[Call]], dispatch: Dispatch,
     async def session(s: int) -> None:
         for call in sessions[s]:
             if call.t is not None:
-                await clock.sleep((call.t - t0) / speed - clock.now())
+                await sleep_until(clock, (call.t - t0) / speed)
             await dispatch(s, call)
 
     await asyncio.gather(*(session(s) for s in range(len(sessions))))

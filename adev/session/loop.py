@@ -283,15 +283,17 @@ class _Session:
         # run is behind it, so a slow host's gate does not stretch the model's timeline
         hold = (hold_until(ctx.clock, t0 + req.modelled_duration_s)
                 if req.modelled_duration_s is not None else contextlib.nullcontext())
-        try:
-            with hold:
+        # and, once the verdict is in, until the session is awake at that end (a late wake-up of
+        # this process is no model time either)
+        with hold:
+            try:
                 res = await ctx.gate.run(req)
-        except asyncio.CancelledError:
-            raise
-        except Exception as e:  # an executor fault is a recorded gate error, not a crash
-            res = GateResult(verdict="error", error=f"{type(e).__name__}: {e}")
-        if req.modelled_duration_s is not None:
-            await ctx.clock.sleep(t0 + req.modelled_duration_s - ctx.clock.now())
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # an executor fault is a recorded gate error, not a crash
+                res = GateResult(verdict="error", error=f"{type(e).__name__}: {e}")
+            if req.modelled_duration_s is not None:
+                await ctx.clock.sleep_to(t0 + req.modelled_duration_s)
         ctx.run_dir.append(GateRecord(
             run_id=self.run_id, session_id=self.sid, round=rnd,
             executor=getattr(ctx.gate, "name", type(ctx.gate).__name__), t_start=t0,

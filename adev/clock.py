@@ -352,18 +352,38 @@ def hold_slot_from_header(value: str | None) -> int | None:
 _client_holds: Holds | None = None
 
 
+def _client(clock: RunClock) -> Holds | None:
+    """This process's holds in :data:`CLIENT_SLOT`, when ``clock`` runs on the stack's held clock."""
+    global _client_holds
+    held = _source if isinstance(_source, HeldClock) else None
+    if held is None or clock.source not in (mono, held):
+        return None
+    if _client_holds is None or _client_holds.clock is not held:
+        _client_holds = Holds(held, CLIENT_SLOT)
+    return _client_holds
+
+
 def hold_until(clock: RunClock, model_t: float) -> contextlib.AbstractContextManager[None]:
     """While the block runs, model time on ``clock`` does not pass ``model_t`` (model seconds of
     ``clock``), for every process of the stack: the client's work that the model times (a gate
     run with a modelled duration) holds the stack's clock while it is behind, as an endpoint's
     store read does. A no-op unless ``clock`` runs on the stack's held clock."""
-    global _client_holds
-    held = _source if isinstance(_source, HeldClock) else None
-    if held is None or clock.source not in (mono, held):
+    holds = _client(clock)
+    if holds is None:
         return contextlib.nullcontext()
-    if _client_holds is None or _client_holds.clock is not held:
-        _client_holds = Holds(held, CLIENT_SLOT)
-    return _client_holds.holding(object(), clock.t0 + model_t / clock.time_scale)
+    return holds.holding(object(), clock.t0 + model_t / clock.time_scale)
+
+
+def hold_at(clock: RunClock, model_t: float) -> Callable[[], None]:
+    """As :func:`hold_until`, for a hold that is not one block's: model time does not pass
+    ``model_t`` until the returned function is called (calling it again does nothing). For a
+    hand-over between tasks: one task holds, the task that takes over releases."""
+    holds = _client(clock)
+    if holds is None:
+        return lambda: None
+    key = object()
+    holds.set(key, clock.t0 + model_t / clock.time_scale)
+    return lambda: holds.set(key, None)
 
 
 async def sleep_until(clock: RunClock, model_t: float) -> None:

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.faults import verdict
-from ..clock import WAKE_TOLERANCE_S, RunClock, hold_until
+from ..clock import WAKE_TOLERANCE_S, RunClock, hold_at, hold_until
 from ..records import EventKind, EventRecord, SessionRecord, WindowProtocol, WindowRecord
 from .config import FleetConfig
 from .scraper import Scraper
@@ -200,10 +200,14 @@ class Fleet:
         self.event("fleet_start" if self.epoch == 0 else "fleet_restart", epoch=self.epoch,
                    protocol="steady", width=cfg.width, windows=count, first_index=first_index)
         scrape_task = asyncio.create_task(self.scraper.loop(), name="scraper")
+        # the first slot starts at t_start itself: model time waits until its task has run
+        release = hold_at(self.clock, t_start)
         slots = [asyncio.create_task(self._slot(i, t_start + i * cfg.stagger_s), name=f"slot{i}")
                  for i in range(cfg.width)]
         open_window: tuple[int, float] | None = None
         try:
+            await asyncio.sleep(0)  # the slots' first steps run before this one resumes
+            release()
             if count > 0 and await self._wait_regime():
                 # a boundary lies where its scrapes were sent (on a loaded machine the wake-up can
                 # lag the nominal time); the schedule itself stays on the nominal grid
@@ -227,6 +231,7 @@ class Fleet:
                 if open_window is None and self.result.windows:
                     await self._drain(self.result.windows[-1].t1)
         finally:
+            release()
             if open_window is not None:  # stopped inside a window: it cannot be measured
                 idx, t0 = open_window
                 why = self.stop_reason or "cancelled"

@@ -29,7 +29,9 @@ happen. The acceptance suite (hidden from the roles) runs once after the last ga
 as its own ``GateRecord`` (suite ``acceptance``). In delayed runs the session waits
 ``gate_pause_s`` model seconds from the gate's start; on the stack's held clock a real run that
 outlasts the pause holds model time at the pause's end until its verdict is in
-(:func:`adev.clock.hold_until`), elsewhere the session waits for the verdict.
+(:func:`adev.clock.hold_until`), elsewhere the session waits for the verdict. On the held
+clock the session's own work outside its role turns and gates (set-up, the hand-over from one
+turn to the next or to the gate, clean-up) holds model time too (:meth:`_Session.hold_here`).
 """
 from __future__ import annotations
 
@@ -37,6 +39,7 @@ import asyncio
 import contextlib
 import json
 import shutil
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -44,13 +47,18 @@ from typing import Any
 from ..client.llm import LLMClient
 from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
-from ..clock import RunClock, held_source, hold_until, mono, request_holds
+from ..clock import RunClock, held_source, hold_at, hold_until, mono, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
 from .model_output import args_summary, call_tool, clean_text
 from .roles import Role, Roles, load_roles
 from .tools import Workspace, schemas
+
+
+def _nothing() -> None:
+    return None
+
 
 NUDGE = ("You replied without calling a tool. Act only through the tools ({tools}); call "
          "`finish` with your report when your part is done.")
@@ -137,6 +145,24 @@ class _Session:
         self.call_tokens: list[tuple[int, str, int | None, int | None]] = []
         self.modules_text = "\n".join(f"- `{m.path}`: {m.summary}" for m in task.modules)
         self.ws: Workspace | None = None  # set by run_session
+        self._handover: Callable[[], None] = _nothing  # releases the session's hand-over hold
+        self._turns_running = 0
+
+    # ---- the session's own time ------------------------------------------------------
+    def hold_here(self, at: float | None = None) -> None:
+        """Hold the stack's clock (if held) at model time now until :meth:`let_go`: the session is
+        at work between two things the model times (a role turn's end and the next turn, the
+        gate, the session's set-up and clean-up), and that work is the host's time, not the
+        model's. The next holder takes over: a role turn once it holds its own request slot, a
+        gate as it starts, the session's end after its clean-up."""
+        release = self._handover
+        self._handover = hold_at(self.ctx.clock, self.ctx.clock.now() if at is None else at)
+        release()
+
+    def let_go(self) -> None:
+        """Release the hold of :meth:`hold_here` (nothing if none)."""
+        release, self._handover = self._handover, _nothing
+        release()
 
     def _workspace(self) -> Workspace:
         if self.ws is None:
@@ -151,9 +177,14 @@ class _Session:
         no term for it (:class:`adev.clock.RequestHolds`); a gate is outside any turn."""
         holds = request_holds() if self.ctx.clock.source in (mono, held_source()) else None
         slot = holds.take() if holds is not None else None
+        self._turns_running += 1
+        self.let_go()  # the turn's slot holds the clock from here
         try:
             return await self._run_role(role, rnd, module, tag, slot)
         finally:
+            self._turns_running -= 1
+            if self._turns_running == 0:  # the last of parallel turns hands over to what follows
+                self.hold_here()
             if holds is not None and slot is not None:
                 holds.give_back(slot)
 
@@ -286,6 +317,7 @@ class _Session:
         # and, once the verdict is in, until the session is awake at that end (a late wake-up of
         # this process is no model time either)
         with hold:
+            self.let_go()  # the gate's time is the model's (its pause, or its real run)
             try:
                 res = await ctx.gate.run(req)
             except asyncio.CancelledError:
@@ -294,6 +326,7 @@ class _Session:
                 res = GateResult(verdict="error", error=f"{type(e).__name__}: {e}")
             if req.modelled_duration_s is not None:
                 await ctx.clock.sleep_to(t0 + req.modelled_duration_s)
+            self.hold_here()
         ctx.run_dir.append(GateRecord(
             run_id=self.run_id, session_id=self.sid, round=rnd,
             executor=getattr(ctx.gate, "name", type(ctx.gate).__name__), t_start=t0,
@@ -367,50 +400,58 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
         task = await asyncio.to_thread(load_task, task)
     clock, rd = ctx.clock, ctx.run_dir
     t_start = clock.now()
-    rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_start,
-                            status="started", seed=seed))
     s = _Session(ctx, task, seed, session_id)
-    wroot = ctx.workspace_for(session_id)
-    if wroot.exists():
-        shutil.rmtree(wroot)
-    s.ws = Workspace(wroot, max_file_bytes=ctx.max_file_bytes)
-    status: SessionStatus = "error"
-    acceptance: Verdict | None = None
-    reason: str | None = None
-    rounds = 0
-    gate_ready = False
+    # the session's own work outside its role turns and gates (set-up, clean-up) is the host's
+    # time, not the model's: on the stack's held clock the first role turn starts at t_start, and
+    # the slot's next session at this one's t_end
+    s.hold_here(at=t_start)
     try:
-        await ctx.gate.setup(session_id)
-        gate_ready = True
+        rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_start,
+                                status="started", seed=seed))
+        wroot = ctx.workspace_for(session_id)
+        if wroot.exists():
+            shutil.rmtree(wroot)
+        s.ws = Workspace(wroot, max_file_bytes=ctx.max_file_bytes)
+        status: SessionStatus = "error"
+        acceptance: Verdict | None = None
+        reason: str | None = None
+        rounds = 0
+        gate_ready = False
         try:
-            status, reason, rounds, _ = await s.run()
-        except _SessionEnd as end:
-            status, reason = end.status, end.reason
-            rounds = max((r for r, *_ in s.call_tokens), default=0)
-        if ctx.run_acceptance and status in ("passed", "failed"):
-            acc = await s.gate(rounds, "acceptance")
-            acceptance = acc.verdict
-    except asyncio.CancelledError:
-        status, reason = "cancelled", "cancelled"
-        raise
-    except Exception as e:  # a bug or fault outside the model's control: recorded, not raised
-        status, reason = "error", f"{type(e).__name__}: {e}"
-    finally:
-        rounds = rounds or max((r for r, *_ in s.call_tokens), default=0)
-        t_end = clock.now()
-        rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_end,
-                                status=status, seed=seed, rounds=rounds, reason=reason,
-                                calls=s.calls, prompt_tokens=s.prompt_tokens,
-                                acceptance=acceptance))
-        if gate_ready:
+            await ctx.gate.setup(session_id)
+            gate_ready = True
             try:
-                await asyncio.shield(ctx.gate.cleanup(session_id))
-            except Exception:
-                pass
-        if not ctx.keep_workspaces:
-            shutil.rmtree(wroot, ignore_errors=True)
-    return SessionOutcome(session_id=session_id, task=task.name, seed=seed, status=status,
-                          rounds=rounds, reason=reason, calls=s.calls,
-                          prompt_tokens=s.prompt_tokens, acceptance=acceptance,
-                          workspace=str(wroot), t_start=t_start, t_end=t_end,
-                          call_tokens=s.call_tokens)
+                status, reason, rounds, _ = await s.run()
+            except _SessionEnd as end:
+                status, reason = end.status, end.reason
+                rounds = max((r for r, *_ in s.call_tokens), default=0)
+            if ctx.run_acceptance and status in ("passed", "failed"):
+                acc = await s.gate(rounds, "acceptance")
+                acceptance = acc.verdict
+        except asyncio.CancelledError:
+            status, reason = "cancelled", "cancelled"
+            raise
+        except Exception as e:  # a bug or fault outside the model's control: recorded, not raised
+            status, reason = "error", f"{type(e).__name__}: {e}"
+        finally:
+            s.hold_here()  # and so is the clean-up: the slot's next session starts at t_end
+            rounds = rounds or max((r for r, *_ in s.call_tokens), default=0)
+            t_end = clock.now()
+            rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_end,
+                                    status=status, seed=seed, rounds=rounds, reason=reason,
+                                    calls=s.calls, prompt_tokens=s.prompt_tokens,
+                                    acceptance=acceptance))
+            if gate_ready:
+                try:
+                    await asyncio.shield(ctx.gate.cleanup(session_id))
+                except Exception:
+                    pass
+            if not ctx.keep_workspaces:
+                shutil.rmtree(wroot, ignore_errors=True)
+        return SessionOutcome(session_id=session_id, task=task.name, seed=seed, status=status,
+                              rounds=rounds, reason=reason, calls=s.calls,
+                              prompt_tokens=s.prompt_tokens, acceptance=acceptance,
+                              workspace=str(wroot), t_start=t_start, t_end=t_end,
+                              call_tokens=s.call_tokens)
+    finally:
+        s.let_go()

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 
 import pytest
 
@@ -363,6 +364,48 @@ async def test_a_slow_real_gate_holds_the_stacks_clock_at_the_modelled_pause(tmp
     finally:
         clk.use_held_clock(None)
     assert out.status == "passed"
+    g = rd.read("gates")
+    assert g and all(0.999 <= x["t_end"] - x["t_start"] <= 1.2 for x in g), g
+
+
+class SlowSetupGate(FakeGate):
+    """Set-up and clean-up that block the event loop (0.05 wall s = 5 model s at S = 100)."""
+
+    async def setup(self, sid):
+        time.sleep(0.05)
+        await super().setup(sid)
+
+    async def cleanup(self, sid):
+        time.sleep(0.05)
+        await super().cleanup(sid)
+
+
+async def test_a_sessions_own_set_up_and_clean_up_hold_the_stacks_clock(tmp_path):
+    """On the stack's held clock a session's work outside its role turns and gates is no model
+    time: the first call is sent at the session's start however long the gate's set-up takes,
+    and the next session (as a fleet slot starts it) starts at the previous one's end however
+    long its clean-up takes. Nothing stays held afterwards."""
+    from adev import clock as clk
+    clk.HeldClock.create(tmp_path / clk.CLOCK_FILE)
+    try:
+        held = clk.use_held_clock(tmp_path)
+        task = tiny_task()
+        oracle = OraclePolicy(tasks={"calc": task})
+        ctx, _, rd = make_ctx(tmp_path, oracle, SlowSetupGate(), clock=RunClock(time_scale=100.0),
+                              gate_pause_s=1.0, run_acceptance=False)
+        for sid in ("s1", "s2"):
+            out = await run_session(ctx, task, seed_for(oracle, 1), sid)
+            assert out.status == "passed", out.reason
+        client_hold = held.slot_hold(clk.CLIENT_SLOT)
+    finally:
+        clk.use_held_clock(None)
+    sessions = {(r["session_id"], r["status"]): r["t"] for r in rd.read("sessions")}
+    first = {sid: min(c["t_sent"] for c in rd.read("calls") if c["session_id"] == sid)
+             for sid in ("s1", "s2")}
+    assert first["s1"] - sessions[("s1", "started")] < 0.5      # 5 model s if not held
+    assert first["s2"] - sessions[("s2", "started")] < 0.5
+    assert sessions[("s2", "started")] - sessions[("s1", "passed")] < 0.5
+    assert client_hold == float("inf")
     g = rd.read("gates")
     assert g and all(0.999 <= x["t_end"] - x["t_start"] <= 1.2 for x in g), g
 

@@ -13,7 +13,10 @@ A session is run by a *launcher*: ``await launcher(task, seed, session_id)``; th
 :func:`adev.session.loop.run_session`, tests pass a fake. Session ids are
 ``e<epoch>-s<slot>-g<generation>`` (steady) and ``e<epoch>-r<run>-s<slot>`` (batch): the epoch
 grows with every ``--resume``, so ids (and the call ids derived from them) never collide.
-Seeds are ``fleet.seed + n`` for the n-th session launched in the run (continued on resume).
+Seeds are ``fleet.seed + n``. Steady: ``n = offset + generation x width + slot``, so a slot's
+sequence of sessions (task and seed) does not depend on the order in which the other slots'
+sessions end; batch: the n-th session launched. On resume ``offset`` continues after the
+largest seed used.
 """
 from __future__ import annotations
 
@@ -61,6 +64,7 @@ class Fleet:
         self.scraper = scraper
         self.tasks = list(tasks)
         self.epoch = epoch
+        self.seed_offset = first_seed_offset
         self.launched = first_seed_offset  # sessions launched so far in the run (seed offset)
         self.state = state
         self.detector = detector or RegimeDetector(cfg.width, cfg.warmup)
@@ -113,9 +117,10 @@ class Fleet:
                     pass
         return not self.stop_event.is_set()
 
-    def next_session(self) -> tuple[str, int]:
-        """(task, seed) of the next session launched in this run."""
-        n = self.launched
+    def next_session(self, n: int | None = None) -> tuple[str, int]:
+        """(task, seed) of the session of index ``n`` of this run (default: the next launched)."""
+        if n is None:
+            n = self.launched
         self.launched += 1
         seed = self.cfg.seed + n
         if self.cfg.task_assignment == "round-robin":
@@ -155,7 +160,7 @@ class Fleet:
             return
         gen = 0
         while not self.stop_event.is_set():
-            task, seed = self.next_session()
+            task, seed = self.next_session(self.seed_offset + gen * self.cfg.width + slot)
             sid = f"e{self.epoch}-s{slot:03d}-g{gen:03d}"
             gen += 1
             await self._run_one(slot, sid, task, seed)

@@ -349,20 +349,31 @@ class SlowGate(FakeGate):
         return await super().run(req)
 
 
-async def test_a_slow_real_gate_holds_the_stacks_clock_at_the_modelled_pause(tmp_path):
-    """With the stack's held clock, a gate whose real run outlasts its modelled pause (1 model
-    s here) holds model time at the pause's end: the model's timeline sees 1 s, not 20."""
+@pytest.fixture
+def held_clock(tmp_path):
+    """The stack's held clock (a clock file in ``tmp_path``) as this process's stamp source."""
     from adev import clock as clk
     clk.HeldClock.create(tmp_path / clk.CLOCK_FILE)
-    try:
-        assert clk.use_held_clock(tmp_path) is not None
-        task = tiny_task()
-        oracle = OraclePolicy(tasks={"calc": task})
-        ctx, _, rd = make_ctx(tmp_path, oracle, SlowGate(), clock=RunClock(time_scale=100.0),
-                              gate_pause_s=1.0, run_acceptance=False)
-        out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
-    finally:
-        clk.use_held_clock(None)
+    held = clk.use_held_clock(tmp_path)
+    assert held is not None
+    yield held
+    clk.use_held_clock(None)
+
+
+def held_session(tmp_path, gate, **kw):
+    """(task, oracle, ctx, run dir) of a one-round oracle session at time scale 100."""
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, _, rd = make_ctx(tmp_path, oracle, gate, clock=RunClock(time_scale=100.0),
+                          run_acceptance=False, **kw)
+    return task, oracle, ctx, rd
+
+
+async def test_a_slow_real_gate_holds_the_stacks_clock_at_the_modelled_pause(tmp_path, held_clock):
+    """With the stack's held clock, a gate whose real run outlasts its modelled pause (1 model
+    s here) holds model time at the pause's end: the model's timeline sees 1 s, not 20."""
+    task, oracle, ctx, rd = held_session(tmp_path, SlowGate(), gate_pause_s=1.0)
+    out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
     assert out.status == "passed"
     g = rd.read("gates")
     assert g and all(0.999 <= x["t_end"] - x["t_start"] <= 1.2 for x in g), g
@@ -380,25 +391,17 @@ class SlowSetupGate(FakeGate):
         await super().cleanup(sid)
 
 
-async def test_a_sessions_own_set_up_and_clean_up_hold_the_stacks_clock(tmp_path):
+async def test_a_sessions_own_set_up_and_clean_up_hold_the_stacks_clock(tmp_path, held_clock):
     """On the stack's held clock a session's work outside its role turns and gates is no model
     time: the first call is sent at the session's start however long the gate's set-up takes,
     and the next session (as a fleet slot starts it) starts at the previous one's end however
     long its clean-up takes. Nothing stays held afterwards."""
     from adev import clock as clk
-    clk.HeldClock.create(tmp_path / clk.CLOCK_FILE)
-    try:
-        held = clk.use_held_clock(tmp_path)
-        task = tiny_task()
-        oracle = OraclePolicy(tasks={"calc": task})
-        ctx, _, rd = make_ctx(tmp_path, oracle, SlowSetupGate(), clock=RunClock(time_scale=100.0),
-                              gate_pause_s=1.0, run_acceptance=False)
-        for sid in ("s1", "s2"):
-            out = await run_session(ctx, task, seed_for(oracle, 1), sid)
-            assert out.status == "passed", out.reason
-        client_hold = held.slot_hold(clk.CLIENT_SLOT)
-    finally:
-        clk.use_held_clock(None)
+    task, oracle, ctx, rd = held_session(tmp_path, SlowSetupGate(), gate_pause_s=1.0)
+    for sid in ("s1", "s2"):
+        out = await run_session(ctx, task, seed_for(oracle, 1), sid)
+        assert out.status == "passed", out.reason
+    client_hold = held_clock.slot_hold(clk.CLIENT_SLOT)
     sessions = {(r["session_id"], r["status"]): r["t"] for r in rd.read("sessions")}
     first = {sid: min(c["t_sent"] for c in rd.read("calls") if c["session_id"] == sid)
              for sid in ("s1", "s2")}
@@ -423,31 +426,23 @@ class SlotLLM(PolicyLLM):
         return await super().chat(endpoint, messages, **kw)
 
 
-async def test_a_role_turn_holds_the_stacks_clock_between_its_calls(tmp_path):
+async def test_a_role_turn_holds_the_stacks_clock_between_its_calls(tmp_path, held_clock):
     """On the stack's held clock each role turn takes a request slot, lends it to each of its
     calls, and gives it back at the turn's end (parallel implementers: one slot each); the gate
     runs with no slot taken."""
     from adev import clock as clk
-    clk.HeldClock.create(tmp_path / clk.CLOCK_FILE)
-    try:
-        held = clk.use_held_clock(tmp_path)
-        task = tiny_task()
-        oracle = OraclePolicy(tasks={"calc": task})
-        ctx, _, rd = make_ctx(tmp_path, oracle, FakeGate(), clock=RunClock(time_scale=100.0),
-                              run_acceptance=False)
-        ctx.llm = SlotLLM(oracle, run_dir=rd, clock=ctx.clock)
-        taken: list[int] = []
-        gate_run = ctx.gate.run
+    task, oracle, ctx, rd = held_session(tmp_path, FakeGate())
+    ctx.llm = SlotLLM(oracle, run_dir=rd, clock=ctx.clock)
+    taken: list[int] = []
+    gate_run = ctx.gate.run
 
-        async def gate(req):    # no request slot holds the clock while the gate runs
-            taken.append(sum(1 for i in clk.REQUEST_SLOTS if held.slot_hold(i) != float("inf")))
-            return await gate_run(req)
-        ctx.gate.run = gate
-        out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
-        pool = clk.request_holds()
-        free = len(pool._free)
-    finally:
-        clk.use_held_clock(None)
+    async def gate(req):    # no request slot holds the clock while the gate runs
+        taken.append(sum(1 for i in clk.REQUEST_SLOTS if held_clock.slot_hold(i) != float("inf")))
+        return await gate_run(req)
+    ctx.gate.run = gate
+    out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    pool = clk.request_holds()
+    free = len(pool._free)
     assert out.status == "passed"
     by_turn: dict[str, set] = {}
     for cid, slot in ctx.llm.slots:

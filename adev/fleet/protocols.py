@@ -64,8 +64,7 @@ class Fleet:
         self.scraper = scraper
         self.tasks = list(tasks)
         self.epoch = epoch
-        self.seed_offset = first_seed_offset
-        self.launched = first_seed_offset  # sessions launched so far in the run (seed offset)
+        self.seed_offset = first_seed_offset  # n of the first session (the runner sets it per batch run)
         self.state = state
         self.detector = detector or RegimeDetector(cfg.width, cfg.warmup)
         self.faults = faults  # adev.analysis.faults.FaultTracker fed every record, or None
@@ -117,11 +116,8 @@ class Fleet:
                     pass
         return not self.stop_event.is_set()
 
-    def next_session(self, n: int | None = None) -> tuple[str, int]:
-        """(task, seed) of the session of index ``n`` of this run (default: the next launched)."""
-        if n is None:
-            n = self.launched
-        self.launched += 1
+    def next_session(self, n: int) -> tuple[str, int]:
+        """(task, seed) of the session of index ``n`` of this run."""
         seed = self.cfg.seed + n
         if self.cfg.task_assignment == "round-robin":
             task = self.tasks[n % len(self.tasks)]
@@ -291,7 +287,7 @@ class Fleet:
             self.state.window_opened(index, t0, None)
         sessions = []
         for slot in range(cfg.width):
-            task, seed = self.next_session()
+            task, seed = self.next_session(self.seed_offset + slot)
             sid = f"e{self.epoch}-r{run_number:02d}-s{slot:03d}"
             sessions.append(asyncio.create_task(self._run_one(slot, sid, task, seed)))
         stopper = asyncio.create_task(self.stop_event.wait())

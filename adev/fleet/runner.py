@@ -297,7 +297,7 @@ class FleetRun:
                              "runs do not start from a fresh stack state")
 
                 async def go(fleet: Fleet) -> None:
-                    fleet.launched = offset + k * self.cfg.width
+                    fleet.seed_offset = offset + k * self.cfg.width
                     w = await fleet.run_batch_once(first + k, run_number)
                     if w is not None:
                         self.result_windows.append(dataclasses.asdict(w))

@@ -69,8 +69,9 @@ async def _drain(ep: Endpoint, r: Request) -> float | None:
 
 
 async def chat(ep: Endpoint, request: web.Request) -> web.StreamResponse:
-    t_arrival = ep.engine.arrival(request.headers.get(SENT_HEADER))
+    # hold first, then stamp: the host's time between the two would otherwise be model time
     with ep.engine.preparing(request):  # preparing it takes no model time (held clock)
+        t_arrival = ep.engine.arrival(request.headers.get(SENT_HEADER))
         slot = hold_slot_from_header(request.headers.get(HOLD_HEADER))
         ep.engine.received(slot)
         body = await json_object(request)
@@ -204,8 +205,9 @@ async def _chat_stream(ep: Endpoint, request: web.Request, r: Request, plan: Out
 
 
 async def complete(ep: Endpoint, request: web.Request) -> web.StreamResponse:
-    t_arrival = ep.engine.arrival(request.headers.get(SENT_HEADER))
+    # hold first, then stamp: the host's time between the two would otherwise be model time
     with ep.engine.preparing(request):  # preparing it takes no model time (held clock)
+        t_arrival = ep.engine.arrival(request.headers.get(SENT_HEADER))
         slot = hold_slot_from_header(request.headers.get(HOLD_HEADER))
         ep.engine.received(slot)
         body = await json_object(request)

@@ -197,12 +197,17 @@ class Fleet:
         cfg = self.cfg
         count = cfg.windows.count if count is None else count
         t_start = self.clock.now()
-        self.detector.start(t_start if self.epoch else 0.0)  # afresh after a resume
-        self.event("fleet_start" if self.epoch == 0 else "fleet_restart", epoch=self.epoch,
-                   protocol="steady", width=cfg.width, windows=count, first_index=first_index)
-        scrape_task = asyncio.create_task(self.scraper.loop(), name="scraper")
-        # the first slot starts at t_start itself: model time waits until its task has run
+        # the first slot starts at t_start itself: model time waits until its task has run (the
+        # hold comes first, so the fleet's own start-up below takes no model time either)
         release = hold_at(self.clock, t_start)
+        try:
+            self.detector.start(t_start if self.epoch else 0.0)  # afresh after a resume
+            self.event("fleet_start" if self.epoch == 0 else "fleet_restart", epoch=self.epoch,
+                       protocol="steady", width=cfg.width, windows=count, first_index=first_index)
+            scrape_task = asyncio.create_task(self.scraper.loop(), name="scraper")
+        except BaseException:
+            release()
+            raise
         slots = [asyncio.create_task(self._slot(i, t_start + i * cfg.stagger_s), name=f"slot{i}")
                  for i in range(cfg.width)]
         open_window: tuple[int, float] | None = None

@@ -255,3 +255,33 @@ def test_window_touched_by_failed_calls_is_invalid_and_the_fault_is_an_event(tmp
     assert n_failed > 0 and sum(f["calls"] for f in faults if f["state"] == "end") == n_failed
     assert "window 2: [" in out.summary and "INVALID: fault: call_errors:coder" in out.summary
     no_dupes(rd)
+
+
+def test_a_steady_fleets_start_up_takes_no_model_time_on_the_held_clock(tmp_path, monkeypatch):
+    """On the stack's held clock a steady fleet holds model time at its start from the moment it
+    reads it: however long its own start-up takes (here the fleet_start record's write blocks for
+    20 wall ms, 40 model s), the first slot's session starts at the fleet's start."""
+    import time
+
+    from adev import clock as clk
+    from adev.fleet.protocols import Fleet
+
+    (tmp_path / "stack").mkdir()
+    clk.HeldClock.create(tmp_path / "stack" / clk.CLOCK_FILE)
+    event = Fleet.event
+
+    def slow_event(self, name, **detail):
+        event(self, name, **detail)
+        if name == "fleet_start":
+            time.sleep(0.02)
+    monkeypatch.setattr(Fleet, "event", slow_event)
+    try:
+        out = run_fleet(cfg(tmp_path, windows={"count": 1, "length_s": 200.0}),
+                        deps=fake_deps(S))
+    finally:
+        clk.use_held_clock(None)
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(out.run_dir)
+    t_start = next(e["t"] for e in rd.read("events") if e["event"] == "fleet_start")
+    first = min(s["t"] for s in rd.read("sessions") if s["status"] == "started")
+    assert first - t_start < 1.0   # 40 model s when the hold comes after the start-up

@@ -135,7 +135,7 @@ class Metrics:
         self.store_errors = c("adev_emulator_store_errors",
                               "Store operations that failed (master down, RPC errors); the request recomputes.",
                               ["op"])
-        for op in ("lookup", "load", "put", "connect"):
+        for op in ("lookup", "load", "put", "lease", "connect"):
             self.store_errors.labels(**lv, op=op)
         self.store_put_blocks = c("adev_emulator_store_put_blocks", "Blocks the store accepted (put).")
         self.store_put_refused_blocks = c("adev_emulator_store_put_refused_blocks",
@@ -157,6 +157,9 @@ class Metrics:
         self.store_lease_retries = c("adev_emulator_store_lease_retries",
                                      "Load batches renewed and re-read after LEASE_EXPIRED (a real read "
                                      "slower than the time-scaled lease).")
+        self.store_lease_renewed = c("adev_emulator_store_lease_renewed_keys",
+                                     "Store keys whose lease was renewed because their model-time "
+                                     "lease had not ended (adev.emulator.leases).")
         self.store_up = g("adev_emulator_store_up", "1 while the store client is connected.")
         self.read_path = h("adev_emulator_read_path_seconds",
                            "Per-request store read path (lookup + load), model seconds.", READ_PATH_BUCKETS)

@@ -123,15 +123,26 @@ class Endpoint:
             stream_interval=stack.stream_interval), self.metrics, self.store,
             clock=held if held is not None else time.monotonic,
             slot=[e.name for e in stack.endpoints].index(name) if held is not None else 0)
+        if self.store is not None:
+            from adev.emulator.leases import ModelLeases, lease_split
+            if lease_split(stack.store.lease_ttl_s, S, stack.model_clock) > 1:  # model-time leases
+                leases = self.store.leases = ModelLeases(
+                    stack.store.lease_ttl_s, master_lease_ms(stack) / 1000.0, self.engine.now,
+                    self.store.renew)
+                leases.on_renewed = self.metrics.store_lease_renewed.inc
         self.created = int(time.time())
 
     async def start(self) -> None:
         if self.store is not None:
             await self.store.start(wait_s=10.0)
+            if self.store.leases is not None:
+                self.store.leases.start()
         self.engine.start()
 
     async def close(self) -> None:
         if self.store is not None:
+            if self.store.leases is not None:
+                await self.store.leases.close()
             await self.store.close()
 
     # ------------------------------------------------------------------ admission

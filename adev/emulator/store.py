@@ -18,7 +18,10 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
   ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
   high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
-  retry), and refused / never-offered blocks are counted.
+  retry), and refused / never-offered blocks are counted;
+- model-time leases (``leases``, :class:`adev.emulator.leases.ModelLeases`, where the stack splits
+  a long lease): every grant (a lookup's or a save's hits) is noted with its model time, and the
+  keys whose model lease has not ended are renewed on a thread of their own (:meth:`renew`).
 
 Which tier served a hit: Mooncake's client does not say; :class:`adev.emulator.store_tiers.TierQuery`
 asks the master (:meth:`MooncakeTier.tiers`, concurrently with the load).
@@ -53,6 +56,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, cast
 
+from adev.emulator.leases import ModelLeases
 from adev.emulator.store_tiers import TierQuery
 
 log = logging.getLogger("adev.emulator.store")
@@ -98,13 +102,15 @@ class LoadResult:
 
 
 class _Conn:
-    """One client generation: a read executor (lookups, loads: latency-critical) and a write
-    executor (saves, in the background), so puts never queue in front of reads."""
+    """One client generation: a read executor (lookups, loads: latency-critical), a write
+    executor (saves, in the background), so puts never queue in front of reads, and a lease
+    executor (model-time lease renewals)."""
 
     def __init__(self, gen: int) -> None:
         self.gen = gen
         self.exec = ThreadPoolExecutor(2, thread_name_prefix=f"mooncake-r{gen}")
         self.put_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-w{gen}")
+        self.lease_exec = ThreadPoolExecutor(1, thread_name_prefix=f"mooncake-l{gen}")
         self.client: Any = None      # mooncake.store.MooncakeDistributedStore, once set up
         self.put_config: Any = None  # mooncake.store.ReplicateConfig
         self.closed = False
@@ -134,6 +140,7 @@ class MooncakeTier:
         self.connects = 0
         self._retired: list[_Conn] = []
         self._key_cache: dict[int, str] = {}
+        self.leases: ModelLeases | None = None  # model-time leases (adev.emulator.leases)
 
     # ------------------------------------------------------------------ lifecycle
     @property
@@ -202,6 +209,7 @@ class MooncakeTier:
             conn.closed = True
             conn.exec.shutdown(wait=False)
             conn.put_exec.shutdown(wait=False)
+            conn.lease_exec.shutdown(wait=False)
 
     def _setup(self, conn: _Conn) -> int:
         from mooncake.store import MooncakeDistributedStore
@@ -257,7 +265,7 @@ class MooncakeTier:
             self.on_error(op)
             return None
         loop = asyncio.get_running_loop()
-        ex = c.put_exec if op == "put" else c.exec
+        ex = c.put_exec if op == "put" else c.lease_exec if op == "lease" else c.exec
         try:
             return await asyncio.wait_for(loop.run_in_executor(ex, fn, c, *args), self.s.io_timeout_s)
         except TimeoutError:
@@ -292,6 +300,17 @@ class MooncakeTier:
         under ``op``: "lookup" on the read path, "put" for a save's skip check)."""
         if not keys:
             return []
+        r = await self._is_exist(keys, op)
+        if r is not None and self.leases is not None:
+            self.leases.granted(keys, r)
+        return r
+
+    async def renew(self, keys: list[str]) -> list[int] | None:
+        """``batch_is_exist`` that renews the leases of ``keys`` (:class:`ModelLeases`); on its
+        own thread, so renewals never queue behind a read path's loads nor a save's puts."""
+        return await self._is_exist(keys, "lease")
+
+    async def _is_exist(self, keys: list[str], op: str) -> list[int] | None:
         r = await self._call(op, lambda c, k: c.client.batch_is_exist(k), keys)
         if r is None:
             return None
@@ -423,6 +442,7 @@ def _close_after_drain(c: _Conn) -> None:
     try:
         c.exec.shutdown(wait=True)
         c.put_exec.shutdown(wait=True)
+        c.lease_exec.shutdown(wait=True)
         if c.client is not None:
             c.client.close()
     except Exception:  # noqa: BLE001

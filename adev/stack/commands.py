@@ -30,10 +30,15 @@ MASTER_READY_TIMEOUT_S = 30.0
 def master_lease_ms(config: StackConfig) -> int:
     """The master's ``--default_kv_lease_ttl`` in real milliseconds.
 
-    ``lease_real_ms = lease_ttl_s / time_scale * 1000`` (Mooncake counts the lease in real time;
-    the config gives it in model seconds), at least 1 ms.
+    ``lease_real_ms = lease_ttl_s / time_scale / k * 1000`` (Mooncake counts the lease in real
+    time; the config gives it in model seconds), at least 1 ms. ``k``
+    (:func:`adev.emulator.leases.lease_split`) is 1 unless the model clock is held and the lease
+    long enough to be split: the endpoints then renew each lease until its model TTL has passed
+    (:class:`adev.emulator.leases.ModelLeases`), so it lasts its TTL in model time on a held clock.
     """
-    return max(1, round(config.store.lease_ttl_s / config.time_scale * 1000.0))
+    from adev.emulator.leases import lease_split
+    lease, scale = config.store.lease_ttl_s, config.time_scale
+    return max(1, round(lease / scale / lease_split(lease, scale, config.model_clock) * 1000.0))
 
 
 def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,

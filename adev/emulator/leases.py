@@ -1,0 +1,136 @@
+"""Store leases that last their TTL in model time, on the real Mooncake master.
+
+The master counts a lease in real time: every lookup or read grants one of its
+``--default_kv_lease_ttl``, and a leased object cannot be evicted. The stack gives it the model
+lease divided by the time scale, which is the model's lease only while model time runs at
+``time_scale`` model seconds per wall second. On the held clock (``stack.model_clock = "held"``)
+model time stands still while the host is behind (a store read slower than its profile, a late
+wake-up), but the master's leases run on, so a lease would end early in model time, and by how
+much would depend on the host: fewer refusals and more evictions on a slower host or at a larger
+time scale.
+
+:class:`ModelLeases` keeps each lease for its model TTL instead. The master gets a *split* lease,
+``T = lease_ttl_s / time_scale / k`` real seconds (:func:`lease_split`), and this endpoint
+renews every key it was granted a lease on whose model lease has not ended yet, with
+``batch_is_exist`` (which grants a new lease of T) every ``T / 2`` wall seconds:
+
+    model lease of key k: until_k = (model time of its last grant) + lease_ttl_s
+    renewed while until_k > model time now, every T / 2 wall seconds
+
+While model time runs freely a key is therefore leased until its model lease ends and at most
+``T x time_scale = lease_ttl_s / k`` model seconds after; while the clock is held, its leases are
+renewed and do not run out. The split is taken only where ``T`` stays at least
+:data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the 300 s
+lease of the source's lease point at time scales up to 60; a short lease (the default 5 s at time
+scale 10: 0.5 s real) keeps the master's plain time-scaled lease. Renewals count on the
+endpoint (``adev_emulator_store_lease_renewed_keys_total``) and never as lookups or hits.
+"""
+from __future__ import annotations
+
+import asyncio
+import logging
+import math
+from collections.abc import Awaitable, Callable
+
+log = logging.getLogger("adev.emulator.leases")
+
+MAX_SPLIT = 10
+"""At most this many real leases per model lease (the lease then overshoots by at most 10%)."""
+MIN_SPLIT = 5
+"""A split into fewer parts is not taken (the overshoot would exceed 20% of the lease)."""
+MIN_REAL_LEASE_S = 1.0
+"""The shortest real lease a split may give: a real read must end within one lease."""
+RENEW_BATCH = 4096
+"""Keys per renewal call."""
+
+
+def lease_split(lease_ttl_s: float, time_scale: float, model_clock: str = "held") -> int:
+    """``k``: how many real leases of the master make one model lease (1: no split, the master's
+    lease is ``lease_ttl_s / time_scale``).
+
+        k = min(MAX_SPLIT, floor(lease_ttl_s / time_scale / MIN_REAL_LEASE_S)), 1 if k < MIN_SPLIT
+
+    and 1 on a free model clock (``stack.model_clock = "free"``: model time is wall time x
+    time_scale, so the plain lease already lasts its TTL in model time).
+    """
+    if model_clock != "held":
+        return 1
+    real = lease_ttl_s / time_scale
+    k = min(MAX_SPLIT, math.floor(real / MIN_REAL_LEASE_S + 1e-9))
+    return k if k >= MIN_SPLIT else 1
+
+
+class ModelLeases:
+    """The model-time leases of one endpoint's store client (see the module doc).
+
+    ``model_now``: model seconds now (the engine's clock); ``renew``: ``batch_is_exist`` of a
+    list of keys without recording a grant (1/0 per key, None on failure); ``real_lease_s``: the
+    master's lease in real seconds."""
+
+    def __init__(self, lease_ttl_s: float, real_lease_s: float,
+                 model_now: Callable[[], float],
+                 renew: Callable[[list[str]], Awaitable[list[int] | None]]) -> None:
+        self.lease_ttl_s = lease_ttl_s
+        self.period_s = real_lease_s / 2
+        self.model_now = model_now
+        self._renew = renew
+        self.until: dict[str, float] = {}   # key -> model time its model lease ends
+        self.renewed = 0                     # keys renewed so far
+        self.on_renewed: Callable[[int], None] = lambda n: None
+        self._task: asyncio.Task | None = None
+
+    def granted(self, keys: list[str], hits: list[int]) -> None:
+        """The master just granted a lease on each key of ``keys`` with a nonzero ``hits``."""
+        until = self.model_now() + self.lease_ttl_s
+        u = self.until
+        for k, h in zip(keys, hits, strict=True):
+            if h:
+                u[k] = until
+
+    def live(self) -> list[str]:
+        """Keys whose model lease has not ended (the ended ones are forgotten)."""
+        now = self.model_now()
+        done = [k for k, t in self.until.items() if t <= now]
+        for k in done:
+            del self.until[k]
+        return list(self.until)
+
+    async def renew_once(self) -> int:
+        """Renew every live key's lease; keys the store no longer holds are forgotten. Returns
+        how many keys were renewed."""
+        keys = self.live()
+        n = 0
+        for i in range(0, len(keys), RENEW_BATCH):
+            batch = keys[i:i + RENEW_BATCH]
+            r = await self._renew(batch)
+            if r is None:
+                continue    # counted as a store error; the next round tries again
+            for k, e in zip(batch, r, strict=True):
+                if e:
+                    n += 1
+                else:
+                    self.until.pop(k, None)
+        self.renewed += n
+        if n:
+            self.on_renewed(n)
+        return n
+
+    def start(self) -> None:
+        if self._task is None:
+            self._task = asyncio.create_task(self._loop(), name="store-leases")
+
+    async def close(self) -> None:
+        if self._task is not None:
+            self._task.cancel()
+            await asyncio.gather(self._task, return_exceptions=True)
+            self._task = None
+
+    async def _loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.period_s)
+            try:
+                await self.renew_once()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # never let the renewals die
+                log.exception("store lease renewal")

@@ -85,7 +85,7 @@ def test_lease_is_real_milliseconds_of_model_seconds():
     cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 5.0})
     assert master_lease_ms(cfg) == 500
     cfg = small_config("/tmp/x", time_scale=1.0, store={"lease_ttl_s": 300.0})
-    assert master_lease_ms(cfg) == 30_000   # split in ten, renewed in model time (test_leases)
+    assert master_lease_ms(cfg) == 10_000   # split in 30, renewed in model time (test_leases)
     cfg = small_config("/tmp/x", time_scale=100.0, store={"lease_ttl_s": 0.01})
     assert master_lease_ms(cfg) == 1  # never 0: Mooncake would read it as no lease
 

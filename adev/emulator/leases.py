@@ -21,7 +21,7 @@ While model time runs freely a key is therefore leased until its model lease end
 ``T x time_scale = lease_ttl_s / k`` model seconds after; while the clock is held, its leases are
 renewed and do not run out. The split is taken only where ``T`` stays at least
 :data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the 300 s
-lease of the source's lease point at time scales up to 60; a short lease (the default 5 s at time
+lease of the source's lease point at time scales up to 60 (``k = 30`` up to time scale 10); a short lease (the default 5 s at time
 scale 10: 0.5 s real) keeps the master's plain time-scaled lease. Renewals count on the
 endpoint (``adev_emulator_store_lease_renewed_keys_total``) and never as lookups or hits.
 """
@@ -34,8 +34,9 @@ from collections.abc import Awaitable, Callable
 
 log = logging.getLogger("adev.emulator.leases")
 
-MAX_SPLIT = 10
-"""At most this many real leases per model lease (the lease then overshoots by at most 10%)."""
+MAX_SPLIT = 30
+"""At most this many real leases per model lease (the lease then overshoots by at most 1/30 of
+its TTL: 10 model s of a 300 s lease)."""
 MIN_SPLIT = 5
 """A split into fewer parts is not taken (the overshoot would exceed 20% of the lease)."""
 MIN_REAL_LEASE_S = 1.0

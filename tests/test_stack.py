@@ -82,7 +82,7 @@ def get(url: str) -> int:
 
 
 def test_lease_is_real_milliseconds_of_model_seconds():
-    cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 5.0})
+    cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 5.0}, model_clock="free")
     assert master_lease_ms(cfg) == 500
     cfg = small_config("/tmp/x", time_scale=1.0, store={"lease_ttl_s": 300.0})
     assert master_lease_ms(cfg) == 10_000   # split in 30, renewed in model time (test_leases)
@@ -99,7 +99,7 @@ def test_master_flags(configuration, offload):
     cfg = small_config("/tmp/x", configuration=configuration)
     flags = master_flags(cfg, rpc_port=1234, metrics_port=5678)
     assert flags[:6] == ["--rpc_port=1234", "--rpc_address=127.0.0.1", "--metrics_port=5678",
-                         "--metrics_host=127.0.0.1", "--default_kv_lease_ttl=500",
+                         "--metrics_host=127.0.0.1", "--default_kv_lease_ttl=100",  # 5 s / 10 / 5
                          "--client_ttl=10"]
     assert flags[6:] == offload
 
@@ -229,7 +229,7 @@ def test_up_status_down_leaves_nothing_running(sdir):
         master_metrics = urllib.request.urlopen(info.master_metrics_url, timeout=5).read().decode()
         assert "master_key_count" in master_metrics
         st = read_state(sdir)
-        assert st.lease_ttl_real_ms == 500 and "--enable_offload=true" in st.master_flags
+        assert st.lease_ttl_real_ms == master_lease_ms(cfg) and "--enable_offload=true" in st.master_flags
         # each endpoint got its own disk dir under the state dir, passed on its command line
         disks = {n: p.disk_dir for n, p in st.endpoints.items()}
         assert len(set(disks.values())) == 2

@@ -21,8 +21,9 @@ While model time runs freely a key is therefore leased until its model lease end
 ``T x time_scale = lease_ttl_s / k`` model seconds after; while the clock is held, its leases are
 renewed and do not run out. The split is taken only where ``T`` stays at least
 :data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the 300 s
-lease of the source's lease point at time scales up to 60 (``k = 30`` up to time scale 10); a short lease (the default 5 s at time
-scale 10: 0.5 s real) keeps the master's plain time-scaled lease. Renewals count on the
+lease of the source's lease point in 30 parts at any time scale up to 100, the default 5 s lease
+in 5 parts at time scale 10 and in 25 at time scale 2; a lease under 0.5 real seconds (5 s at
+time scales above 10) keeps the master's plain time-scaled lease. Renewals count on the
 endpoint (``adev_emulator_store_lease_renewed_keys_total``) and never as lookups or hits.
 """
 from __future__ import annotations
@@ -39,8 +40,9 @@ MAX_SPLIT = 30
 its TTL: 10 model s of a 300 s lease)."""
 MIN_SPLIT = 5
 """A split into fewer parts is not taken (the overshoot would exceed 20% of the lease)."""
-MIN_REAL_LEASE_S = 1.0
-"""The shortest real lease a split may give: a real read must end within one lease."""
+MIN_REAL_LEASE_S = 0.1
+"""The shortest real lease a split may give: a real read batch (milliseconds) must end within one
+lease; a load that outlives it is renewed and re-read (:meth:`MooncakeTier.load`)."""
 RENEW_BATCH = 4096
 """Keys per renewal call."""
 

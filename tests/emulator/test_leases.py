@@ -19,11 +19,11 @@ MODEL = "Qwen3-Coder-30B-A3B-Instruct-FP8"
 @pytest.mark.parametrize("lease,scale,k", [
     (300.0, 10.0, 30),   # 30 s real: thirty leases of 1 s
     (300.0, 2.0, 30),    # 150 s real: thirty of 5 s
-    (300.0, 20.0, 15),   # 15 s real: fifteen of 1 s
-    (300.0, 60.0, 5),    # 5 s real: five of 1 s
-    (300.0, 100.0, 1),   # 3 s real: three of 1 s would overshoot by a third: no split
-    (5.0, 10.0, 1),      # the default lease at the default scale: 0.5 s real, no split
-    (5.0, 1.0, 5),
+    (300.0, 100.0, 30),  # 3 s real: thirty of 0.1 s
+    (5.0, 10.0, 5),      # the default lease at the default scale: 0.5 s real, five of 0.1 s
+    (5.0, 2.0, 25),      # 2.5 s real: 25 of 0.1 s
+    (5.0, 20.0, 1),      # 0.25 s real: two of 0.1 s would overshoot by half: no split
+    (2.0, 10.0, 1),
 ])
 def test_lease_split(lease, scale, k):
     assert lease_split(lease, scale) == k
@@ -34,7 +34,9 @@ def test_the_master_gets_the_split_lease():
     cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 300.0})
     assert master_lease_ms(cfg) == 1000
     cfg = small_config("/tmp/x", time_scale=10.0, store={"lease_ttl_s": 5.0})
-    assert master_lease_ms(cfg) == 500
+    assert master_lease_ms(cfg) == 100
+    cfg = small_config("/tmp/x", time_scale=20.0, store={"lease_ttl_s": 5.0})
+    assert master_lease_ms(cfg) == 250
     cfg = small_config("/tmp/x", time_scale=10.0, model_clock="free", store={"lease_ttl_s": 300.0})
     assert master_lease_ms(cfg) == 30_000
 

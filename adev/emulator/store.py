@@ -307,7 +307,10 @@ class MooncakeTier:
 
     async def renew(self, keys: list[str]) -> list[int] | None:
         """``batch_is_exist`` that renews the leases of ``keys`` (:class:`ModelLeases`); on its
-        own thread, so renewals never queue behind a read path's loads nor a save's puts."""
+        own thread, so renewals never queue behind a read path's loads nor a save's puts. None,
+        and no error counted, while the store is down (the read path counts that outage)."""
+        if not self.up:
+            return None
         return await self._is_exist(keys, "lease")
 
     async def _is_exist(self, keys: list[str], op: str) -> list[int] | None:

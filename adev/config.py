@@ -332,6 +332,12 @@ class StoreSpec:
     # chunk size; the real client's cost on the host is mostly per key); 1 = one per block (vLLM's
     # Mooncake store connector). Counts stay per block.
     chunk_blocks: int = field(default=16, metadata={"positive": True})
+    # The disk tier's offload heartbeat in model seconds (10: 1 s real at time scale 10, the
+    # shortest Mooncake takes). Each endpoint's client gets MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS
+    # = max(1, round(this / time_scale)) real seconds (adev.stack.commands.offload_heartbeat_real_s),
+    # so an evicted object waits about as many model seconds for its offload at every time scale
+    # up to this / 1 s.
+    offload_heartbeat_s: float = field(default=10.0, metadata={"positive": True})
 
 
 def _default_endpoints() -> list[EndpointSpec]:

@@ -43,6 +43,7 @@ from adev.stack import (
     start_stack,
     stop_stack,
 )
+from adev.stack.commands import endpoint_env, offload_heartbeat_real_s
 from adev.stack.plan import render, vllm_plan
 
 FAKE = str(Path(__file__).with_name("stack_fake_endpoint.py"))
@@ -88,6 +89,17 @@ def test_lease_is_real_milliseconds_of_model_seconds():
     assert master_lease_ms(cfg) == 10_000   # split in 30, renewed in model time (test_leases)
     cfg = small_config("/tmp/x", time_scale=100.0, store={"lease_ttl_s": 0.01})
     assert master_lease_ms(cfg) == 1  # never 0: Mooncake would read it as no lease
+
+
+@pytest.mark.parametrize("time_scale,heartbeat,real", [
+    (10.0, 10.0, 1), (2.0, 10.0, 5), (1.0, 10.0, 10), (50.0, 10.0, 1), (4.0, 10.0, 2),
+])
+def test_the_offload_heartbeat_is_model_seconds(time_scale, heartbeat, real, tmp_path):
+    cfg = small_config("/tmp/x", time_scale=time_scale, configuration="store-ram+disk",
+                       store={"offload_heartbeat_s": heartbeat})
+    assert offload_heartbeat_real_s(cfg) == real
+    env = endpoint_env(cfg, tmp_path)
+    assert env["MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS"] == str(real)
 
 
 @pytest.mark.parametrize("configuration,offload", [

@@ -41,6 +41,19 @@ def master_lease_ms(config: StackConfig) -> int:
     return max(1, round(lease / scale / lease_split(lease, scale, config.model_clock) * 1000.0))
 
 
+def offload_heartbeat_real_s(config: StackConfig) -> int:
+    """The offload heartbeat of an endpoint's store client in real seconds (Mooncake takes whole
+    seconds, at least 1):
+
+        max(1, round(stack.store.offload_heartbeat_s / time_scale))
+
+    The heartbeat writes objects the master chose for eviction to the disk tier; until then they
+    stay in RAM, readable but not evictable. Scaled like every modelled duration, it waits about
+    the same model time at every time scale: 10 model s is 1 s real at time scale 10 and 5 s at
+    time scale 2 (at time scales above 20 it stays 1 s real, longer than the model's)."""
+    return max(1, round(config.store.offload_heartbeat_s / config.time_scale))
+
+
 def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
                  host: str | None = None, lease_ms: int | None = None) -> list[str]:
     """``mooncake_master`` flags for ``config``.
@@ -108,6 +121,6 @@ def endpoint_env(config: StackConfig, disk_dir: Path | None) -> dict[str, str]:
     if disk_dir is not None:
         env["MOONCAKE_OFFLOAD_FILE_STORAGE_PATH"] = str(disk_dir)
         env["MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR"] = "file_per_key_storage_backend"
-        env["MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS"] = "1"
+        env["MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS"] = str(offload_heartbeat_real_s(config))
         env.setdefault("MOONCAKE_OFFLOAD_LOCAL_BUFFER_SIZE_BYTES", str(128 << 20))
     return env

@@ -9,9 +9,11 @@ profiles) the way the stack set up the master and the endpoints:
   bytes (:mod:`adev.emulator.server`, :mod:`adev.emulator.store`);
 - lease TTL ``stack.store.lease_ttl_s`` (model seconds; the master gets it divided by the time
   scale);
-- the eviction thread's 10 ms period and the 1 s offload heartbeat, both real time, times the
-  time scale; Mooncake's default high watermark (0.90) and eviction ratio (0.05), which the stack
-  does not change;
+- the eviction thread's 10 ms period and the offload heartbeat, both real time, times the time
+  scale (the heartbeat: ``max(1, round(stack.store.offload_heartbeat_s / time_scale))`` real
+  seconds, :func:`adev.stack.commands.offload_heartbeat_real_s`; 1 s for a run whose manifest
+  has no ``offload_heartbeat_s``: a run of an earlier adev version); Mooncake's default high
+  watermark (0.90) and eviction ratio (0.05), which the stack does not change;
 - disk tier on for ``store-ram+disk``; no store for ``gpu-only`` and ``recompute`` (and no GPU
   prefix cache for ``recompute``).
 
@@ -34,7 +36,7 @@ from .workload import Workload, from_run
 
 MIN_SEGMENT = 16 << 20
 EVICT_PERIOD_REAL_S = 0.010     # Mooncake's kEvictionThreadSleepMs
-OFFLOAD_HEARTBEAT_REAL_S = 1.0  # MOONCAKE_OFFLOAD_HEARTBEAT_INTERVAL_SECONDS set by the stack
+OFFLOAD_HEARTBEAT_REAL_S = 1.0  # the heartbeat of runs recorded without store.offload_heartbeat_s
 FIGURES = ("store_hit_share", "gpu_hit_share", "refused_share", "gross_saving")
 
 
@@ -69,9 +71,16 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   disk=conf == "store-ram+disk", bytes_per_block=bpb,
                   ram_read_bytes_per_s=ram_t.read_bytes_per_s,
                   disk_read_bytes_per_s=disk_t.read_bytes_per_s,
-                  tick_s=EVICT_PERIOD_REAL_S * s, offload_delay_s=OFFLOAD_HEARTBEAT_REAL_S * s,
+                  tick_s=EVICT_PERIOD_REAL_S * s, offload_delay_s=_heartbeat_real_s(store, s) * s,
                   prefill_tokens_per_s=prof.prefill_tokens_per_s, ram_capacity_blocks=cap,
                   chunk_blocks=int(store.get("chunk_blocks", 1)) if bs == prof.block_size else 1)
+
+
+def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:
+    """The offload heartbeat the stack gave the run's endpoints, in real seconds."""
+    if "offload_heartbeat_s" not in store:
+        return OFFLOAD_HEARTBEAT_REAL_S
+    return float(max(1, round(float(store["offload_heartbeat_s"]) / time_scale)))
 
 
 def run_params(run: Any) -> Params:

@@ -85,3 +85,16 @@ def test_lease_ranking_leaves_out_runs_without_a_recorded_lease():
     assert rank["leases"].tolist() == [[5.0, 300.0]]
     assert rank["ranking_kept"].tolist() == [True]
     assert lease_ranking([v(None, 0.1, 0.2), v(5.0, 0.2, 0.3)]).empty
+
+
+@pytest.mark.parametrize("time_scale,heartbeat,delay", [
+    (10.0, None, 10.0),   # a run recorded before the field: 1 s real, x 10
+    (2.0, None, 2.0),     # ... x 2
+    (2.0, 10.0, 10.0),    # 10 model s: 5 s real at time scale 2
+    (10.0, 10.0, 10.0),   # 1 s real
+    (50.0, 10.0, 50.0),   # never under 1 s real: 50 model s at time scale 50
+])
+def test_the_offload_heartbeat_is_the_one_the_stack_gave_the_run(time_scale, heartbeat, delay):
+    store = {} if heartbeat is None else {"offload_heartbeat_s": heartbeat}
+    p = stack_params(stack(time_scale=time_scale, store=store))
+    assert p.offload_delay_s == pytest.approx(delay)

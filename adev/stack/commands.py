@@ -41,17 +41,22 @@ def master_lease_ms(config: StackConfig) -> int:
     return max(1, round(lease / scale / lease_split(lease, scale, config.model_clock) * 1000.0))
 
 
-def offload_heartbeat_real_s(config: StackConfig) -> int:
+def heartbeat_real_s(offload_heartbeat_s: float, time_scale: float) -> int:
     """The offload heartbeat of an endpoint's store client in real seconds (Mooncake takes whole
     seconds, at least 1):
 
-        max(1, round(stack.store.offload_heartbeat_s / time_scale))
+        max(1, round(offload_heartbeat_s / time_scale))
 
     The heartbeat writes objects the master chose for eviction to the disk tier; until then they
     stay in RAM, readable but not evictable. Scaled like every modelled duration, it waits about
     the same model time at every time scale: 10 model s is 1 s real at time scale 10 and 5 s at
-    time scale 2 (at time scales above 20 it stays 1 s real, longer than the model's)."""
-    return max(1, round(config.store.offload_heartbeat_s / config.time_scale))
+    time scale 2 (above time scale 10 it stays 1 s real, longer than the model's)."""
+    return max(1, round(offload_heartbeat_s / time_scale))
+
+
+def offload_heartbeat_real_s(config: StackConfig) -> int:
+    """:func:`heartbeat_real_s` of the stack's ``store.offload_heartbeat_s``."""
+    return heartbeat_real_s(config.store.offload_heartbeat_s, config.time_scale)
 
 
 def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,

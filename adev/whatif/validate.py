@@ -11,7 +11,7 @@ profiles) the way the stack set up the master and the endpoints:
   scale);
 - the eviction thread's 10 ms period and the offload heartbeat, both real time, times the time
   scale (the heartbeat: ``max(1, round(stack.store.offload_heartbeat_s / time_scale))`` real
-  seconds, :func:`adev.stack.commands.offload_heartbeat_real_s`; 1 s for a run whose manifest
+  seconds, :func:`adev.stack.commands.heartbeat_real_s`; 1 s for a run whose manifest
   has no ``offload_heartbeat_s``: a run of an earlier adev version); Mooncake's default high
   watermark (0.90) and eviction ratio (0.05), which the stack does not change;
 - disk tier on for ``store-ram+disk``; no store for ``gpu-only`` and ``recompute`` (and no GPU
@@ -80,7 +80,8 @@ def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:
     """The offload heartbeat the stack gave the run's endpoints, in real seconds."""
     if "offload_heartbeat_s" not in store:
         return OFFLOAD_HEARTBEAT_REAL_S
-    return float(max(1, round(float(store["offload_heartbeat_s"]) / time_scale)))
+    from ..stack.commands import heartbeat_real_s
+    return float(heartbeat_real_s(float(store["offload_heartbeat_s"]), time_scale))
 
 
 def run_params(run: Any) -> Params:

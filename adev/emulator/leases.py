@@ -93,9 +93,7 @@ class ModelLeases:
     def live(self) -> list[str]:
         """Keys whose model lease has not ended (the ended ones are forgotten)."""
         now = self.model_now()
-        done = [k for k, t in self.until.items() if t <= now]
-        for k in done:
-            del self.until[k]
+        self.until = {k: t for k, t in self.until.items() if t > now}
         return list(self.until)
 
     async def renew_once(self) -> int:

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from ..config import HOST_CPUS, StackConfig, check_cpus
+from ..emulator.leases import lease_split
 from .loopback import bind_env
 from .procs import StackError
 
@@ -36,7 +37,6 @@ def master_lease_ms(config: StackConfig) -> int:
     long enough to be split: the endpoints then renew each lease until its model TTL has passed
     (:class:`adev.emulator.leases.ModelLeases`), so it lasts its TTL in model time on a held clock.
     """
-    from adev.emulator.leases import lease_split
     lease, scale = config.store.lease_ttl_s, config.time_scale
     return max(1, round(lease / scale / lease_split(lease, scale, config.model_clock) * 1000.0))
 

@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError, load_model_profile, load_stack, load_tier_profile
+from ..stack.commands import heartbeat_real_s
 from .simulator import Params, Result, figures, simulate
 from .workload import Workload, from_run
 
@@ -80,7 +81,6 @@ def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:
     """The offload heartbeat the stack gave the run's endpoints, in real seconds."""
     if "offload_heartbeat_s" not in store:
         return OFFLOAD_HEARTBEAT_REAL_S
-    from ..stack.commands import heartbeat_real_s
     return float(heartbeat_real_s(float(store["offload_heartbeat_s"]), time_scale))
 
 

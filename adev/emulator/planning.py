@@ -14,16 +14,26 @@ sequence the engine emits, honouring the request's sampling limits as vLLM does:
 Padding is reasoning filler (``reasoning_content``), so content and tool calls stay intact.
 :func:`deltas` renders a range of tokens as chat-completion deltas; :func:`text_of` as plain
 completion text.
+
+The visible reply (content and tool calls) is tokenized as *one* string, the text the chat template
+renders when the client sends the reply back as an assistant message. Its tokens are therefore
+the re-rendered turn's tokens, so the next request's prefix matches the reply's cached decode
+blocks, as it does in vLLM for a model whose tool calls re-render to the text it wrote (Qwen3's
+``<tool_call>`` blocks). A token may then span two segments (the end of a tool call's head and the
+start of its arguments): segments are character ranges of the reply's text, and deltas are cut by
+character, not by token. The reasoning is tokenized on its own (it is never resent).
 """
 from __future__ import annotations
 
 import json
 import uuid
 import zlib
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from itertools import accumulate
 from typing import Any, Literal
 
-from adev.emulator.policies.base import PolicyReply
+from adev.emulator.policies.base import PolicyReply, ToolCall
 from adev.emulator.tokenizer import ENDOFTEXT, IM_END, SPECIALS, Tokenizer
 
 SegmentKind = Literal["reasoning", "content", "tool_head", "tool_args", "tool_tail", "eos"]
@@ -37,16 +47,54 @@ class OutputPlan:
 
     ids: list[int]
     """Token ids in emission order (EOS included when the reply ends on it)."""
-    kinds: list[int]
-    """Per token: the index of its segment in ``segments``."""
     pieces: list[str]
     """Per token: its text ('' for special tokens)."""
     segments: list[tuple[SegmentKind, int]]
-    """(kind, tool-call index) per segment."""
+    """(kind, tool-call index) per segment, in the order of the text."""
+    ends: list[int]
+    """Per segment: the character offset in ``"".join(pieces)`` where it ends (it starts where the
+    one before it ends)."""
     tool_calls: list[dict[str, Any]]
     """OpenAI tool-call objects of the calls that are complete within ``ids``."""
     finish_reason: str
     """``stop`` | ``length`` | ``tool_calls``."""
+    offsets: list[int] = field(init=False, repr=False)
+    """``offsets[i]``: characters before token ``i`` (``len(ids) + 1`` entries)."""
+
+    def __post_init__(self) -> None:
+        self.offsets = [0, *accumulate(len(p) for p in self.pieces)]
+
+    def spans(self, a: int, b: int) -> list[tuple[SegmentKind, int, str]]:
+        """(kind, tool-call index, text) of each segment that the text of tokens ``[a, b)``
+        reaches into, with the part of the segment's text they hold; segments they hold no
+        character of (a special token's, such as the EOS) are left out."""
+        lo, hi = self.offsets[a], self.offsets[b]
+        text = "".join(self.pieces[a:b])
+        out: list[tuple[SegmentKind, int, str]] = []
+        start = 0
+        for (kind, idx), end in zip(self.segments, self.ends, strict=True):
+            if start < hi and end > lo:
+                out.append((kind, idx, text[max(start, lo) - lo:min(end, hi) - lo]))
+            start = end
+        return out
+
+
+def visible_parts(content: str, calls: Sequence[ToolCall]) -> list[tuple[SegmentKind, int, str]]:
+    """The visible reply as the chat template renders it back, as (kind, call index, text) parts
+    of one string (empty parts left out)."""
+    parts: list[tuple[SegmentKind, int, str]] = [("content", 0, content)]
+    for j, tc in enumerate(calls):
+        head = ("\n" if (content or j) else "") + f'<tool_call>\n{{"name": {json.dumps(tc.name)}, "arguments": '
+        parts += [("tool_head", j, head), ("tool_args", j, tc.arguments),
+                  ("tool_tail", j, "}\n</tool_call>")]
+    return [pt for pt in parts if pt[2]]
+
+
+def natural_length(tok: Tokenizer, reasoning: str, content: str, calls: Sequence[ToolCall]) -> int:
+    """Tokens of a reply before any padding or cut, as :func:`build_output` emits it: the
+    reasoning, the visible text (one string), the EOS."""
+    return len(tok.encode(reasoning)) + len(tok.encode("".join(
+        text for _, _, text in visible_parts(content, calls)))) + 1
 
 
 def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid: str,
@@ -54,33 +102,13 @@ def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid
     """The reply's tokens under the request's limits (module docstring)."""
     if reply.token_ids is not None:
         return _from_ids(tok, reply.token_ids, max_tokens, rid, ignore_eos, min_tokens)
-    ids: list[int] = []
-    kinds: list[int] = []
-    pieces: list[str] = []
-    segments: list[tuple[SegmentKind, int]] = []
-
-    def add(kind: SegmentKind, idx: int, text: str) -> None:
-        if not text:
-            return
-        i, p = tok.encode_pieces(text)
-        segments.append((kind, idx))
-        s = len(segments) - 1
-        ids.extend(i)
-        pieces.extend(p)
-        kinds.extend([s] * len(i))
-
     tool_calls = [{"id": f"chatcmpl-tool-{uuid.uuid4().hex[:24]}", "type": "function",
                    "function": {"name": tc.name, "arguments": tc.arguments}}
                   for tc in reply.tool_calls]
     reasoning = reply.reasoning or ""
-    content = reply.content or ""
-    parts: list[tuple[SegmentKind, int, str]] = [("content", 0, content)]
-    for j, tc in enumerate(reply.tool_calls):
-        head = ("\n" if (content or j) else "") + f'<tool_call>\n{{"name": {json.dumps(tc.name)}, "arguments": '
-        parts += [("tool_head", j, head), ("tool_args", j, tc.arguments),
-                  ("tool_tail", j, "}\n</tool_call>")]
-    # the tokens the reply holds, each part encoded as add() encodes it, + EOS
-    natural = len(tok.encode(reasoning)) + sum(len(tok.encode(text)) for _, _, text in parts) + 1
+    parts = visible_parts(reply.content or "", reply.tool_calls)
+    visible_ids, visible_pieces = tok.encode_pieces("".join(text for _, _, text in parts))
+    natural = natural_length(tok, reasoning, reply.content or "", reply.tool_calls)
     target = reply.output_tokens
     if min_tokens > 0:
         target = max(target if target is not None else natural, min_tokens + 1)
@@ -92,32 +120,50 @@ def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid
             n -= len(tok.encode(reasoning + "\n")) - len(tok.encode(reasoning))
         filler = _filler(n, rid)
         reasoning = (reasoning + "\n" + filler) if reasoning else filler
-    add("reasoning", 0, reasoning)
+    ids: list[int] = []
+    pieces: list[str] = []
+    segments: list[tuple[SegmentKind, int]] = []
+    ends: list[int] = []
+    chars = 0
+    if reasoning:
+        i, p = tok.encode_pieces(reasoning)
+        ids += i
+        pieces += p
+        segments.append(("reasoning", 0))
+        chars += len(reasoning)
+        ends.append(chars)
+    ids += visible_ids
+    pieces += visible_pieces
     for kind, j, text in parts:
-        add(kind, j, text)
+        segments.append((kind, j))
+        chars += len(text)
+        ends.append(chars)
     finish = "tool_calls" if reply.tool_calls else "stop"
     # cut to the target (then end with EOS), pad exactly when still short
     if target is not None and target >= 1 and len(ids) + 1 > target:
-        del ids[target - 1:], kinds[target - 1:], pieces[target - 1:]
+        del ids[target - 1:], pieces[target - 1:]
     while target is not None and len(ids) + 1 < target:  # filler tokenization granularity
         segments.append(("reasoning", 0))
         ids.append(tok.encode(" x")[0])
-        kinds.append(len(segments) - 1)
         pieces.append(" x")
+        chars += 2
+        ends.append(chars)
     segments.append(("eos", 0))
+    ends.append(chars)
     ids.append(IM_END)
-    kinds.append(len(segments) - 1)
     pieces.append("")
     if max_tokens is not None and max_tokens >= 0 and len(ids) > max_tokens:
-        del ids[max_tokens:], kinds[max_tokens:], pieces[max_tokens:]
+        del ids[max_tokens:], pieces[max_tokens:]
         if not (ignore_eos and finish == "tool_calls"):
             finish = "length"
-    if tool_calls:  # calls cut off by max_tokens are not calls
-        seen = {segments[k][1] for k in kinds if segments[k][0] == "tool_tail"}
-        tool_calls = [tc for j, tc in enumerate(tool_calls) if j in seen]
+    kept = sum(len(p) for p in pieces)
+    if tool_calls:  # calls cut off by max_tokens are not calls: a call is its text to the tail's end
+        whole = {j for (kind, j), end in zip(segments, ends, strict=True)
+                 if kind == "tool_tail" and end <= kept}
+        tool_calls = [tc for j, tc in enumerate(tool_calls) if j in whole]
         if not tool_calls and finish == "tool_calls":
             finish = "length"
-    return OutputPlan(ids, kinds, pieces, segments, tool_calls, finish)
+    return OutputPlan(ids, pieces, segments, [min(e, kept) for e in ends], tool_calls, finish)
 
 
 def _from_ids(tok: Tokenizer, token_ids: list[int], max_tokens: int | None, rid: str,
@@ -143,11 +189,8 @@ def _from_ids(tok: Tokenizer, token_ids: list[int], max_tokens: int | None, rid:
         del ids[max_tokens:]
         finish = "length"
     pieces = ["" if i in _SPECIAL_IDS else tok.decode([i]) for i in ids]
-    segments: list[tuple[SegmentKind, int]] = [("content", 0), ("eos", 0)]
-    kinds = [0] * len(ids)
-    if finish == "stop":
-        kinds[-1] = 1
-    return OutputPlan(ids, kinds, pieces, segments, [], finish)
+    chars = sum(len(p) for p in pieces)
+    return OutputPlan(ids, pieces, [("content", 0), ("eos", 0)], [chars, chars], [], finish)
 
 
 def _filler(n: int, rid: str) -> str:
@@ -158,19 +201,14 @@ def _filler(n: int, rid: str) -> str:
 
 
 def deltas(plan: OutputPlan, a: int, b: int, started_tools: set[int]) -> list[dict[str, Any]]:
-    """OpenAI/vLLM chat deltas for output tokens [a, b)."""
+    """OpenAI/vLLM chat deltas for output tokens [a, b): one per segment their text reaches into,
+    cut by character (a token that spans a call's head and arguments opens the call and streams
+    the arguments' first characters)."""
     out: list[dict[str, Any]] = []
-    i = a
-    while i < b:
-        s = plan.kinds[i]
-        j = i
-        while j < b and plan.kinds[j] == s:
-            j += 1
-        kind, idx = plan.segments[s]
-        text = "".join(plan.pieces[i:j])
-        if kind == "reasoning" and text:
+    for kind, idx, text in plan.spans(a, b):
+        if kind == "reasoning":
             out.append({"reasoning_content": text})
-        elif kind == "content" and text:
+        elif kind == "content":
             out.append({"content": text})
         elif kind in ("tool_head", "tool_args"):
             tc = plan.tool_calls[idx] if idx < len(plan.tool_calls) else None
@@ -179,9 +217,8 @@ def deltas(plan: OutputPlan, a: int, b: int, started_tools: set[int]) -> list[di
                     started_tools.add(idx)
                     out.append({"tool_calls": [{"index": idx, "id": tc["id"], "type": "function",
                                                 "function": {"name": tc["function"]["name"], "arguments": ""}}]})
-                if kind == "tool_args" and text:
+                if kind == "tool_args":
                     out.append({"tool_calls": [{"index": idx, "function": {"arguments": text}}]})
-        i = j
     return out
 
 
@@ -194,10 +231,9 @@ def text_of(plan: OutputPlan, a: int, b: int) -> str:
 def message_parts(plan: OutputPlan, k: int) -> tuple[str, str]:
     """(reasoning, content) text of the first ``k`` tokens."""
     reasoning, content = [], []
-    for p, s in zip(plan.pieces[:k], plan.kinds[:k], strict=True):
-        kind = plan.segments[s][0]
+    for kind, _, text in plan.spans(0, k):
         if kind == "reasoning":
-            reasoning.append(p)
+            reasoning.append(text)
         elif kind == "content":
-            content.append(p)
+            content.append(text)
     return "".join(reasoning), "".join(content)

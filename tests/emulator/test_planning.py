@@ -64,7 +64,7 @@ def test_filler_cycles_through_every_word():
 
 def test_plan_without_filler():
     p = build_output(TOK, PolicyReply(content="hello there", reasoning="so then"), None, "r")
-    assert p.pieces == ["so", " then", "hello", " there", ""] and p.kinds == [0, 0, 1, 1, 2]
+    assert p.pieces == ["so", " then", "hello", " there", ""] and p.ends == [7, 18, 18]
     assert p.segments == [("reasoning", 0), ("content", 0), ("eos", 0)]
     assert p.finish_reason == "stop" and p.tool_calls == []
 
@@ -73,7 +73,8 @@ def test_filler_pads_to_the_target_before_the_content():
     # natural: "hello there" 2 + EOS = 3; target 8: 5 filler words as the reasoning
     p = build_output(TOK, PolicyReply(content="hello there", output_tokens=8), None, "r")
     assert p.pieces == [" then", " it", " check", " fine", " next", "hello", " there", ""]
-    assert p.kinds == [0, 0, 0, 0, 0, 1, 1, 2] and p.finish_reason == "stop"
+    # " then it check fine next" is 24 characters, "hello there" 11 more
+    assert p.ends == [24, 35, 35] and p.finish_reason == "stop"
 
 
 def test_reasoning_filler_keeps_the_content_whole():
@@ -117,24 +118,23 @@ def test_tool_calls_text_segments_and_objects():
             "type": "function", "function": {"name": c.name, "arguments": c.arguments}}
 
 
-def _first_call_tokens() -> tuple[int, int]:
-    """Tokens of the first call of TWO as the plan encodes it (head, args, tail), and of its tail."""
-    head = '<tool_call>\n{"name": "bash", "arguments": '
-    tail = len(TOK.encode("}\n</tool_call>"))
-    return len(TOK.encode(head)) + len(TOK.encode('{"cmd": "ls"}')) + tail, tail
+# The first call of TWO, tokenized as one string with what follows the head:
+#   '<' 'tool' '_' 'call' '>' '\n' '{"' 'name' '":' ' "' 'bash' '",' ' "' 'argum' 'ents' '":'
+#   ' {"' 'cmd' '":' ' "' 'ls' '"}' '}' '\n' '</' 'tool' '_' 'call' '>'
+# 29 tokens; ' {"' holds the head's last character and the arguments' first two.
+FIRST_CALL = 29
 
 
 def test_max_tokens_keeps_only_the_calls_it_does_not_cut():
-    n1, tail = _first_call_tokens()
-    p = build_output(TOK, PolicyReply(tool_calls=TWO), n1, "r")
-    assert len(p.ids) == n1 and [tc["function"]["name"] for tc in p.tool_calls] == ["bash"]
+    p = build_output(TOK, PolicyReply(tool_calls=TWO), FIRST_CALL, "r")
+    assert len(p.ids) == FIRST_CALL and [tc["function"]["name"] for tc in p.tool_calls] == ["bash"]
     assert p.finish_reason == "length"
-    p = build_output(TOK, PolicyReply(tool_calls=TWO), n1 - tail, "r")      # no tail: no call
+    p = build_output(TOK, PolicyReply(tool_calls=TWO), FIRST_CALL - 1, "r")   # its tail's '>' cut
     assert p.tool_calls == [] and p.finish_reason == "length"
     # ignore_eos keeps "tool_calls" only while a call is complete
-    p = build_output(TOK, PolicyReply(tool_calls=TWO), n1 - tail, "r", ignore_eos=True)
+    p = build_output(TOK, PolicyReply(tool_calls=TWO), FIRST_CALL - 1, "r", ignore_eos=True)
     assert p.tool_calls == [] and p.finish_reason == "length"
-    p = build_output(TOK, PolicyReply(tool_calls=TWO), n1, "r", ignore_eos=True)
+    p = build_output(TOK, PolicyReply(tool_calls=TWO), FIRST_CALL, "r", ignore_eos=True)
     assert len(p.tool_calls) == 1 and p.finish_reason == "tool_calls"
 
 
@@ -146,7 +146,7 @@ def test_reasoning_only_empty_and_tiny_targets():
     # a target of 1: only the EOS; of 2: one token and the EOS
     assert build_output(TOK, PolicyReply(content="hello there", output_tokens=1), None, "r").ids == [IM_END]
     p = build_output(TOK, PolicyReply(content="hello there", output_tokens=2), None, "r")
-    assert p.pieces == ["hello", ""] and p.kinds == [0, 1]
+    assert p.pieces == ["hello", ""] and p.ends == [5, 5]      # the cut text ends the segments
     # a target of 0 is no target; a target equal to the reply's length adds nothing
     assert build_output(TOK, PolicyReply(content="hello there", output_tokens=0), None,
                         "r").pieces == ["hello", " there", ""]
@@ -170,7 +170,7 @@ def test_token_ids_reply_exactly():
     ids = TOK.encode(" so then we") + [IM_END]
     p = build_output(TOK, PolicyReply(token_ids=ids), None, "r")
     assert p.pieces == [" so", " then", " we", ""]
-    assert p.kinds == [0, 0, 0, 1] and p.segments == [("content", 0), ("eos", 0)]
+    assert p.ends == [11, 11] and p.segments == [("content", 0), ("eos", 0)]
     assert p.tool_calls == [] and p.finish_reason == "stop"
     # a limit at or above the reply's length leaves it alone (no padding without ignore_eos)
     for limit in (4, 9):
@@ -179,10 +179,10 @@ def test_token_ids_reply_exactly():
     # no EOS at the end: min_tokens 5 pads 2 filler ids (" then", " it"), no EOS added
     p = build_output(TOK, PolicyReply(token_ids=ids[:3]), None, "r", min_tokens=5)
     assert p.ids == ids[:3] + TOK.encode(" then it") and p.finish_reason == "length"
-    assert p.kinds == [0] * 5
+    assert p.ends == [19, 19]                                    # " so then we then it"
     # only an EOS, min_tokens 1: one filler id before it
     p = build_output(TOK, PolicyReply(token_ids=[IM_END]), None, "r", min_tokens=1)
-    assert p.ids == TOK.encode(" then") + [IM_END] and p.kinds == [0, 1]
+    assert p.ids == TOK.encode(" then") + [IM_END] and p.ends == [5, 5]
     p = build_output(TOK, PolicyReply(token_ids=[]), None, "r")
     assert p.ids == [] and p.finish_reason == "length"
 
@@ -204,18 +204,17 @@ def test_deltas_of_reasoning_content_and_calls():
     assert deltas(p, 0, n, set()) == [{"reasoning_content": "so"}, {"content": "ok"},
                                       start(0, "bash"), args(0, '{"cmd": "ls"}'),
                                       start(1, "read"), args(1, "{}")]
-    # streamed in two ranges: a call is opened once (the second range starts inside the
-    # first call's arguments, after their first token '{"')
+    # streamed in two ranges: a call is opened once (the second range starts inside the first
+    # call's arguments: the token ' {"' ends the head and starts the arguments, whose delta is '{"')
     started: set[int] = set()
-    k = 3 + len(TOK.encode('\n<tool_call>\n{"name": "bash", "arguments": '))   # so, ok, head + 1
+    k = 2 + 18     # so, ok, then '\n' and the call's 17 tokens to ' {"' (FIRST_CALL above)
     first, rest = deltas(p, 0, k, started), deltas(p, k, n, started)
     assert first[-1] == args(0, '{"') and rest[0] == args(0, 'cmd": "ls"}') and started == {0, 1}
     assert start(0, "bash") not in rest
     # a range that ends with the head opens the call before any argument streams
     assert deltas(p, 0, k - 1, set())[-1] == start(0, "bash")
     # a call cut off by max_tokens (the second: 2 tokens of its head kept) streams nothing
-    n1 = 2 + len(TOK.encode('\n<tool_call>\n{"name": "bash", "arguments": ')) + \
-        len(TOK.encode('{"cmd": "ls"}')) + len(TOK.encode("}\n</tool_call>")) + 2
+    n1 = 2 + 1 + FIRST_CALL + 2    # so, ok, '\n', the first call, '\n' '<'
     p = build_output(TOK, PolicyReply(reasoning="so", content="ok", tool_calls=TWO), n1, "r")
     ids = [tc["id"] for tc in p.tool_calls]
     assert len(ids) == 1 and deltas(p, 0, n1, set()) == [
@@ -244,8 +243,27 @@ def test_filler_short_of_the_target_is_padded_with_x():
     # target 8, natural 3: 5 filler words in 4 tokens, so one " x" before the EOS
     p = build_output(MergingTok(), PolicyReply(content="hello there", output_tokens=8), None, "r")
     assert p.pieces == [" then it", " check", " fine", " next", "hello", " there", " x", ""]
-    assert p.ids[-2:] == [x, IM_END] and p.kinds == [0, 0, 0, 0, 1, 1, 2, 3]
+    assert p.ids[-2:] == [x, IM_END] and p.ends == [24, 35, 37, 37]
     assert p.segments == [("reasoning", 0), ("content", 0), ("reasoning", 0), ("eos", 0)]
     # recorded ids: min_tokens 3 before the EOS: 3 filler words in 2 ids, then one " x"
     p = build_output(MergingTok(), PolicyReply(token_ids=[IM_END]), None, "r", min_tokens=3)
     assert p.ids == TOK.encode(" then")[:1] + TOK.encode(" check") + [x, IM_END]
+
+
+def test_a_reply_sent_back_renders_to_its_own_tokens():
+    # The next request carries the reply as an assistant message; its rendering must start with
+    # exactly the reply's tokens (EOS = <|im_end|> included), so the decode blocks the reply
+    # filled are a prefix hit, as in vLLM. With the call's head and arguments tokenized apart,
+    # ' ' and '{"' would be two tokens where the rendering has one, ' {"'.
+    import json
+
+    msgs = [{"role": "user", "content": "write a.py"}]
+    prompt = TOK.apply_chat_template(msgs)
+    write = ToolCall("write_file", json.dumps({"path": "a.py", "content": "def f():\n    return 1\n"}))
+    for content, calls in (("I write it.", [write]), (None, [write, ToolCall("read", "{}")]),
+                           ("Done.", [])):
+        p = build_output(TOK, PolicyReply(content=content, tool_calls=calls), None, "r")
+        back = TOK.apply_chat_template(msgs + [{"role": "assistant", "content": content,
+                                                "tool_calls": p.tool_calls}], None, False)
+        assert p.ids[-1] == IM_END and back[:len(prompt) + len(p.ids)] == prompt + p.ids
+        assert back[len(prompt) + len(p.ids):] == TOK.encode("\n")

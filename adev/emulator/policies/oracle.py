@@ -183,10 +183,8 @@ class OraclePolicy:
         if tok is None:
             from ..tokenizer import Tokenizer
             tok = self._tok = Tokenizer(cache_messages=16)
-        n = len(tok.encode(reasoning or "")) + len(tok.encode(content or "")) + 1
-        for c in calls:
-            n += len(tok.encode(tok.render_tool_call(c.name, c.arguments))) + 4
-        return n
+        from ..planning import natural_length
+        return natural_length(tok, reasoning or "", content or "", calls)
 
     # ---- roles (each returns content, reasoning, tool calls) ----------------------------
     def _play_architect(self, st: OracleState):

@@ -16,6 +16,7 @@ directly, and no modelled request, client stamp or busy time sees the host's spe
 from __future__ import annotations
 
 import contextlib
+import contextvars
 import fcntl
 import math
 import mmap
@@ -377,13 +378,62 @@ def hold_until(clock: RunClock, model_t: float) -> contextlib.AbstractContextMan
 def hold_at(clock: RunClock, model_t: float) -> Callable[[], None]:
     """As :func:`hold_until`, for a hold that is not one block's: model time does not pass
     ``model_t`` until the returned function is called (calling it again does nothing). For a
-    hand-over between tasks: one task holds, the task that takes over releases."""
+    hand-over between tasks: one task holds, the task that takes over releases. A ``model_t``
+    the clock has passed (``-math.inf``) holds it where it is."""
     holds = _client(clock)
     if holds is None:
         return lambda: None
     key = object()
     holds.set(key, clock.t0 + model_t / clock.time_scale)
     return lambda: holds.set(key, None)
+
+
+class HandOver:
+    """A hold passed from one holder to the next within one asyncio task (a fleet's session slot):
+    :meth:`leave` parks a hold's release function here, and the next holder, once it holds
+    its own, calls :meth:`take` to release it. Nothing runs unheld in between, so the next
+    holder starts at the model time the last one left off, whatever the host's time between
+    them. A hold left and never taken is released when :func:`handing_over` ends."""
+
+    def __init__(self) -> None:
+        self._release: Callable[[], None] = _nothing
+
+    def leave(self, release: Callable[[], None]) -> None:
+        """Park ``release`` (a hold's release function), releasing the one parked before it."""
+        prev, self._release = self._release, release
+        prev()
+
+    def take(self) -> None:
+        """Release the parked hold (the caller holds its own by now); nothing if none."""
+        release, self._release = self._release, _nothing
+        release()
+
+
+def _nothing() -> None:
+    return None
+
+
+_handover: contextvars.ContextVar[HandOver | None] = contextvars.ContextVar("adev_handover",
+                                                                            default=None)
+
+
+@contextlib.contextmanager
+def handing_over() -> Iterator[HandOver]:
+    """A :class:`HandOver` for the code this task runs inside the block (:func:`handover`
+    finds it); any hold still parked at the end is released."""
+    h = HandOver()
+    token = _handover.set(h)
+    try:
+        yield h
+    finally:
+        _handover.reset(token)
+        h.take()
+
+
+def handover() -> HandOver | None:
+    """The :class:`HandOver` of the :func:`handing_over` block this code runs in (None outside
+    one: a holder then releases its own hold)."""
+    return _handover.get()
 
 
 async def sleep_until(clock: RunClock, model_t: float) -> None:

@@ -274,3 +274,34 @@ def test_leaving_a_stopped_stacks_held_clock(tmp_path):
         assert clk.leave_held_clock(a) is False
     finally:
         clk.use_held_clock(None)
+
+
+def test_a_hand_over_releases_each_parked_hold_once_and_whatever_is_left_at_its_end():
+    from adev.clock import HandOver, handing_over, handover
+    released: list[str] = []
+    h = HandOver()
+    h.leave(lambda: released.append("a"))
+    h.leave(lambda: released.append("b"))     # parking b releases a
+    assert released == ["a"]
+    h.take()
+    h.take()                                  # nothing parked any more
+    assert released == ["a", "b"]
+    assert handover() is None
+    with handing_over() as h2:
+        assert handover() is h2
+        h2.leave(lambda: released.append("c"))
+    assert released == ["a", "b", "c"] and handover() is None
+
+
+async def test_a_task_started_in_a_hand_over_block_sees_it():
+    import asyncio
+
+    from adev.clock import handing_over, handover
+    with handing_over() as h:
+        inner = await asyncio.create_task(_current())   # a task copies the context it starts in
+    assert inner is h and handover() is None
+
+
+async def _current():
+    from adev.clock import handover
+    return handover()

@@ -21,13 +21,14 @@ largest seed used.
 from __future__ import annotations
 
 import asyncio
+import math
 import random
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from ..analysis.faults import verdict
-from ..clock import WAKE_TOLERANCE_S, RunClock, hold_at, hold_until
+from ..clock import WAKE_TOLERANCE_S, RunClock, handing_over, handover, hold_at, hold_until
 from ..records import EventKind, EventRecord, SessionRecord, WindowProtocol, WindowRecord
 from .config import FleetConfig
 from .scraper import Scraper
@@ -131,7 +132,7 @@ class Fleet:
         if self.state is not None:
             self.state.session_launched(session_id, slot, task, seed, self.clock.now())
         try:
-            await self.launcher(task, seed, session_id)
+            await self._launch(task, seed, session_id)
             self.consecutive_failures = 0
         except asyncio.CancelledError:
             raise
@@ -150,16 +151,42 @@ class Fleet:
             if self.state is not None:
                 self.state.session_finished(session_id, self.clock.now())
 
+    async def _launch(self, task: str, seed: int, session_id: str) -> None:
+        """Run one session to its end. In a slot's :func:`adev.clock.handing_over` block the
+        session's first step (up to its first wait) runs before anything else: a session that
+        holds the clock there takes the slot's hold over (:func:`adev.session.loop.run_session`),
+        and whatever is still parked after it is released, so a launcher that takes nothing
+        over cannot stop the clock."""
+        h = handover()
+        session = asyncio.ensure_future(self.launcher(task, seed, session_id))
+        try:
+            if h is not None:
+                await asyncio.sleep(0)
+                h.take()
+            await session
+        except asyncio.CancelledError:
+            if not session.done():
+                session.cancel()
+                await asyncio.wait([session])
+            raise
+
     # -- steady state -------------------------------------------------------------------
     async def _slot(self, slot: int, t_start: float) -> None:
-        if not await self._sleep_until(t_start):
-            return
-        gen = 0
-        while not self.stop_event.is_set():
-            task, seed = self.next_session(self.seed_offset + gen * self.cfg.width + slot)
-            sid = f"e{self.epoch}-s{slot:03d}-g{gen:03d}"
-            gen += 1
-            await self._run_one(slot, sid, task, seed)
+        """Session after session in one slot, the first at ``t_start``. On the stack's held clock
+        the slot holds model time at ``t_start`` from its first step until its first session
+        holds it there itself, and each session leaves its end's hold to the next one
+        (:class:`adev.clock.HandOver`): a session starts at the model time its slot reached,
+        however long the host takes to launch it."""
+        with handing_over() as h:
+            h.leave(hold_at(self.clock, t_start))
+            if not await self._sleep_until(t_start):
+                return
+            gen = 0
+            while not self.stop_event.is_set():
+                task, seed = self.next_session(self.seed_offset + gen * self.cfg.width + slot)
+                sid = f"e{self.epoch}-s{slot:03d}-g{gen:03d}"
+                gen += 1
+                await self._run_one(slot, sid, task, seed)
 
     def _served(self) -> dict[str, bool]:
         if self.state is not None and hasattr(self.state, "served"):
@@ -196,10 +223,11 @@ class Fleet:
         """Run a steady-state fleet and cut ``count`` windows (default ``windows.count``)."""
         cfg = self.cfg
         count = cfg.windows.count if count is None else count
-        t_start = self.clock.now()
         # the first slot starts at t_start itself: model time waits until its task has run (the
-        # hold comes first, so the fleet's own start-up below takes no model time either)
-        release = hold_at(self.clock, t_start)
+        # hold comes first, where the clock is, so the fleet's own start-up below takes no model
+        # time either, and t_start is the time it holds)
+        release = hold_at(self.clock, -math.inf)
+        t_start = self.clock.now()
         try:
             self.detector.start(t_start if self.epoch else 0.0)  # afresh after a resume
             self.event("fleet_start" if self.epoch == 0 else "fleet_restart", epoch=self.epoch,

@@ -47,7 +47,7 @@ from typing import Any
 from ..client.llm import LLMClient
 from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
-from ..clock import RunClock, held_source, hold_at, hold_until, mono, request_holds
+from ..clock import RunClock, handover, held_source, hold_at, hold_until, mono, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
@@ -161,8 +161,13 @@ class _Session:
 
     def let_go(self) -> None:
         """Release the hold of :meth:`hold_here` (nothing if none)."""
+        self.hand_off()()
+
+    def hand_off(self) -> Callable[[], None]:
+        """The release function of the hold of :meth:`hold_here`, for another holder to call
+        once it holds the clock itself; the session no longer releases it."""
         release, self._handover = self._handover, _nothing
-        release()
+        return release
 
     def _workspace(self) -> Workspace:
         if self.ws is None:
@@ -405,6 +410,9 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
     # time, not the model's: on the stack's held clock the first role turn starts at t_start, and
     # the slot's next session at this one's t_end
     s.hold_here(at=t_start)
+    h = handover()
+    if h is not None:  # a fleet slot held the clock at t_start up to here
+        h.take()
     try:
         rd.append(SessionRecord(run_id=rd.run_id, session_id=session_id, task=task.name, t=t_start,
                                 status="started", seed=seed))
@@ -454,4 +462,7 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
                               workspace=str(wroot), t_start=t_start, t_end=t_end,
                               call_tokens=s.call_tokens)
     finally:
-        s.let_go()
+        if h is not None:  # the slot's next session takes the hold over at t_end
+            h.leave(s.hand_off())
+        else:
+            s.let_go()

@@ -1,4 +1,5 @@
 """The fleet engine end to end against fakes (stack, sessions): protocols, records, resume."""
+import contextlib
 import json
 from collections import Counter
 
@@ -255,6 +256,40 @@ def test_window_touched_by_failed_calls_is_invalid_and_the_fault_is_an_event(tmp
     assert n_failed > 0 and sum(f["calls"] for f in faults if f["state"] == "end") == n_failed
     assert "window 2: [" in out.summary and "INVALID: fault: call_errors:coder" in out.summary
     no_dupes(rd)
+
+
+def test_a_slots_session_starts_at_the_slots_start_however_late_the_host_launches_it(tmp_path):
+    """On the stack's held clock a slot holds model time at its start until its session's first
+    step has run: a launcher that spends 20 wall ms (40 model s) before it reads the clock still
+    starts its session exactly at the slot's start (the fleet's start + slot x stagger). A
+    launcher that takes nothing over (this one) does not stop the clock: the fleet runs on."""
+    import time
+
+    from adev import clock as clk
+
+    (tmp_path / "stack").mkdir()
+    clk.HeldClock.create(tmp_path / "stack" / clk.CLOCK_FILE)
+    deps = fake_deps(S)
+    make = deps.make_sessions
+
+    @contextlib.asynccontextmanager
+    async def slow_sessions(*a):
+        async with make(*a) as launch:
+            async def slow(task, seed, sid):
+                time.sleep(0.02)
+                return await launch(task, seed, sid)
+            yield slow
+    deps.make_sessions = slow_sessions
+    try:
+        out = run_fleet(cfg(tmp_path, windows={"count": 1, "length_s": 200.0}), deps=deps)
+    finally:
+        clk.use_held_clock(None)
+    assert out.exit_code == 0, out.summary
+    rd = RunDir(out.run_dir)
+    t_start = next(e["t"] for e in rd.read("events") if e["event"] == "fleet_start")
+    starts = {s["session_id"]: s["t"] for s in rd.read("sessions") if s["status"] == "started"}
+    for slot in range(4):   # width 4, stagger 10 model s
+        assert abs(starts[f"e0-s{slot:03d}-g000"] - (t_start + 10.0 * slot)) < 1e-6, starts
 
 
 def test_a_steady_fleets_start_up_takes_no_model_time_on_the_held_clock(tmp_path, monkeypatch):

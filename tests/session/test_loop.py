@@ -413,6 +413,33 @@ async def test_a_sessions_own_set_up_and_clean_up_hold_the_stacks_clock(tmp_path
     assert g and all(0.999 <= x["t_end"] - x["t_start"] <= 1.2 for x in g), g
 
 
+async def test_in_a_fleet_slot_each_session_starts_where_the_one_before_left_off(tmp_path,
+                                                                                 held_clock):
+    """In a fleet slot (:func:`adev.clock.handing_over`) the slot's hold passes to its session
+    and each session's end hold to the next: with 20 wall ms (2 model s at S = 100) of host work
+    before each session, the first starts exactly at the slot's start and the second exactly at
+    the first's end. Nothing stays held afterwards."""
+    from adev import clock as clk
+    task, oracle, ctx, rd = held_session(tmp_path, FakeGate(), gate_pause_s=1.0)
+    t0 = ctx.clock.now() + 1.0
+    with clk.handing_over() as h:
+        h.leave(clk.hold_at(ctx.clock, t0))
+        await clk.sleep_until(ctx.clock, t0)
+        for sid in ("s1", "s2"):
+            time.sleep(0.02)
+            # (a session that does not take the slot's hold over waits for it forever)
+            out = await asyncio.wait_for(run_session(ctx, task, seed_for(oracle, 1), sid), 20.0)
+            assert out.status == "passed", out.reason
+        time.sleep(0.02)
+    assert held_clock.slot_hold(clk.CLIENT_SLOT) == float("inf")
+    sessions = {(r["session_id"], r["status"]): r["t"] for r in rd.read("sessions")}
+    assert abs(sessions[("s1", "started")] - t0) < 1e-9
+    assert sessions[("s1", "passed")] - t0 > 1.0 - 1e-6   # model time ran: the gate's pause
+    assert abs(sessions[("s2", "started")] - sessions[("s1", "passed")]) < 1e-9
+    first = min(c["t_sent"] for c in rd.read("calls") if c["session_id"] == "s2")
+    assert abs(first - sessions[("s2", "started")]) < 1e-9
+
+
 class SlotLLM(PolicyLLM):
     """Notes the hold slot each call was lent and whether the clock was held during the call."""
 

@@ -55,7 +55,7 @@ from adev.emulator.chunks import lookup_span, save_chunks
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
 from adev.emulator.scheduler import Scheduler
-from adev.emulator.state import DECODE, DONE, EngineConfig, Plan, Request, StepOutput, TierCost
+from adev.emulator.state import DECODE, DONE, TIE_S, EngineConfig, Plan, Request, StepOutput, TierCost
 
 __all__ = ["Engine", "EngineConfig", "Request", "TierCost", "Plan", "StepOutput", "Scheduler"]
 
@@ -282,9 +282,10 @@ class Engine:
         return any(e < t for e in self._events)
 
     def _drop_events(self, upto: float) -> None:
-        """Events at or before ``upto`` are handled by the plan boundary at ``upto``."""
+        """Events at or before ``upto`` (within :data:`TIE_S`) are handled by the plan boundary
+        at ``upto``."""
         if self._events:
-            self._events = [e for e in self._events if e > upto]
+            self._events = [e for e in self._events if e > upto + TIE_S]
             self._hold(_EVENTS, min(self._events, default=None))
 
     async def _run(self) -> None:
@@ -339,8 +340,8 @@ class Engine:
             pending = [e for e in self._events if e < plan.end]
             if pending:
                 te = min(pending)
-                if te <= plan.start:
-                    start = max(self._t_free, te)
+                if te <= plan.start + TIE_S:   # at (or before) its start: planned afresh
+                    start = te if te > self._t_free + TIE_S else self._t_free
                     s.admit(start)
                     new = s.plan(start)
                     if new is not None:

@@ -37,7 +37,7 @@ from collections.abc import Callable
 
 from adev.emulator.metrics import Metrics, observe_n
 from adev.emulator.pool import NONE_HASH, PrefixPool, block_hashes, max_hit_blocks
-from adev.emulator.state import DECODE, DONE, LOADING, PREFILL, WAITING, EngineConfig, Plan, Request, StepOutput
+from adev.emulator.state import DECODE, DONE, LOADING, PREFILL, TIE_S, WAITING, EngineConfig, Plan, Request, StepOutput
 
 
 class Scheduler:
@@ -64,10 +64,18 @@ class Scheduler:
 
     # ------------------------------------------------------------------ requests
     def add(self, r: Request) -> None:
-        """Queue ``r`` (its ``t_arrival`` set by the caller)."""
+        """Queue ``r`` (its ``t_arrival`` set by the caller) in the order of arrival in model
+        time, not of its handler's wake-up: behind every request that arrived before it, and
+        among requests that arrived at the same time (within :data:`TIE_S`: parallel turns of
+        one session send together) by their prompts, so the order is the same in every run.
+        Preempted requests, queued at the front, stay ahead."""
         if self.cfg.prefix_caching and not r.hashes:
             r.hashes = block_hashes(r.prompt, self.cfg.block_size)
-        self.waiting.append(r)
+        w = self.waiting
+        i = len(w)
+        while i > 0 and not w[i - 1].admitted_once and _arrives_before(r, w[i - 1]):
+            i -= 1
+        w.insert(i, r)
 
     def abort(self, r: Request, t: float) -> None:
         """Abort at model time ``t``; a request in its store read finishes when the read returns."""
@@ -479,3 +487,11 @@ class Scheduler:
             self._rec.finished.append(r.rid)
         if self.on_finish is not None:
             self.on_finish(r)
+
+
+def _arrives_before(a: Request, b: Request) -> bool:
+    """Whether ``a`` goes before ``b`` in the waiting queue: it arrived earlier, or at the same
+    time (within :data:`TIE_S`) with a prompt that sorts first (length, then its last tokens)."""
+    if abs(a.t_arrival - b.t_arrival) > TIE_S:
+        return a.t_arrival < b.t_arrival
+    return (len(a.prompt), a.prompt[-16:]) < (len(b.prompt), b.prompt[-16:])

@@ -124,6 +124,16 @@ class Request:
                 "computed": p - self.gpu_hit_tokens - ram - disk - kv}
 
 
+TIE_S = 1e-9
+"""Model seconds within which an event counts as at a step boundary. A request's arrival is its
+client's send stamp, a time the client read off the held clock: the end of the answer before it,
+often the very boundary where the engine's next plan starts. That stamp makes a round trip
+through wall seconds (model -> wall -> model, on two processes' own time origins), which moves
+it by about 1e-11 model s, either way; without a tolerance, whether the request joins the step
+that starts there or waits for the next one (a whole step later) would depend on that rounding,
+so two runs of one seed would part there."""
+
+
 @dataclass
 class Plan:
     start: float
@@ -137,8 +147,9 @@ class Plan:
         return self.ends[-1]
 
     def truncate(self, te: float) -> None:
-        """End the plan with the step in progress at ``te``."""
-        j = bisect.bisect_left(self.ends, te)
+        """End the plan with the step in progress at ``te`` (an event at a step's end, within
+        :data:`TIE_S`, ends the plan with that step)."""
+        j = bisect.bisect_left(self.ends, te - TIE_S)
         if j < len(self.ends) - 1:
             del self.ends[j + 1:]
             self.delivered = min(self.delivered, j + 1)

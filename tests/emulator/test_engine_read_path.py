@@ -230,7 +230,8 @@ def test_submit_counts_model_time_from_the_arrival():
     assert eng._events == [pytest.approx(0.25)] and eng._wake.is_set()
     r2 = Request(rid="b", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
     eng.submit(r2)                                   # arrives now: model 0
-    assert r2.arrival_mono == 5.0 and r2.t_arrival == 0.0 and list(eng.waiting) == [r, r2]
+    # queued in the order of arrival in model time, not of submission
+    assert r2.arrival_mono == 5.0 and r2.t_arrival == 0.0 and list(eng.waiting) == [r2, r]
 
 
 def test_engine_death_is_recorded_and_cancellation_is_not(caplog):

@@ -546,7 +546,7 @@ def test_metrics_of_a_request_that_arrives_late():
 def test_a_prompt_larger_than_the_pool_ends_at_once_and_the_next_is_admitted():
     s = make(capacity_blocks=4)
     big = request("big", tokens(1000, 65), 1)        # 5 blocks > 4
-    small = request("small", tokens(2000, 20), 1)
+    small = request("small", tokens(2000, 20), 1, t=0.25)
     s.add(big)
     s.add(small)
     out = s.step(0.5)
@@ -557,21 +557,41 @@ def test_a_prompt_larger_than_the_pool_ends_at_once_and_the_next_is_admitted():
     assert s.pool.used_blocks == 2
 
 
+def test_waiting_requests_queue_by_model_arrival_and_ties_by_prompt():
+    """The queue follows arrival in model time, not submission: a request submitted later but
+    stamped earlier goes first; requests stamped at one time (within 1e-9 s: the float noise
+    of a stamp's trip through wall time) go by prompt length, then tokens, in every run; a
+    preempted request put back at the front stays there."""
+    s = make()
+    late = request("late", tokens(0, 40), 1, t=2.0)
+    early = request("early", tokens(100, 40), 1, t=1.0)
+    long_ = request("long", tokens(200, 48), 1, t=1.0 + 4e-10)
+    short = request("short", tokens(300, 20), 1, t=1.0 - 4e-10)
+    for r in (late, early, long_, short):
+        s.add(r)
+    assert [r.rid for r in s.waiting] == ["short", "early", "long", "late"]
+    back = request("back", tokens(400, 20), 1, t=3.0)
+    back.admitted_once = True
+    s.waiting.appendleft(back)               # as a preemption puts it back
+    s.add(request("first", tokens(500, 20), 1, t=0.5))
+    assert [r.rid for r in s.waiting] == ["back", "first", "short", "early", "long", "late"]
+
+
 def test_prefill_budget_shared_in_admission_order():
     s = make()                                       # 64 tokens per step
-    a, b, c = (request(x, tokens(1000 * i, n), 1) for i, (x, n) in
+    a, b, c = (request(x, tokens(1000 * i, n), 1, t=i * 1e-6) for i, (x, n) in
                enumerate((("a", 40), ("b", 23), ("c", 30)), 1))
     for r in (a, b, c):
         s.add(r)
-    out = s.step(0.0)
+    out = s.step(1e-5)
     # 40 + 23 leave 1 token of budget: c gets 1
     assert out.prefill == {"a": 40, "b": 23, "c": 1} and out.duration == pytest.approx(0.064)
     out = s.step(out.end)
     # a, b decode (budget 64 - 2 = 62): c's 29 tokens + decode(2, 63) = 0.029 + 0.01263
     assert out.prefill == {"c": 29} and out.tokens == {"a": 1, "b": 1}
     assert out.duration == pytest.approx(0.04163)
-    d = request("d", tokens(5000, 65), 1, out.end)
-    e = request("e", tokens(6000, 10), 1, out.end)
+    d = request("d", tokens(5000, 65), 1, out.end - 2e-6)   # d arrived first
+    e = request("e", tokens(6000, 10), 1, out.end - 1e-6)
     s.add(d)
     s.add(e)
     out = s.step(out.end)
@@ -790,3 +810,16 @@ def test_decode_blocks_allocated_by_the_plan():
     s.commit(plan)
     plan = s.plan(plan.end)                  # the other 33 tokens at once: 49 tokens, 4 blocks
     assert len(plan.ends) == 33 and s.pool.used_blocks == 4 and r.n_anon == 4
+
+
+def test_an_event_at_a_step_end_ends_the_plan_there_whatever_the_float_noise():
+    # steps end at 0.1, 0.2, 0.3, 0.4; an event stamped at 0.2 reaches the engine as 0.2 +- 1e-11
+    # (its trip through wall time): the plan ends with the step that ends at 0.2 either way
+    from adev.emulator.state import Plan
+    for te in (0.2 - 1e-11, 0.2, 0.2 + 1e-11):
+        p = Plan(0.0, [0.1, 0.2, 0.3, 0.4], [], [])
+        p.truncate(te)
+        assert p.ends == [0.1, 0.2], te
+    p = Plan(0.0, [0.1, 0.2, 0.3, 0.4], [], [])
+    p.truncate(0.2 + 1e-6)                  # inside the third step: it ends with that step
+    assert p.ends == [0.1, 0.2, 0.3]

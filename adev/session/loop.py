@@ -47,7 +47,7 @@ from typing import Any
 from ..client.llm import LLMClient
 from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
-from ..clock import RunClock, handover, held_source, hold_at, hold_until, mono, request_holds
+from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
@@ -175,13 +175,20 @@ class _Session:
         return self.ws
 
     # ---- one role turn ---------------------------------------------------------------
+    def lend_slot(self) -> _Lent:
+        """A request slot of the stack's held clock (if any), holding model time where it is now."""
+        holds = request_holds() if self.ctx.clock.source in (mono, held_source()) else None
+        return _Lent(holds, holds.take() if holds is not None else None)
+
     async def run_role(self, role: Role, rnd: int, module: Any = None,
-                       tag: str | None = None) -> _Turn:
+                       tag: str | None = None, lent: _Lent | None = None) -> _Turn:
         """One role turn. On the stack's held clock a request slot holds model time across the
         turn's own work between its calls (tool calls, building the next prompt), as the model has
-        no term for it (:class:`adev.clock.RequestHolds`); a gate is outside any turn."""
-        holds = request_holds() if self.ctx.clock.source in (mono, held_source()) else None
-        slot = holds.take() if holds is not None else None
+        no term for it (:class:`adev.clock.RequestHolds`); a gate is outside any turn. Parallel
+        turns pass ``lent``, slots taken together before their tasks start, so that none of them
+        starts later than the others in model time."""
+        lent = lent or self.lend_slot()
+        slot = lent.slot
         self._turns_running += 1
         self.let_go()  # the turn's slot holds the clock from here
         try:
@@ -190,8 +197,7 @@ class _Session:
             self._turns_running -= 1
             if self._turns_running == 0:  # the last of parallel turns hands over to what follows
                 self.hold_here()
-            if holds is not None and slot is not None:
-                holds.give_back(slot)
+            lent.give_back()
 
     async def _run_role(self, role: Role, rnd: int, module: Any, tag: str | None,
                         slot: int | None) -> _Turn:
@@ -360,9 +366,14 @@ class _Session:
                 turn = await self.run_role(roles[name], rnd)
                 self.add_turn(turn, rnd)
                 self.check_progress(turn, name, rnd)
-            turns = await _gather([self.run_role(roles["implementer"], rnd, m,
-                                                 tag=f"implementer{i}")
-                                   for i, m in enumerate(self.task.modules)])
+            lent = [self.lend_slot() for _ in self.task.modules]
+            try:
+                turns = await _gather([self.run_role(roles["implementer"], rnd, m,
+                                                     tag=f"implementer{i}", lent=lent[i])
+                                       for i, m in enumerate(self.task.modules)])
+            finally:
+                for x in lent:  # the slots of turns cancelled before they started
+                    x.give_back()
             for turn in turns:
                 self.add_turn(turn, rnd)
             for i, turn in enumerate(turns):
@@ -380,6 +391,20 @@ class _Session:
             self.history.append({"role": "user", "content": report})
             self.history_round.append(rnd)
         return "failed", f"tests still failing after {rnd} rounds", rnd, verdict
+
+
+@dataclass
+class _Lent:
+    """A request slot lent to one role turn (``slot`` None: the turn goes without)."""
+
+    holds: RequestHolds | None
+    slot: int | None
+
+    def give_back(self) -> None:
+        """Return the slot to the pool (once; later calls do nothing)."""
+        if self.holds is not None and self.slot is not None:
+            self.holds.give_back(self.slot)
+        self.slot = None
 
 
 async def _gather(coros: list) -> list:

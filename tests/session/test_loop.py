@@ -440,6 +440,45 @@ async def test_in_a_fleet_slot_each_session_starts_where_the_one_before_left_off
     assert abs(first - sessions[("s2", "started")]) < 1e-9
 
 
+class ReceivingLLM(PolicyLLM):
+    """Notes each call's send stamp, then frees its request slot as an endpoint frees it once it
+    has the request, while this process is busy for 20 wall ms (2 model s at S = 100: the
+    request's trip, the other process at work), then lets the other tasks run; the slot is held
+    again once the answer is read, as the client does."""
+
+    def __init__(self, *a, **kw):
+        super().__init__(*a, **kw)
+        self.stamps: dict[str, float] = {}
+
+    async def chat(self, endpoint, messages, **kw):
+        from adev import clock as clk
+        self.stamps[kw.get("call_id", "")] = self.clock.now()
+        slot, holds = kw.get("hold_slot"), clk.request_holds()
+        if slot is not None:
+            holds.release(slot)
+        time.sleep(0.02)
+        await asyncio.sleep(0)
+        try:
+            return await super().chat(endpoint, messages, **kw)
+        finally:
+            if slot is not None:
+                holds.hold(slot)
+
+
+async def test_parallel_turns_take_their_slots_together_so_their_first_calls_go_at_once(
+        tmp_path, held_clock):
+    """Parallel implementers take their request slots before any of them starts: while the
+    first one's request travels (its slot freed, 2 model s of host time), the others' slots
+    still hold model time at the turns' start, so every first call is sent at one model time."""
+    task, oracle, ctx, rd = held_session(tmp_path, FakeGate())
+    ctx.llm = ReceivingLLM(oracle, run_dir=rd, clock=ctx.clock)
+    out = await run_session(ctx, task, seed_for(oracle, 1), "s1")
+    assert out.status == "passed", out.reason
+    firsts = [t for cid, t in ctx.llm.stamps.items() if "/implementer" in cid and cid.endswith("/s0")]
+    assert len(firsts) == len(task.modules) >= 2
+    assert max(firsts) - min(firsts) < 1e-9, firsts
+
+
 class SlotLLM(PolicyLLM):
     """Notes the hold slot each call was lent and whether the clock was held during the call."""
 

@@ -396,7 +396,7 @@ class HandOver:
     them. A hold left and never taken is released when :func:`handing_over` ends."""
 
     def __init__(self) -> None:
-        self._release: Callable[[], None] = _nothing
+        self._release: Callable[[], None] = no_release
 
     def leave(self, release: Callable[[], None]) -> None:
         """Park ``release`` (a hold's release function), releasing the one parked before it."""
@@ -405,11 +405,12 @@ class HandOver:
 
     def take(self) -> None:
         """Release the parked hold (the caller holds its own by now); nothing if none."""
-        release, self._release = self._release, _nothing
+        release, self._release = self._release, no_release
         release()
 
 
-def _nothing() -> None:
+def no_release() -> None:
+    """A release function with no hold to release."""
     return None
 
 

@@ -93,8 +93,15 @@ def visible_parts(content: str, calls: Sequence[ToolCall]) -> list[tuple[Segment
 def natural_length(tok: Tokenizer, reasoning: str, content: str, calls: Sequence[ToolCall]) -> int:
     """Tokens of a reply before any padding or cut, as :func:`build_output` emits it: the
     reasoning, the visible text (one string), the EOS."""
-    return len(tok.encode(reasoning)) + len(tok.encode("".join(
-        text for _, _, text in visible_parts(content, calls)))) + 1
+    return _natural(tok, reasoning, len(tok.encode(_text(visible_parts(content, calls)))))
+
+
+def _natural(tok: Tokenizer, reasoning: str, n_visible: int) -> int:
+    return len(tok.encode(reasoning)) + n_visible + 1   # + EOS
+
+
+def _text(parts: list[tuple[SegmentKind, int, str]]) -> str:
+    return "".join(text for _, _, text in parts)
 
 
 def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid: str,
@@ -107,8 +114,8 @@ def build_output(tok: Tokenizer, reply: PolicyReply, max_tokens: int | None, rid
                   for tc in reply.tool_calls]
     reasoning = reply.reasoning or ""
     parts = visible_parts(reply.content or "", reply.tool_calls)
-    visible_ids, visible_pieces = tok.encode_pieces("".join(text for _, _, text in parts))
-    natural = natural_length(tok, reasoning, reply.content or "", reply.tool_calls)
+    visible_ids, visible_pieces = tok.encode_pieces(_text(parts))
+    natural = _natural(tok, reasoning, len(visible_ids))
     target = reply.output_tokens
     if min_tokens > 0:
         target = max(target if target is not None else natural, min_tokens + 1)

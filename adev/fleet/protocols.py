@@ -158,11 +158,13 @@ class Fleet:
         and whatever is still parked after it is released, so a launcher that takes nothing
         over cannot stop the clock."""
         h = handover()
+        if h is None:
+            await self.launcher(task, seed, session_id)
+            return
         session = asyncio.ensure_future(self.launcher(task, seed, session_id))
         try:
-            if h is not None:
-                await asyncio.sleep(0)
-                h.take()
+            await asyncio.sleep(0)
+            h.take()
             await session
         except asyncio.CancelledError:
             if not session.done():

@@ -47,18 +47,13 @@ from typing import Any
 from ..client.llm import LLMClient
 from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
-from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, request_holds
+from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, no_release, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
 from .model_output import args_summary, call_tool, clean_text
 from .roles import Role, Roles, load_roles
 from .tools import Workspace, schemas
-
-
-def _nothing() -> None:
-    return None
-
 
 NUDGE = ("You replied without calling a tool. Act only through the tools ({tools}); call "
          "`finish` with your report when your part is done.")
@@ -145,7 +140,7 @@ class _Session:
         self.call_tokens: list[tuple[int, str, int | None, int | None]] = []
         self.modules_text = "\n".join(f"- `{m.path}`: {m.summary}" for m in task.modules)
         self.ws: Workspace | None = None  # set by run_session
-        self._handover: Callable[[], None] = _nothing  # releases the session's hand-over hold
+        self._handover: Callable[[], None] = no_release  # releases the session's hand-over hold
         self._turns_running = 0
 
     # ---- the session's own time ------------------------------------------------------
@@ -166,7 +161,7 @@ class _Session:
     def hand_off(self) -> Callable[[], None]:
         """The release function of the hold of :meth:`hold_here`, for another holder to call
         once it holds the clock itself; the session no longer releases it."""
-        release, self._handover = self._handover, _nothing
+        release, self._handover = self._handover, no_release
         return release
 
     def _workspace(self) -> Workspace:

@@ -30,7 +30,8 @@ with its reason in ``missing``.
   (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
   the calls' tier split and load time;
 - host fidelity: ``store_read_over_profile_p50/p99``
-  (:func:`adev.analysis.figures.store_read_over_profile`) and ``ttft_over_model_p50/p99``
+  (:func:`adev.analysis.figures.store_read_over_profile`, over the calls that loaded store hits,
+  as the fleet's windows count it) and ``ttft_over_model_p50/p99``
   (:func:`adev.analysis.figures.ttft_model_error` of TTFT from send against the endpoint's
   modelled TTFT), over the calls that carry the emulator's figures;
   ``user_ttft_over_model_p50/p99``: the same for the user TTFT (the study's headline figure)
@@ -156,9 +157,12 @@ def summarise(path: str | Path) -> dict[str, Any]:
         first = c[(c["attempt"] == 0) & (pre if pre.any() else True)]
         out["dispatch_delay_p99_s"] = _f(pct(dispatch_delay(first), 99))
         okc = c[(c["status"] == "ok") & c["has_server"].astype(bool)]
-        rop = store_read_over_profile(okc["srv_read_path_host_s"], okc["srv_read_path_s"])
+        loaded = okc[okc["srv_store_hit_blocks"] > 0]
+        rop = store_read_over_profile(loaded["srv_read_path_host_s"], loaded["srv_read_path_s"])
         out["store_read_over_profile_p50"] = _f(pct(rop, 50))
         out["store_read_over_profile_p99"] = _f(pct(rop, 99))
+        if len(okc) and not len(loaded):
+            missing["store_read_over_profile"] = "no OK call loaded store hits"
         tom = ttft_model_error(ttft_from_send(okc), okc["srv_ttft_s"])
         out["ttft_over_model_p50"] = _f(pct(tom, 50))
         out["ttft_over_model_p99"] = _f(pct(tom, 99))

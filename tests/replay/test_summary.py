@@ -35,14 +35,20 @@ def test_summary_by_hand(tmp_path):
     rd.append(_rec(2, t_ready=4.0, t_first_token=6.0, t_end=8.0, ttft_s=2.0, itl_s=0.2,
                    live_output_tokens=9, initial=False, sticky=False, preferred="p1"))
     rd.append(_rec(3, status="error", error="HTTP 500"))
-    srv = lambda ttft, rp, host: {"ttft_s": ttft, "read_path_s": rp, "read_path_host_s": host,  # noqa: E731
-                                  "load_s": rp, "tokens": {"store_ram": 0, "store_disk": 0}}
+    srv = lambda ttft, rp, host, hits=4: {  # noqa: E731
+        "ttft_s": ttft, "read_path_s": rp, "read_path_host_s": host, "load_s": rp,
+        "store_hit_blocks": hits, "tokens": {"store_ram": 0, "store_disk": 0}}
     rd.append(CallRecord(run_id="r", session_id="s", call_id="c0", endpoint="p0",
                          t_scheduled=0.0, t_sent=0.01, t_first_content=1.11, t_end=5.0,
                          server=srv(1.0, 0.1, 0.15)))
     rd.append(CallRecord(run_id="r", session_id="s", call_id="c1", endpoint="p0",
                          t_scheduled=1.98, t_sent=2.0, t_first_content=4.0, t_end=10.0,
                          server=srv(2.0, 0.2, 0.2)))
+    # a request that loaded nothing from the store: its lookup alone (0.5 s against 0.05) is not
+    # a store read against the profile; its TTFT (1.05 against 1.0) is counted
+    rd.append(CallRecord(run_id="r", session_id="s", call_id="x", endpoint="p0",
+                         t_scheduled=0.0, t_sent=0.02, t_first_content=1.07, t_end=2.0,
+                         server=srv(1.0, 0.05, 0.5, hits=0)))
     hit = 'adev_emulator_store_hit_blocks_total{tier="%s"}'
     for t, ram, disk, ev, evb in ((0.0, 10, 0, 3, 100), (10.0, 30, 5, 7, 600)):
         rd.append(ScrapeRecord(run_id="r", target="p0", url="u", t=t, ok=True,
@@ -68,9 +74,9 @@ def test_summary_by_hand(tmp_path):
     assert s["exact_output_share"] == pytest.approx(2 / 3)
     assert s["stickiness"] == 0.5
     assert s["traffic"] == {"p0>colocated": 4}
-    assert s["dispatch_delay_p99_s"] == pytest.approx(0.01 + 0.99 * 0.01)
-    assert s["store_read_over_profile_p50"] == pytest.approx(1.25)   # 1.5 and 1.0
-    assert s["ttft_over_model_p50"] == pytest.approx(0.05)           # 0.1 and 0.0
+    assert s["dispatch_delay_p99_s"] == pytest.approx(0.02)            # 0.01, 0.02 and 0.02
+    assert s["store_read_over_profile_p50"] == pytest.approx(1.25)   # 1.5 and 1.0, not x's 10
+    assert s["ttft_over_model_p50"] == pytest.approx(0.05)           # 0.1, 0.0 and 0.05
     # user TTFT 1.0 and 3.0 against the model's 1.0 and 2.0 (c2 has no request record)
     assert s["user_ttft_over_model_p50"] == pytest.approx(0.25)      # 0.0 and 0.5
     assert s["user_ttft_over_model_p99"] == pytest.approx(0.495)

@@ -1,7 +1,7 @@
 """``adev replay``: replay a trace over the six cache configurations.
 
     adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
-        [--stack FILE | --profile NAME --ram-gb G] [--sessions N --min-turns K --skip M] \\
+        [--stack FILE | --profile NAME --ram-gb G --chunk-blocks C] [--sessions N --min-turns K --skip M] \\
         [--order trace|longest] [--out DIR]
 
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
@@ -19,7 +19,17 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from ..config import ROOT, ConfigError, EndpointSpec, KvRole, StackConfig, load_stack, parse_cpu_list
+from ..config import (
+    ROOT,
+    ConfigError,
+    EndpointSpec,
+    KvRole,
+    StackConfig,
+    from_dict,
+    load_stack,
+    parse_cpu_list,
+    to_dict,
+)
 from .experiment import CONFIGURATIONS, EXPERIMENTS, SESSION_ORDERS, ReplayOptions, run_matrix, select_sessions
 from .format import TraceError, read_trace
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
@@ -42,8 +52,9 @@ def default_stack(**overrides: Any) -> StackConfig:
         policy = "length"
     cfg = dataclasses.replace(base, endpoints=eps, policy=policy, state_dir=".adev/replay")
     store = overrides.pop("store", None)
-    if store:
-        cfg = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, **store))
+    if store:  # validated as a stack file's [stack.store] would be
+        cfg = dataclasses.replace(cfg, store=from_dict(
+            type(cfg.store), {**to_dict(cfg.store), **store}, "stack.store"))
     return dataclasses.replace(cfg, **{k: v for k, v in overrides.items() if v is not None})
 
 
@@ -79,7 +90,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.stack:
         base = load_stack(args.stack, time_scale=args.time_scale)
     else:
-        store = {"ram_gb": args.ram_gb} if args.ram_gb is not None else None
+        store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
+                 if v is not None}
         base = default_stack(time_scale=args.time_scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None)
@@ -130,6 +142,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--stack", help="a stack file (default: the replay's embedded stack)")
     p.add_argument("--time-scale", type=float, default=None)
     p.add_argument("--ram-gb", type=float, default=None, help="RAM tier at model scale")
+    p.add_argument("--chunk-blocks", type=int, default=None,
+                   help="blocks per store object (stack.store.chunk_blocks; default: the stack "
+                        "file's 16 = 256 tokens); counts stay per block")
     p.add_argument("--profile", default=None,
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
                         "default: the stack file's)")

@@ -23,11 +23,15 @@ def test_stack_for_each_configuration(tmp_path):
     assert stack_for(base, "store-ram+raid0", tmp_path).store.disk_tier == "local-raid0"
     assert stack_for(base, "recompute", tmp_path).configuration == "recompute"
     assert [e.name for e in base.endpoints][:2] == ["p0", "p1"]
+    bigger = default_stack(store={"chunk_blocks": 64, "ram_gb": 275.0})
+    assert (bigger.store.chunk_blocks, bigger.store.ram_gb) == (64, 275.0)
+    assert bigger.store.lease_ttl_s == base.store.lease_ttl_s
 
 
 @pytest.mark.parametrize("args, msg", [
     (["--configurations", "ram-only"], "--configurations: ['ram-only'] not allowed"),
     (["--seeds", "x"], "--seeds: 'x' is not allowed"),
+    (["--chunk-blocks", "0"], "stack.store.chunk_blocks: 0 must be greater than 0"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")

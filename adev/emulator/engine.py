@@ -389,6 +389,10 @@ class Engine:
         task.add_done_callback(self._bg.discard)
 
     def _start_read(self, r: Request, t_admit: float, hit: int) -> None:
+        """Start ``r``'s read path, holding the clock at its lookup's modelled end from the
+        admission on: the task first runs at a later turn of the loop, and model time that passes
+        the lookup's end before it does would pass unheld through the real lookup."""
+        self._hold(id(r), t_admit + self.sched.read_path_s(0, 0)[0])
         self._spawn(self._read_path(r, t_admit, hit))
 
     def _start_save(self, r: Request, hashes: list[int]) -> None:
@@ -420,13 +424,13 @@ class Engine:
     async def _read_path(self, r: Request, t_admit: float, hit: int) -> None:
         """Store lookup + load of one request (first admission only): the real I/O here, the
         model's accounting in the scheduler. With a held clock, model time does not pass the
-        read's modelled end before the real read has ended (see the module's doc)."""
+        read's modelled end before the real read has ended (see the module's doc); the hold at
+        the lookup's end is taken at admission (:meth:`_start_read`)."""
         s, c = self.sched, self.cfg
         key = id(r)
         try:
             span = lookup_span(r.hashes, hit, s.lookup_end(r), self.store.chunk_blocks,
                                self.store.keys)
-            self._hold(key, t_admit + s.read_path_s(0, 0)[0])
             granted_at = self.clock()
             started = self.real()
             ex = await self.store.exists(span.keys) if span.keys else []

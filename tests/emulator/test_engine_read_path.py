@@ -303,3 +303,21 @@ def test_held_clock_stops_a_macro_steps_stream_while_a_read_is_behind(tmp_path):
     assert rb.t_admit == pytest.approx(0.05361) and rb.t_ready == pytest.approx(0.05461)
     assert [t for _, t in ga[:5]] == pytest.approx([0.0423, 0.05361, 0.06493, 0.11626, 0.129])
     assert gb == [(1, pytest.approx(0.129))] and sum(n for n, _ in ga) == 8
+
+
+def test_the_lookup_is_held_from_the_admission_before_the_read_task_runs():
+    """The read path's task first runs at a later turn of the loop; on a loaded host that turn
+    can come after the lookup's modelled end. The hold at the lookup's end (0.001) is therefore
+    taken at admission, or model time would pass it and run unheld through the real lookup."""
+    async def main(clock):
+        eng = make_engine(clock, Store(io_s=0.001))
+        holds = eng._holds = Holds(eng)
+        r = Request(rid="a", prompt=P, out_ids=[7], finish_reason="stop")
+        eng.submit(r)
+        eng.sched.admit(0.0)
+        at_admission = [t for k, t in holds.log if k == id(r)]
+        await asyncio.gather(*eng._bg)
+        return at_admission, [t for k, t in holds.log if k == id(r)]
+    at_admission, after = run_virtual(main)
+    assert at_admission == [0.001]
+    assert after == [0.001, None]                  # the lookup found nothing: released

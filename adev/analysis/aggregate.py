@@ -22,7 +22,7 @@ KEY_FIGURES = ("gross_saving", "gross_saving_disk", "net_saving", "net_saving_fu
                "disk_share_of_saving", "busy_share", "store_gib_served", "preemptions",
                "ttft_send_p50", "ttft_send_p99", "dispatch_p50", "ttft_model_err_p50",
                "ttft_model_err_p99", "store_read_over_p50", "store_read_over_p99",
-               "store_late_share")
+               "store_late_share", "read_overrun_s")
 
 BURST_FACTOR = 3.0
 BURST_MIN = 3

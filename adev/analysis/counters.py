@@ -43,6 +43,7 @@ EMU_PUT_ACCEPTED = ("adev_emulator_store_put_blocks_total",)
 EMU_PUT_REFUSED = ("adev_emulator_store_put_refused_blocks_total",)
 EMU_LOAD_FAILED = ("adev_emulator_store_load_failed_blocks_total",)
 EMU_HIT_BLOCKS = ("adev_emulator_store_hit_blocks_total",)   # label tier="ram"|"disk"
+EMU_READ_OVERRUN = ("adev_emulator_read_path_overrun_seconds_total",)   # model seconds
 # Mooncake master (global)
 MEM_HIT_BYTES = ("mem_cache_hit_bytes_total", "mem_cache_hit_bytes")
 FILE_HIT_BYTES = ("file_cache_hit_bytes_total", "file_cache_hit_bytes")

@@ -39,6 +39,7 @@ LABELS = {
     "store_read_over_p50": "Store reads / profile, p50 (×)",
     "store_read_over_p99": "Store reads / profile, p99 (×)",
     "store_late_share": "Store reads behind profile", "store_behind": "Store behind (median read)",
+    "read_overrun_s": "Model time past reads' modelled ends (s)",
     "counter_resets": "Counter resets", "scrape_gaps": "Scrape gaps",
     "xcheck_gpu_rel": "Cross-check GPU (rel.)", "xcheck_store_rel": "Cross-check store (rel.)",
     "xcheck_disk_rel": "Cross-check disk (rel.)",

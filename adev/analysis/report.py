@@ -297,14 +297,21 @@ def summarise_run(path: str | Path) -> str:
         out += [line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
                 line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False)]
         out.append(line("store reads behind the profile (share of calls)", "store_late_share"))
+        if (s.stats.get("read_overrun_s") or {}).get("n"):
+            out.append(line("model time past reads' modelled ends (model s per window)",
+                            "read_overrun_s", False))
         over = s.mean("store_read_over_p50")
         rows = t[t["endpoint"] == ALL] if "endpoint" in t else t
         behind = int((rows["store_behind"] == 1.0).sum()) if "store_behind" in rows else 0
         held = ((run.stack or {}).get("model_clock") or "free") == "held"
         if over > 1:
+            ov = s.mean("read_overrun_s")
+            leak = (f" (but model time passed their modelled ends by {ov:.3g} model s per window "
+                    "before they ended: that much of the host's time is in the figures)"
+                    if held and ov > 1e-6 else "")
             effect = ("model time waited for them (held model clock), so their time reaches no "
-                      "figure and the run took longer on the wall; TTFT over the emulator's model "
-                      "says how much other host time still reached the client" if held else
+                      f"figure{leak} and the run took longer on the wall; TTFT over the emulator's "
+                      "model says how much other host time still reached the client" if held else
                       "first tokens waited for them (free model clock), so TTFT and busy time "
                       "include host time")
             out.append(f"  note: this host's real store reads took {over:.3g}x the tier profile's time "

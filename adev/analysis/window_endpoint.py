@@ -80,6 +80,13 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
     d_acc = C.counter_delta(sc, C.EMU_PUT_ACCEPTED, t0, t1, target=endpoint, idle=idle)
     d_ref = C.counter_delta(sc, C.EMU_PUT_REFUSED, t0, t1, target=endpoint, idle=idle)
     d_fail = C.counter_delta(sc, C.EMU_LOAD_FAILED, t0, t1, target=endpoint, idle=idle)
+    d_over = C.counter_delta(sc, C.EMU_READ_OVERRUN, t0, t1, target=endpoint, idle=idle)
+    if d_over.ok:
+        # model time that passed store reads' modelled ends before the real reads ended: the
+        # host's time in the model (0 on a held clock that held; the lag itself on a free one)
+        fig.read_overrun_s = d_over.value
+    else:
+        fig.missing["read_overrun_s"] = d_over.reason
     if d_fail.ok:
         # counted as store hits by external_prefix_cache_hits (at lookup), then recomputed
         fig.store_load_failed_tokens = d_fail.value * run.block_size

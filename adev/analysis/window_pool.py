@@ -38,7 +38,7 @@ def pool_endpoints(run: Run, w: dict[str, Any], rows: list[WindowFigures]) -> Wi
 
     for name in ("busy_s", "busy_span_s", "prompt_tokens", "gpu_tokens", "store_tokens",
                  "store_ram_tokens", "store_disk_tokens", "store_load_failed_tokens",
-                 "preemptions", "read_path_s",
+                 "preemptions", "read_path_s", "read_overrun_s",
                  "srv_gpu_tokens", "srv_store_ram_tokens", "srv_store_disk_tokens",
                  "srv_computed_tokens"):
         setattr(fig, name, ssum(name))

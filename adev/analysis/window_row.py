@@ -87,6 +87,7 @@ class WindowFigures:
     store_read_over_p99: float = NAN
     store_late_share: float = NAN      # emulated stack only: mean of store_read_late, fraction
     store_behind: float = NAN          # 1.0 when the median loaded call's read fell behind (p50 > 1)
+    read_overrun_s: float = NAN        # emulated stack with a store: model s past reads' modelled ends
     dispatch_p50: float = NAN
     dispatch_p90: float = NAN
     dispatch_p99: float = NAN

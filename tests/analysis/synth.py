@@ -138,7 +138,8 @@ def make_run(base: str | Path, width: int = 6, windows: int = 3, window_s: float
                     "vllm:external_prefix_cache_hits_total": store,
                     "vllm:prompt_tokens_total": p, "vllm:num_preemptions_total": pre,
                     "adev_emulator_store_put_blocks_total": put,
-                    "adev_emulator_store_put_refused_blocks_total": refused},
+                    "adev_emulator_store_put_refused_blocks_total": refused,
+                    "adev_emulator_read_path_overrun_seconds_total": 0.0},   # a held clock
                     {"mem_cache_hit_bytes_total": ram * bpt / payload_scale,
                      "file_cache_hit_bytes_total": disk * bpt / payload_scale,
                      "master_batch_put_start_items_total": offered,

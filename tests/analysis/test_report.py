@@ -578,6 +578,7 @@ def test_summarise_run_emulated_store_run_line_by_line(tmp_path, monkeypatch):
         line("real store reads / tier profile, p50 (x)", "store_read_over_p50", False),
         line("real store reads / tier profile, p99 (x)", "store_read_over_p99", False),
         line("store reads behind the profile (share of calls)", "store_late_share"),
+        line("model time past reads' modelled ends (model s per window)", "read_overrun_s", False),
         "  note: this host's real store reads took 3x the tier profile's time (median call; "
         "time scale 10; 2 window(s) behind); model time waited for them (held model clock), so "
         "their time reaches no figure and the run took longer on the wall; TTFT over the "
@@ -593,6 +594,18 @@ def test_summarise_run_emulated_store_run_line_by_line(tmp_path, monkeypatch):
     got = R.summarise_run(r).splitlines()
     assert got == exp
     assert got[1].startswith("  gross saving: ") and got[1].endswith(" over 2 windows)" + tag)
+    # a held clock that let model time pass reads' modelled ends says how much host time leaked
+    from adev.analysis import aggregate
+
+    def leaky(run, t, with_reuse=True):
+        s = aggregate.summarise(run, t, with_reuse=with_reuse)
+        s.stats = dict(s.stats, read_overrun_s={"n": 2, "mean": 0.25, "cv": 0.0})
+        return s
+    monkeypatch.setattr(R, "summarise", leaky)
+    note = next(x for x in R.summarise_run(r).splitlines() if x.startswith("  note:"))
+    assert ("model time waited for them (held model clock), so their time reaches no figure "
+            "(but model time passed their modelled ends by 0.25 model s per window before they "
+            "ended: that much of the host's time is in the figures) and the run") in note
 
 
 def test_summarise_run_free_clock_bursts_cross_check_and_faults(tmp_path, monkeypatch):
@@ -693,7 +706,8 @@ def test_summarise_run_at_the_thresholds(tmp_path, monkeypatch):
     got = R.summarise_run(r).splitlines()
     assert not any(x.startswith("  note:") or "quiet windows" in x for x in got)
     assert got[-1] == "  counters vs emulator per-request tier split (measured span): max rel. diff 0.01"
-    assert got[-2].startswith("  store reads behind the profile (share of calls): ")
+    assert got[-3].startswith("  store reads behind the profile (share of calls): ")
+    assert got[-2].startswith("  model time past reads' modelled ends (model s per window): 0 ")
     # no faults: no tag
     assert re.fullmatch(r"  gross saving: \d+\.\d\d% \(CV [\d.e-]+, 95% t-interval "
                         r"-?\d+\.\d\d%\.\.\d+\.\d\d% over 2 windows\)", got[1]), got[1]

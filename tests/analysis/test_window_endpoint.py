@@ -175,6 +175,9 @@ def test_analyse_endpoint_without_boundary_scrapes(tmp_path):
     assert f.missing["preemptions"] == "vllm:num_preemptions_total of coder: no scrapes of coder"
     assert f.missing["store_hit_rate"] == \
         "vllm:external_prefix_cache_queries_total of coder: no scrapes of coder"
+    assert f.missing["read_overrun_s"] == \
+        "adev_emulator_read_path_overrun_seconds_total of coder: no scrapes of coder"
+    assert math.isnan(f.read_overrun_s)
     assert math.isnan(f.span_from) and math.isnan(f.busy_span_s)
     assert (f.counter_resets, f.scrape_gaps) == (0, 0)
     assert f.missing["busy_span_s"] == "no counter span (boundary scrapes missing)"

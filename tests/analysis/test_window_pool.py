@@ -228,13 +228,15 @@ def test_all_row_of_two_endpoints_served_tokens_disk_rate_over_each_span(tmp_pat
     lookup hits less its failed loads, like coder's own row), and the disk read rate over each
     endpoint's requests admitted in its own counter span."""
     lab = '{engine="0",model_name="m"}'
-    def emu(ext, prompt, failed):
+    def emu(ext, prompt, failed, over=0.0):
         return {**_vllm(0, ext, prompt),
-                f"adev_emulator_store_load_failed_blocks_total{lab}": failed}
+                f"adev_emulator_store_load_failed_blocks_total{lab}": failed,
+                f"adev_emulator_read_path_overrun_seconds_total{lab}": over}
     # coder: span [0, 10], 800 looked-up hit tokens, 2 blocks (32 tokens) failed -> 768 served
     # reasoner: scrapes at 2 and 8 only (6 s apart): span [2, 8], 200 hit tokens, none failed
-    scr = [("coder", 0.0, True, emu(0, 0, 0)), ("coder", 10.0, True, emu(800, 2000, 2)),
-           ("reasoner", 2.0, True, emu(0, 0, 0)), ("reasoner", 8.0, True, emu(200, 1000, 0))]
+    # model time past the reads' modelled ends: coder 0.25 -> 0.75, reasoner 1.0 -> 1.125
+    scr = [("coder", 0.0, True, emu(0, 0, 0, 0.25)), ("coder", 10.0, True, emu(800, 2000, 2, 0.75)),
+           ("reasoner", 2.0, True, emu(0, 0, 0, 1.0)), ("reasoner", 8.0, True, emu(200, 1000, 0, 1.125))]
     # disk-only loads: coder a 30 tokens in 0.5 s, reasoner c 10 tokens in 0.5 s (in spans);
     # reasoner d admitted at 9, after its span (in coder's): 1000 tokens in 1 ms, left out
     calls = [_call("a", 1.0, 5.0, _srv(0.0, 0.5, 0, 0, 30, 10)),
@@ -247,6 +249,7 @@ def test_all_row_of_two_endpoints_served_tokens_disk_rate_over_each_span(tmp_pat
     assert c.store_tokens == 768 and c.store_hit_share == pytest.approx(768 / 2000)
     assert r.span_from == 2.0 and r.store_hit_share == pytest.approx(0.2)
     assert a.store_hit_share == pytest.approx(968 / 3000)
+    assert (c.read_overrun_s, r.read_overrun_s, a.read_overrun_s) == (0.5, 0.125, 0.625)
     assert c.disk_read_rate == pytest.approx(60 * BPT) and r.disk_read_rate == pytest.approx(20 * BPT)
     assert a.disk_read_rate == pytest.approx(40 * BPT)          # (30 + 10) tokens in 1.0 s
     assert a.disk_vs_recompute == pytest.approx(40 / RATE) and "disk_read_rate" not in a.missing

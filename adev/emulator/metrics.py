@@ -160,6 +160,10 @@ class Metrics:
         self.store_lease_renewed = c("adev_emulator_store_lease_renewed_keys",
                                      "Store keys whose lease was renewed because their model-time "
                                      "lease had not ended (adev.emulator.leases).")
+        self.store_lease_lapses = c("adev_emulator_store_lease_lapses",
+                                    "Rounds of lease renewals that started over one real lease after "
+                                    "the round before: the master may have ended leases still running "
+                                    "in model time (adev.emulator.leases).")
         self.store_up = g("adev_emulator_store_up", "1 while the store client is connected.")
         self.read_path = h("adev_emulator_read_path_seconds",
                            "Per-request store read path (lookup + load), model seconds.", READ_PATH_BUCKETS)

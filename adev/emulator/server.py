@@ -130,6 +130,7 @@ class Endpoint:
                     stack.store.lease_ttl_s, master_lease_ms(stack) / 1000.0, self.engine.now,
                     self.store.renew)
                 leases.on_renewed = self.metrics.store_lease_renewed.inc
+                leases.on_lapse = self.metrics.store_lease_lapses.inc
         self.created = int(time.time())
 
     async def start(self) -> None:

@@ -64,6 +64,23 @@ async def test_live_leases_are_renewed_and_ended_or_absent_ones_forgotten():
     assert leases.renewed == 3
 
 
+def test_a_round_of_renewals_over_one_real_lease_after_the_last_is_a_lapse():
+    """Real lease 1 s, renewals every 0.5 s: a round that starts more than 1 s after the one
+    before came after the master's lease could have ended."""
+    wall = [10.0]
+    seen: list[int] = []
+    leases = ModelLeases(30.0, 1.0, lambda: 0.0, None)
+    leases.wall = lambda: wall[0]
+    leases.on_lapse = lambda: seen.append(leases.lapses)
+    last = 10.0
+    for gap, lapses in ((0.5, 0), (1.0, 0), (1.01, 1), (0.6, 1), (3.0, 2)):
+        wall[0] = last + gap
+        assert leases._round_at(last) == wall[0]
+        last = wall[0]
+        assert leases.lapses == lapses
+    assert seen == [1, 2]
+
+
 async def _evicted_after_a_held_stretch(w, keep: bool) -> int:
     """Keys leased at model time 0, then 2.5 wall s with model time standing still (a held clock)
     under a 1 s real lease, then a flood of puts twice the store's size: how many of the keys

@@ -22,8 +22,8 @@ While model time runs freely a key is therefore leased until its model lease end
 renewed and do not run out, as long as each round of renewals reaches the master within one
 real lease of the round before: a round that comes later (the endpoint's loop was kept from it)
 counts as a *lapse* (``adev_emulator_store_lease_lapses_total``), a window in which the master
-may have ended leases that are still running in model time. The split is taken only where ``T`` stays at least
-:data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the 300 s
+may have ended leases that are still running in model time. The split is taken only where ``T``
+stays at least :data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the 300 s
 lease of the source's lease point in 30 parts at any time scale up to 100, the default 5 s lease
 in 5 parts at time scale 10 and in 25 at time scale 2; a lease under 0.5 real seconds (5 s at
 time scales above 10) keeps the master's plain time-scaled lease. Renewals count on the

@@ -38,7 +38,9 @@ with its reason in ``missing``.
   against the model's: ``ttft_model_error(ttft_s, m)`` per OK replay call, ``m`` the sum of the
   modelled TTFTs of its requests (the prefill request's and the decode request's under P/D; the
   model puts nothing between them or before the first), over the calls whose every request
-  carries the emulator's figure.
+  carries the emulator's figure; ``read_overrun_s``: the model seconds by which model time passed
+  store reads' modelled ends before they ended (the endpoints'
+  ``adev_emulator_read_path_overrun_seconds_total`` deltas; 0 where the held clock held).
 """
 from __future__ import annotations
 
@@ -191,6 +193,7 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
     bpb = run.profile.bytes_per_block if run.profile else None
     ram = disk = 0.0
     seen = False
+    overrun: list[float] = []
     for name, ss in run.scrapes.items():
         if name == "master":
             continue
@@ -201,6 +204,12 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
             seen = True
             ram += r or 0.0
             disk += d or 0.0
+        o = _delta(rows, K.EMU_READ_OVERRUN)
+        if o is not None:
+            overrun.append(o)
+    out["read_overrun_s"] = sum(overrun) if overrun else None
+    if not overrun:
+        missing["read_overrun_s"] = "no read-path overrun counter scraped (no store, or real vLLM)"
     if seen and bpb:
         out["store_load_bytes"] = (ram + disk) * bpb
         out["physical_read_bytes"] = disk * bpb

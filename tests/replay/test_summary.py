@@ -50,9 +50,10 @@ def test_summary_by_hand(tmp_path):
                          t_scheduled=0.0, t_sent=0.02, t_first_content=1.07, t_end=2.0,
                          server=srv(1.0, 0.05, 0.5, hits=0)))
     hit = 'adev_emulator_store_hit_blocks_total{tier="%s"}'
-    for t, ram, disk, ev, evb in ((0.0, 10, 0, 3, 100), (10.0, 30, 5, 7, 600)):
+    over = "adev_emulator_read_path_overrun_seconds_total"
+    for t, ram, disk, ev, evb, ov in ((0.0, 10, 0, 3, 100, 0.5), (10.0, 30, 5, 7, 600, 0.75)):
         rd.append(ScrapeRecord(run_id="r", target="p0", url="u", t=t, ok=True,
-                               samples={hit % "ram": ram, hit % "disk": disk}))
+                               samples={hit % "ram": ram, hit % "disk": disk, over: ov}))
         rd.append(ScrapeRecord(run_id="r", target="master", url="m", t=t, ok=True,
                                samples={"master_successful_evictions_total": ev,
                                         "master_evicted_size_bytes": evb}))
@@ -84,6 +85,7 @@ def test_summary_by_hand(tmp_path):
     assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == 5 * bpb
     assert s["physical_read_share"] == pytest.approx(5 / 25)
     assert s["evictions"] == 4
+    assert s["read_overrun_s"] == pytest.approx(0.25)                 # 0.5 -> 0.75
     assert s["evicted_bytes"] == 500 * stack.payload_scale
 
 

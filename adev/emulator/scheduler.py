@@ -303,8 +303,9 @@ class Scheduler:
             self._rec.preempted.append(r.rid)
 
     def plan(self, t: float) -> Plan | None:
-        """The next plan starting at ``t`` (None: nothing ready). Allocates the decode blocks it
-        needs, preempting (or ending a lone request) when there are none."""
+        """The next plan starting at ``t`` (None: nothing ready). Checks that the decode blocks it
+        needs are free (:meth:`commit` takes them), preempting (or ending a lone request) when
+        not even one step's are."""
         c = self.cfg
         while True:
             decode = [r for r in self.active if r.state == DECODE]
@@ -338,11 +339,6 @@ class Scheduler:
                             self._preempt(victim)
                         continue
                     k = lo
-                for r in decode:
-                    n = -(-(len(r.prompt) + r.n_gen + k) // c.block_size) - (len(r.held) + r.n_anon)
-                    if n > 0:
-                        self.pool.allocate(n)
-                        r.n_anon += n
             chunks: list[tuple[Request, int]] = []
             if single:
                 budget = c.max_num_batched_tokens - len(decode)
@@ -372,8 +368,23 @@ class Scheduler:
 
     # ------------------------------------------------------------------ commit
     def commit(self, plan: Plan) -> None:
-        """Apply a plan at its end: prefill progress, one token per decode step, finishes."""
+        """Apply a plan at its end: the decode blocks of the steps it ran, prefill progress, one
+        token per decode step, finishes.
+
+        Decode blocks are taken here, for the steps the plan ran, not when it was planned: a plan
+        cut short by an event (:meth:`Plan.truncate`) must not keep blocks for steps it never
+        ran, as vLLM takes a request's slots step by step. The plan checked that they are free;
+        nothing takes blocks between a plan and its commit."""
         k = len(plan.ends)
+        bs = self.cfg.block_size
+        for r in plan.decode:
+            if r.state != DECODE or r.aborted:
+                continue
+            n = -(-(len(r.prompt) + r.n_gen + k) // bs) - (len(r.held) + r.n_anon)
+            if n > 0:
+                if not self.pool.allocate(n):
+                    raise RuntimeError(f"no free blocks for the plan of {r.rid} at commit")
+                r.n_anon += n
         end = plan.end
         for r, take in plan.prefill:
             if r.state != PREFILL:

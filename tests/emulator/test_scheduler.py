@@ -799,7 +799,7 @@ def test_commit_skips_a_decode_aborted_after_planning_and_serves_the_next():
     assert a.n_gen == 0 and b.n_gen == 1
 
 
-def test_decode_blocks_allocated_by_the_plan():
+def test_decode_blocks_are_taken_at_commit_for_the_steps_run():
     s = make()
     r = request("r", tokens(1000, 15), 34)
     s.add(r)
@@ -808,8 +808,15 @@ def test_decode_blocks_allocated_by_the_plan():
     plan = s.plan(t)                         # first token: 16 tokens still fit in 1 block
     assert len(plan.ends) == 1 and s.pool.used_blocks == 1
     s.commit(plan)
-    plan = s.plan(plan.end)                  # the other 33 tokens at once: 49 tokens, 4 blocks
-    assert len(plan.ends) == 33 and s.pool.used_blocks == 4 and r.n_anon == 4
+    plan = s.plan(plan.end)                  # the other 33 tokens at once (49 tokens, 4 blocks)
+    assert len(plan.ends) == 33 and s.pool.used_blocks == 1    # checked, not taken yet
+    plan.truncate(plan.ends[4])              # an event cuts it after 5 steps
+    s.commit(plan)                           # 15 + 1 + 5 = 21 tokens: 2 blocks, not 4
+    assert r.n_gen == 6 and s.pool.used_blocks == 2 and r.n_anon == 2
+    plan = s.plan(plan.end)                  # the last 28 tokens: 49 tokens, 4 blocks
+    assert len(plan.ends) == 28
+    s.commit(plan)
+    assert r.n_gen == 34
 
 
 def test_an_event_at_a_step_end_ends_the_plan_there_whatever_the_float_noise():

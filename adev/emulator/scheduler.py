@@ -124,8 +124,12 @@ class Scheduler:
 
     # ------------------------------------------------------------------ admission
     def admit(self, t: float) -> None:
+        """Admit waiting requests, in order, while their blocks are free after the running
+        decodes' next step: vLLM gives running requests their next slots before it schedules
+        waiting ones (the decodes' blocks are taken at the plan's commit)."""
         c = self.cfg
         bs = c.block_size
+        reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1)
         while self.waiting and len(self.active) < c.max_num_seqs:
             r = self.waiting[0]
             if r.aborted:
@@ -135,7 +139,7 @@ class Scheduler:
             hashes = r.hashes if r.n_gen == 0 else block_hashes(r.seq(), bs) if c.prefix_caching else []
             hit = self.pool.lookup(hashes, seq_len, bs)
             need = -(-seq_len // bs) - hit
-            if self.pool.available - self.pool.free_hits(hashes[:hit]) < need:
+            if self.pool.available - self.pool.free_hits(hashes[:hit]) - reserve < need:
                 if not self.active:  # cannot ever fit (grown past the pool): end it
                     self.waiting.popleft()
                     self._finish(r, "length", t)

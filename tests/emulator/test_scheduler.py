@@ -830,3 +830,21 @@ def test_an_event_at_a_step_end_ends_the_plan_there_whatever_the_float_noise():
     p = Plan(0.0, [0.1, 0.2, 0.3, 0.4], [], [])
     p.truncate(0.2 + 1e-6)                  # inside the third step: it ends with that step
     assert p.ends == [0.1, 0.2, 0.3]
+
+
+def test_running_decodes_keep_their_next_step_blocks_before_a_waiting_request_is_admitted():
+    """vLLM gives running requests their next slots before it schedules waiting ones. Pool of 4
+    blocks: a (16 prompt tokens, 1 block) decodes and its first token needs a second block; b
+    (48 tokens, 3 blocks) waits. Admitting b would leave a's next step no block and preempt b at
+    once; b waits instead until a's blocks come back."""
+    s = make(capacity_blocks=4, max_num_batched_tokens=1000)
+    a = request("a", tokens(1000, 16), 20)
+    s.add(a)
+    t = s.step(0.0).end                      # a's prefill: 16 ms, 1 block
+    assert a.state == DECODE and s.pool.used_blocks == 1
+    b = request("b", tokens(5000, 48), 1, t)
+    s.add(b)
+    out = s.step(t)                          # 3 free blocks, 1 of them a's next step's
+    assert out.admitted == [] and out.preempted == [] and out.decode == ["a"]
+    assert b.state == WAITING and value(s, "vllm:num_preemptions_total") == 0
+    assert s.pool.used_blocks == 2           # a: 16 + 1 tokens

@@ -20,11 +20,12 @@ renews every key it was granted a lease on whose model lease has not ended yet, 
 While model time runs freely a key is therefore leased until its model lease ends and at most
 ``T x time_scale = lease_ttl_s / k`` model seconds after; while the clock is held, its leases are
 renewed and do not run out, as long as each round of renewals reaches the master within one
-real lease of the round before: a round that comes later (the endpoint's loop was kept from it)
-counts as a *lapse* (``adev_emulator_store_lease_lapses_total``), a window in which the master
-may have ended leases that are still running in model time. The split is taken only where ``T``
-stays at least :data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the 300 s
-lease of the source's lease point in 30 parts at any time scale up to 100, the default 5 s lease
+real lease of the round before: a round that ends more than one real lease after the round
+before started (the endpoint's loop was kept from it, or the master answered slowly) counts as a
+*lapse* (``adev_emulator_store_lease_lapses_total``), a window in which the master may have
+ended leases that are still running in model time. The split is taken only where ``T`` stays at
+least :data:`MIN_REAL_LEASE_S` (a real read must fit in one lease) with ``k >= MIN_SPLIT``: the
+300 s lease of the source's lease point in 30 parts at any time scale up to 100, the default 5 s lease
 in 5 parts at time scale 10 and in 25 at time scale 2; a lease under 0.5 real seconds (5 s at
 time scales above 10) keeps the master's plain time-scaled lease. Renewals count on the
 endpoint (``adev_emulator_store_lease_renewed_keys_total``) and never as lookups or hits.
@@ -133,23 +134,24 @@ class ModelLeases:
             await asyncio.gather(self._task, return_exceptions=True)
             self._task = None
 
-    def _round_at(self, last: float) -> float:
-        """A round of renewals starts now: a lapse if over one real lease (``2 x period_s``)
-        after the last round started at wall time ``last``."""
-        now = self.wall()
-        if now - last > 2 * self.period_s:
+    def _round_done(self, last: float) -> None:
+        """A round of renewals has just ended: a lapse if over one real lease (``2 x period_s``)
+        after the round before started at wall time ``last`` (its leases were granted after
+        that, this round's before now, so within one real lease means none can have ended)."""
+        if self.wall() - last > 2 * self.period_s:
             self.lapses += 1
             self.on_lapse()
-        return now
 
     async def _loop(self) -> None:
         last = self.wall()
         while True:
             await asyncio.sleep(self.period_s)
-            last = self._round_at(last)
+            start = self.wall()
             try:
                 await self.renew_once()
             except asyncio.CancelledError:
                 raise
             except Exception:  # never let the renewals die
                 log.exception("store lease renewal")
+            self._round_done(last)
+            last = start

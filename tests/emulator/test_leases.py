@@ -64,21 +64,34 @@ async def test_live_leases_are_renewed_and_ended_or_absent_ones_forgotten():
     assert leases.renewed == 3
 
 
-def test_a_round_of_renewals_over_one_real_lease_after_the_last_is_a_lapse():
-    """Real lease 1 s, renewals every 0.5 s: a round that starts more than 1 s after the one
-    before came after the master's lease could have ended."""
-    wall = [10.0]
-    seen: list[int] = []
-    leases = ModelLeases(30.0, 1.0, lambda: 0.0, None)
-    leases.wall = lambda: wall[0]
-    leases.on_lapse = lambda: seen.append(leases.lapses)
-    last = 10.0
-    for gap, lapses in ((0.5, 0), (1.0, 0), (1.01, 1), (0.6, 1), (3.0, 2)):
-        wall[0] = last + gap
-        assert leases._round_at(last) == wall[0]
-        last = wall[0]
-        assert leases.lapses == lapses
-    assert seen == [1, 2]
+def test_a_round_that_ends_over_one_real_lease_after_the_last_began_is_a_lapse():
+    """Real lease 1 s, rounds every 0.5 s. A round's leases are granted between its start and
+    its end, so a round that ends more than 1 s after the round before started may come after
+    the master ended one. The wall clock here is the loop's virtual clock: a round that starts
+    on time but whose renewal takes 0.7 s (0.5 + 0.7 > 1) is a lapse; one of 0.4 s is not."""
+    from tests.emulator.vclock import run_virtual
+    took = [0.0, 0.4, 0.7, 0.0]                 # how long each round's renewal call takes
+
+    async def main(clock):
+        loop = asyncio.get_running_loop()
+
+        async def renew(keys):
+            await asyncio.sleep(took.pop(0) if took else 0.0)
+            return [1] * len(keys)
+        leases = ModelLeases(30.0, 1.0, lambda: 0.0, renew)
+        leases.wall = loop.time
+        leases.granted(["k"], [1])
+        seen: list[float] = []
+        t0 = loop.time()
+        leases.on_lapse = lambda: seen.append(round(loop.time() - t0, 6))
+        leases.start()
+        await asyncio.sleep(3.5)
+        await leases.close()
+        return leases.lapses, seen
+    lapses, seen = run_virtual(main)
+    # rounds start at 0.5, 1.0, 1.9, 3.1 and end at 0.5, 1.4, 2.6, 3.1: the third ends 1.6 s after
+    # the second began (a lapse); the fourth ends 1.2 s after the third began (a lapse too)
+    assert (lapses, seen) == (2, [2.6, 3.1])
 
 
 async def _evicted_after_a_held_stretch(w, keep: bool) -> int:

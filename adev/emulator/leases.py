@@ -84,7 +84,7 @@ class ModelLeases:
         self._renew = renew
         self.until: dict[str, float] = {}   # key -> model time its model lease ends
         self.renewed = 0                     # keys renewed so far
-        self.lapses = 0                      # rounds that came over one real lease after the last
+        self.lapses = 0                      # rounds that ended over one real lease after the last began
         self.on_renewed: Callable[[int], None] = lambda n: None
         self.on_lapse: Callable[[], None] = lambda: None
         self.wall: Callable[[], float] = time.monotonic

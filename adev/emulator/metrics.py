@@ -161,8 +161,8 @@ class Metrics:
                                      "Store keys whose lease was renewed because their model-time "
                                      "lease had not ended (adev.emulator.leases).")
         self.store_lease_lapses = c("adev_emulator_store_lease_lapses",
-                                    "Rounds of lease renewals that started over one real lease after "
-                                    "the round before: the master may have ended leases still running "
+                                    "Rounds of lease renewals that ended over one real lease after the "
+                                    "round before began: the master may have ended leases still running "
                                     "in model time (adev.emulator.leases).")
         self.store_up = g("adev_emulator_store_up", "1 while the store client is connected.")
         self.read_path = h("adev_emulator_read_path_seconds",

@@ -129,7 +129,8 @@ class Scheduler:
         waiting ones (the decodes' blocks are taken at the plan's commit)."""
         c = self.cfg
         bs = c.block_size
-        reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1)
+        reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1) \
+            if self.waiting else 0
         while self.waiting and len(self.active) < c.max_num_seqs:
             r = self.waiting[0]
             if r.aborted:
@@ -285,14 +286,13 @@ class Scheduler:
         return ready
 
     # ------------------------------------------------------------------ planning
+    def _new_blocks(self, r: Request, k: int) -> int:
+        """Blocks ``r`` still needs for ``k`` more decode steps (0 when it has them)."""
+        return max(0, -(-(len(r.prompt) + r.n_gen + k) // self.cfg.block_size)
+                   - (len(r.held) + r.n_anon))
+
     def _blocks_needed(self, decode: list[Request], k: int) -> int:
-        bs = self.cfg.block_size
-        need = 0
-        for r in decode:
-            n = -(-(len(r.prompt) + r.n_gen + k) // bs) - (len(r.held) + r.n_anon)
-            if n > 0:
-                need += n
-        return need
+        return sum(self._new_blocks(r, k) for r in decode)
 
     def _preempt(self, r: Request) -> None:
         self.active.remove(r)
@@ -380,11 +380,10 @@ class Scheduler:
         ran, as vLLM takes a request's slots step by step. The plan checked that they are free;
         nothing takes blocks between a plan and its commit."""
         k = len(plan.ends)
-        bs = self.cfg.block_size
         for r in plan.decode:
             if r.state != DECODE or r.aborted:
                 continue
-            n = -(-(len(r.prompt) + r.n_gen + k) // bs) - (len(r.held) + r.n_anon)
+            n = self._new_blocks(r, k)
             if n > 0:
                 if not self.pool.allocate(n):
                     raise RuntimeError(f"no free blocks for the plan of {r.rid} at commit")

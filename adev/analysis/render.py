@@ -67,6 +67,7 @@ LABELS = {
     "physical_read_bytes": "Disk reads (bytes)", "evicted_bytes": "Evicted (bytes)",
     "disk_read_rate_Bps": "Disk read rate (B/s)", "dispatch_delay_p99_s": "Dispatch delay p99 (s)",
     "store_read_over_profile_p50": "Store reads / profile, p50 (×)",
+    "time_scale": "Time scale (model s per wall s)",
     "ttft_over_model_p50": "TTFT over model p50", "ttft_over_model_p99": "TTFT over model p99",
     "user_ttft_over_model_p50": "User TTFT over model p50",
     "user_ttft_over_model_p99": "User TTFT over model p99",

@@ -2,13 +2,15 @@
 
     adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
         [--stack FILE | --profile NAME --ram-gb G --chunk-blocks C] [--sessions N --min-turns K --skip M] \\
-        [--order trace|longest] [--out DIR]
+        [--order trace|longest] [--time-scale auto|S] [--out DIR]
 
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
 decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the endpoint supports
 ``kv_role``, else two colocated replicas ``p0``, ``p1``; the endpoints' policy is ``replay``
 where the emulator has it. A stack file in external mode runs the same replay against its
-endpoints, unchanged (one run per seed, labelled with its ``configuration``).
+endpoints, unchanged (one run per seed, labelled with its ``configuration``). On the embedded
+stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
+(:mod:`adev.replay.pace`).
 """
 from __future__ import annotations
 
@@ -87,12 +89,13 @@ def _main(args: argparse.Namespace) -> int:
         print(f"adev replay: {e}", file=sys.stderr)
         return 2
     names, seeds = _names(args.configurations), _seeds(args.seeds)
+    scale = _time_scale(args.time_scale)
     if args.stack:
-        base = load_stack(args.stack, time_scale=args.time_scale)
+        base = load_stack(args.stack, time_scale=scale)
     else:
         store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
                  if v is not None}
-        base = default_stack(time_scale=args.time_scale, store=store, profile=args.profile,
+        base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None)
     max_ctx = None if base.mode == "external" else _max_context(base)
@@ -113,7 +116,14 @@ def _main(args: argparse.Namespace) -> int:
 
     def log(*a: Any, **kw: Any) -> None:
         print(*a, file=sys.stderr)
-    runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log))
+    pace = None
+    if scale is None and base.mode != "external":
+        from .pace import choose_time_scale
+        choice = asyncio.run(choose_time_scale(trace, sessions, base, opts, out, log=log))
+        base = dataclasses.replace(base, time_scale=choice.time_scale)
+        pace = choice.to_dict()
+    runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log,
+                                  pace=pace))
     from ..analysis.render import md_table
     from ..analysis.render import write as write_doc
     from .report import HEADLINE, build
@@ -123,6 +133,20 @@ def _main(args: argparse.Namespace) -> int:
     print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")
     return 0
+
+
+def _time_scale(text: str) -> float | None:
+    """``--time-scale``: ``auto`` (None: chosen by pilots, :mod:`adev.replay.pace`) or S > 0."""
+    if text == "auto":
+        return None
+    try:
+        s = float(text)
+    except ValueError:
+        s = float("nan")
+    if not s > 0 or s == float("inf"):
+        raise ConfigError(f"--time-scale: {text!r} is not allowed; allowed values: auto or a "
+                          "number > 0 (model seconds per wall second)")
+    return s
 
 
 def _max_context(stack: StackConfig) -> int:
@@ -140,7 +164,11 @@ def register(subparsers: Any) -> None:
                    help="all, or a comma list of " + ", ".join(CONFIGURATIONS))
     p.add_argument("--seeds", default="1", help="a count N (seeds 0..N-1) or a list 0,1")
     p.add_argument("--stack", help="a stack file (default: the replay's embedded stack)")
-    p.add_argument("--time-scale", type=float, default=None)
+    p.add_argument("--time-scale", default="auto",
+                   help="model seconds per wall second on the embedded stack; auto (default): "
+                        "the stack's scale, lowered until this host's store reads keep pace with "
+                        "the tier profile in a pilot run (adev.replay.pace); the choice is in "
+                        "<out>/pace.json and in each run's manifest")
     p.add_argument("--ram-gb", type=float, default=None, help="RAM tier at model scale")
     p.add_argument("--chunk-blocks", type=int, default=None,
                    help="blocks per store object (stack.store.chunk_blocks; default: the stack "

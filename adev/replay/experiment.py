@@ -302,9 +302,11 @@ async def warm_up(eps: list[Endpoint], topo: Topology, clock: RunClock) -> None:
 
 
 async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, opts: ReplayOptions,
-                  out_dir: Path, label: str, *, log=print) -> Path:
+                  out_dir: Path, label: str, *, log=print,
+                  pace: dict[str, Any] | None = None) -> Path:
     """Replay ``sessions`` on a stack of ``stack`` (started here when embedded); returns the
-    run directory (``out_dir/label``)."""
+    run directory (``out_dir/label``). ``pace``: how the time scale was chosen
+    (:class:`adev.replay.pace.PaceChoice`), kept in the manifest as ``time_scale_choice``."""
     from ..fleet.scraper import Scraper
     from ..manifest import build_manifest
     from ..stack import running_stack
@@ -318,6 +320,8 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
         extra = {"replay": {**dataclasses.asdict(opts), "label": label,
                             "sessions": len(sessions), "calls": sum(map(len, sessions)),
                             "topology": dataclasses.asdict(topo), "trace": trace.source}}
+        if pace is not None:
+            extra["time_scale_choice"] = pace
         rd.write_json("manifest.json", build_manifest(
             rd.run_id, config={"stack": stack}, time_scale=info.time_scale,
             seeds={"replay": opts.seed}, extra=extra))
@@ -376,9 +380,10 @@ def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
 
 async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig,
                      names: Sequence[str], seeds: Sequence[int], opts: ReplayOptions,
-                     out_dir: Path, *, log=print) -> list[Path]:
+                     out_dir: Path, *, log=print, pace: dict[str, Any] | None = None) -> list[Path]:
     """Every configuration x seed, each on a fresh stack (embedded), in that order; external
-    mode runs once per seed, labelled with the stack's configuration."""
+    mode runs once per seed, labelled with the stack's configuration. ``pace``: see
+    :func:`run_one`."""
     runs = []
     external = base.mode == "external"
     todo = [base.configuration] if external else list(names)
@@ -390,7 +395,7 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
                 f"{sum(map(len, sessions))} calls")
             runs.append(await run_one(trace, sessions, stack,
                                       dataclasses.replace(opts, seed=seed), out_dir, label,
-                                      log=log))
+                                      log=log, pace=pace))
             if not external:
                 shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
     if not external:

@@ -36,7 +36,7 @@ STORE = ["label", "store_load_bytes", "physical_read_bytes", "physical_read_shar
          "evicted_bytes", "disk_read_rate_Bps"]
 """Store loads against disk reads, RAM eviction, the disk tier's read rate."""
 FIDELITY = ["label", "ok_calls", "errors", "exact_output_share", "itl_p50_s",
-            "dispatch_delay_p99_s", "store_read_over_profile_p50", "read_overrun_s",
+            "dispatch_delay_p99_s", "time_scale", "store_read_over_profile_p50", "read_overrun_s",
             "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",
             "user_ttft_over_model_p99"]
 """The run's own checks: calls, output lengths, dispatch and the host's time against the model."""

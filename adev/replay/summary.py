@@ -29,9 +29,10 @@ with its reason in ``missing``.
   the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
   (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
   the calls' tier split and load time;
-- host fidelity: ``store_read_over_profile_p50/p99``
-  (:func:`adev.analysis.figures.store_read_over_profile`, over the calls that loaded store hits,
-  as the fleet's windows count it) and ``ttft_over_model_p50/p99``
+- host fidelity: ``time_scale`` (the manifest's; ``time_scale_chosen``: whether pilots chose it,
+  :mod:`adev.replay.pace`), ``store_read_over_profile_p50/p99``
+  (:func:`adev.analysis.figures.store_read_over_profile`, over the ``store_read_calls`` calls
+  that loaded store hits, as the fleet's windows count it) and ``ttft_over_model_p50/p99``
   (:func:`adev.analysis.figures.ttft_model_error` of TTFT from send against the endpoint's
   modelled TTFT), over the calls that carry the emulator's figures;
   ``user_ttft_over_model_p50/p99``: the same for the user TTFT (the study's headline figure)
@@ -114,6 +115,9 @@ def summarise(path: str | Path) -> dict[str, Any]:
     out: dict[str, Any] = {"run": rd.path.name, "label": lab,
                            "experiment": rep.get("experiment"), "seed": rep.get("seed"),
                            "configuration": split_label(lab)[0] if lab else None,
+                           "time_scale": man.get("time_scale"),
+                           "time_scale_chosen": bool((man.get("time_scale_choice") or {})
+                                                     .get("pilots")),
                            "calls": len(recs), "missing": missing}
     okr = [r for r in recs if r.get("status") == "ok" and r.get("ttft_s") is not None]
     out["ok_calls"] = len(okr)
@@ -163,6 +167,7 @@ def summarise(path: str | Path) -> dict[str, Any]:
         rop = store_read_over_profile(loaded["srv_read_path_host_s"], loaded["srv_read_path_s"])
         out["store_read_over_profile_p50"] = _f(pct(rop, 50))
         out["store_read_over_profile_p99"] = _f(pct(rop, 99))
+        out["store_read_calls"] = int(len(loaded))
         if len(okc) and not len(loaded):
             missing["store_read_over_profile"] = "no OK call loaded store hits"
         tom = ttft_model_error(ttft_from_send(okc), okc["srv_ttft_s"])

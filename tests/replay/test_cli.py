@@ -32,6 +32,9 @@ def test_stack_for_each_configuration(tmp_path):
     (["--configurations", "ram-only"], "--configurations: ['ram-only'] not allowed"),
     (["--seeds", "x"], "--seeds: 'x' is not allowed"),
     (["--chunk-blocks", "0"], "stack.store.chunk_blocks: 0 must be greater than 0"),
+    (["--time-scale", "0"], "--time-scale: '0' is not allowed; allowed values: auto or a number"),
+    (["--time-scale", "fast"], "--time-scale: 'fast' is not allowed"),
+    (["--time-scale", "nan"], "--time-scale: 'nan' is not allowed"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")

@@ -123,3 +123,35 @@ def test_a_synthetic_trace_above_64k_tokens_on_the_128k_profile(tmp_path):
         if not r["initial"]:
             first = next(c for c in trace.calls if c.session == r["session"] and c.turn == 0)
             assert r["cached_tokens"] >= first.prompt_tokens // 16 * 16 - 16
+
+
+def test_a_pilot_on_the_real_store_measures_the_reads_the_time_scale_is_chosen_from(tmp_path):
+    """`adev replay --time-scale auto`: one pilot (adev.replay.pace) on a real store-ram stack,
+    16 sessions x 4 turns, round-robin routing: the later turns that move to the other prefill
+    replica load their prefix from the real Mooncake store, and the choice follows the pilot's
+    own median read ratio (kept at S = 10 where the reads keep pace or cannot keep pace even in
+    real time, else the next lower step)."""
+    from adev.replay.pace import MIN_LOADED, choose_time_scale, next_scale
+
+    calls = []
+    for s in range(16):
+        for k in range(4):
+            blocks = [1000 * (s + 1) + j for j in range(4 * (k + 1))]
+            calls.append(Call(f"s{s}", k, prompt_tokens=512 * len(blocks), output_tokens=8,
+                              blocks=blocks, t=None))
+    trace = Trace(block_tokens=512, calls=calls)
+    base = default_stack(time_scale=10.0, state_dir=str(tmp_path / "stack"))
+    opts = ReplayOptions(experiment="long", active=16, stagger_s=2.0, scrape_s=2.0)
+    choice = asyncio.run(choose_time_scale(trace, select_sessions(trace), base, opts,
+                                           tmp_path / "out", log=lambda *a, **k: None,
+                                           max_pilots=1))
+    (p,) = choice.pilots
+    assert p.time_scale == 10.0 and p.calls == 64
+    assert p.loaded_calls >= MIN_LOADED and p.read_over_profile_p50 > 0
+    want = next_scale(10.0, p.read_over_profile_p50)
+    assert choice.time_scale == (10.0 if want is None else want)   # None: not even in real time
+    assert choice.verified == (p.read_over_profile_p50 <= 1.0)
+    kept = json.loads((tmp_path / "out" / "pace.json").read_text())
+    assert kept["pilots"][0]["loaded_calls"] == p.loaded_calls
+    man = json.loads((tmp_path / "out" / ".pace" / "pilot-S10" / "manifest.json").read_text())
+    assert man["replay"]["routing"] == "round-robin" and man["time_scale"] == 10.0

@@ -77,6 +77,8 @@ def test_summary_by_hand(tmp_path):
     assert s["traffic"] == {"p0>colocated": 4}
     assert s["dispatch_delay_p99_s"] == pytest.approx(0.02)            # 0.01, 0.02 and 0.02
     assert s["store_read_over_profile_p50"] == pytest.approx(1.25)   # 1.5 and 1.0, not x's 10
+    assert s["store_read_calls"] == 2                                # c0 and c1, not x
+    assert (s["time_scale"], s["time_scale_chosen"]) == (10.0, False)  # given, no pilot
     assert s["ttft_over_model_p50"] == pytest.approx(0.05)           # 0.1, 0.0 and 0.05
     # user TTFT 1.0 and 3.0 against the model's 1.0 and 2.0 (c2 has no request record)
     assert s["user_ttft_over_model_p50"] == pytest.approx(0.25)      # 0.0 and 0.5

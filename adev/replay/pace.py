@@ -1,0 +1,191 @@
+"""The replay's time scale chosen from a pilot on this host (``adev replay --time-scale auto``,
+the default on the embedded stack).
+
+On the embedded stack the store's reads are real Mooncake reads, done beside the tier profile's
+modelled read; at time scale S a modelled read of ``m`` model seconds has ``m / S`` wall seconds.
+The held clock keeps a slower real read out of the figures (model time waits for it), but the
+study's headline figure is user TTFT, so the replay also runs where the reads keep pace: at a time
+scale at which this host's reads are not slower than the profile.
+
+How the scale is chosen (:func:`choose_time_scale`):
+
+1. A *pilot* replays :data:`PILOT_TURNS` consecutive turns from the middle of each of the first
+   ``active`` selected sessions (:func:`pilot_sessions`) on a fresh ``store-ram`` stack at the
+   stack's own time scale ``S0``, with the short-gap schedule and round-robin routing: a later
+   turn then goes to the other prefill replica about half of the time and loads its prefix
+   from the store. So the pilot reads prefixes of the sizes the run reads most (a session's
+   first turns read short ones, whose fixed costs per read weigh more), under the replay's own
+   concurrency and process layout.
+2. Its ratio ``r`` = the median, over the calls that loaded store hits, of the real read path
+   against the modelled one (:func:`adev.analysis.figures.store_read_over_profile`, the figure
+   every replay run reports as ``store_read_over_profile_p50``).
+3. :func:`next_scale`: where ``r <= TARGET`` the scale stays; else the next pilot runs at
+   ``S * TARGET / r`` rounded down to a multiple of :data:`STEP`. Where that is below
+   :data:`MIN_SCALE` (real time) the reads cannot keep pace at any scale on this host (short
+   prefixes, whose reads are mostly fixed costs): the scale stays, and the held clock keeps the
+   slower reads out of the figures.
+   A real read's wall time shrinks less than in proportion to the scale (its fixed costs stay),
+   and a lower scale also loads the host less per wall second, so one step usually lands below
+   the target; a later pilot checks it. At most ``pilots`` pilots run; the last one's scale is
+   the choice, ``verified`` only if its own pilot met the target.
+
+The scale only ever goes down from ``S0``: a lower S lengthens the run on the wall and changes no
+modelled duration. A pilot whose calls loaded fewer than :data:`MIN_LOADED` store hits cannot
+judge the reads: the scale stays, with that reason. Against an external stack (real vLLM, time
+scale 1) there is nothing to choose.
+
+The pilots' run directories stay in ``<out>/.pace/`` and the choice, with every pilot's figures,
+in ``<out>/pace.json`` and in each run's manifest (``time_scale_choice``).
+"""
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import shutil
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from ..config import StackConfig
+from .format import Call, Trace
+
+TARGET = 1.0
+"""The pilot's median real read / profile aimed for (every replay run is held to at most 1.2)."""
+STEP = 0.5
+"""Chosen scales are multiples of this."""
+MIN_SCALE = 1.0
+"""The lowest scale chosen: real time."""
+MIN_LOADED = 8
+"""Calls with store hits a pilot needs to judge the reads."""
+PILOT_TURNS = 4
+"""Turns of each session a pilot replays."""
+PILOT_CONFIGURATION = "store-ram"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pilot:
+    """One pilot run: its scale, calls, calls that loaded store hits, and the read ratio's
+    median and p99 over those (None where it has no such call)."""
+    time_scale: float
+    calls: int
+    loaded_calls: int
+    read_over_profile_p50: float | None
+    read_over_profile_p99: float | None
+    run: str
+
+
+@dataclasses.dataclass(frozen=True)
+class PaceChoice:
+    """The time scale a replay runs at and how it was chosen."""
+    start_scale: float
+    time_scale: float
+    verified: bool
+    reason: str
+    target: float = TARGET
+    pilots: tuple[Pilot, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+def next_scale(scale: float, ratio: float) -> float | None:
+    """The next scale to try after a pilot at ``scale`` read at ``ratio`` x the profile:
+    ``scale`` where ``ratio <= TARGET``, else ``want = scale x TARGET / ratio`` rounded down to a
+    multiple of :data:`STEP`; None where ``want`` is below :data:`MIN_SCALE` (the reads would
+    not keep pace even in real time)."""
+    if ratio <= TARGET:
+        return scale
+    want = scale * TARGET / ratio
+    if want < MIN_SCALE:
+        return None
+    return min(scale, math.floor(want / STEP + 1e-9) * STEP)
+
+
+def pilot_sessions(sessions: Sequence[Sequence[Call]], active: int) -> list[list[Call]]:
+    """The pilot's calls: of each of the first ``active`` sessions, the :data:`PILOT_TURNS`
+    consecutive turns from ``(turns - PILOT_TURNS) // 2`` on (all of a shorter session). Each
+    call's prompt is whole in the trace, so the slice's first turn computes its prompt and the
+    next ones find it cached."""
+    out = []
+    for s in sessions[:max(1, active)]:
+        m = max(0, (len(s) - PILOT_TURNS) // 2)
+        out.append(list(s[m:m + PILOT_TURNS]))
+    return out
+
+
+def _pilot(summary: dict[str, Any], scale: float, run: Path) -> Pilot:
+    return Pilot(time_scale=scale, calls=int(summary.get("ok_calls") or 0),
+                 loaded_calls=int(summary.get("store_read_calls") or 0),
+                 read_over_profile_p50=summary.get("store_read_over_profile_p50"),
+                 read_over_profile_p99=summary.get("store_read_over_profile_p99"),
+                 run=str(run))
+
+
+def decide(start: float, pilots: Sequence[Pilot], max_pilots: int) -> tuple[float | None, PaceChoice | None]:
+    """After ``pilots`` (in order): ``(scale of the next pilot, None)`` or ``(None, the choice)``."""
+    last = pilots[-1]
+    s = last.time_scale
+    if last.loaded_calls < MIN_LOADED or last.read_over_profile_p50 is None:
+        return None, PaceChoice(start, s, False, f"the pilot at S = {s:g} loaded store hits in "
+                                f"{last.loaded_calls} calls (fewer than {MIN_LOADED}): too few to "
+                                "judge the reads; the scale stays", pilots=tuple(pilots))
+    r = last.read_over_profile_p50
+    if r <= TARGET:
+        return None, PaceChoice(start, s, True, f"the pilot at S = {s:g} read at {r:.2f} x the "
+                                f"profile (median; target {TARGET:g})", pilots=tuple(pilots))
+    nxt = next_scale(s, r)
+    if nxt is None or nxt >= s:
+        return None, PaceChoice(start, s, False, f"the pilot at S = {s:g} read at {r:.2f} x the "
+                                f"profile: the reads would keep pace only at S = {s * TARGET / r:.2f}, "
+                                f"below {MIN_SCALE:g}; the scale stays (the held clock keeps the "
+                                "slower reads out of the figures)", pilots=tuple(pilots))
+    if len(pilots) >= max_pilots:
+        return None, PaceChoice(start, nxt, False, f"the pilot at S = {s:g} read at {r:.2f} x "
+                                f"the profile; S = {nxt:g} is not checked by a pilot "
+                                f"({max_pilots} pilots run)", pilots=tuple(pilots))
+    return nxt, None
+
+
+async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], base: StackConfig,
+                            opts: Any, out_dir: Path, *, log=print, max_pilots: int = 3
+                            ) -> PaceChoice:
+    """Run pilots (module docstring) on the embedded stack ``base`` and return the choice; it is
+    also written to ``out_dir/pace.json``."""
+    start = float(base.time_scale)
+    if base.mode == "external":
+        choice = PaceChoice(start, start, False, "external stack: its time scale is kept")
+    else:
+        choice = await _run_pilots(trace, pilot_sessions(sessions, opts.active), base, opts,
+                                   out_dir / ".pace", log, max_pilots)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "pace.json").write_text(json.dumps(choice.to_dict(), indent=2) + "\n")
+    log(f"replay pace: time scale {choice.time_scale:g} ({choice.reason})")
+    return choice
+
+
+async def _run_pilots(trace: Trace, calls: list[list[Call]], base: StackConfig, opts: Any,
+                      pace_dir: Path, log, max_pilots: int) -> PaceChoice:
+    from .experiment import run_one, stack_for
+    start = float(base.time_scale)
+    popts = dataclasses.replace(opts, experiment="short", routing="round-robin", seed=0)
+    pilots: list[Pilot] = []
+    scale = start
+    try:
+        while True:
+            stack = stack_for(dataclasses.replace(base, time_scale=scale), PILOT_CONFIGURATION,
+                              pace_dir / ".stacks")
+            log(f"replay pace: pilot at S = {scale:g}, {sum(map(len, calls))} calls")
+            run = await run_one(trace, calls, stack, popts, pace_dir, f"pilot-S{scale:g}", log=log)
+            shutil.rmtree(stack.state_dir, ignore_errors=True)   # the next pilot's stack is fresh
+            pilots.append(_pilot(json.loads((run / "summary.json").read_text()), scale, run))
+            p = pilots[-1]
+            log(f"replay pace: S = {scale:g}: reads at {p.read_over_profile_p50} x the profile "
+                f"(median over {p.loaded_calls} calls with store hits)")
+            nxt, choice = decide(start, pilots, max_pilots)
+            if choice is not None:
+                return choice
+            assert nxt is not None
+            scale = nxt
+    finally:
+        shutil.rmtree(pace_dir / ".stacks", ignore_errors=True)

@@ -1,0 +1,116 @@
+"""The replay's time scale chosen from pilots (:mod:`adev.replay.pace`), worked by hand."""
+from __future__ import annotations
+
+import asyncio
+import json
+
+import pytest
+
+from adev.replay import experiment
+from adev.replay.cli import default_stack
+from adev.replay.experiment import ReplayOptions
+from adev.replay.format import Call, Trace
+from adev.replay.pace import (
+    MIN_LOADED,
+    PILOT_TURNS,
+    Pilot,
+    choose_time_scale,
+    decide,
+    next_scale,
+    pilot_sessions,
+)
+
+
+@pytest.mark.parametrize("scale, ratio, want", [
+    (10.0, 0.9, 10.0),    # keeps pace: stays
+    (10.0, 1.0, 10.0),    # at the target: stays
+    (10.0, 2.18, 4.5),    # 10 / 2.18 = 4.59 -> 4.5
+    (10.0, 2.0, 5.0),     # exactly 5
+    (4.5, 1.3, 3.0),      # 3.46 -> 3.0
+    (10.0, 8.0, 1.0),     # 1.25 -> 1.0, real time
+    (10.0, 25.0, None),   # 0.4: not even in real time
+    (1.0, 3.0, None),     # 0.33
+])
+def test_next_scale(scale, ratio, want):
+    assert next_scale(scale, ratio) == want
+
+
+def _p(scale, ratio, loaded=20):
+    return Pilot(scale, 64, loaded, ratio, None if ratio is None else 2 * ratio, f"pilot-S{scale:g}")
+
+
+def test_decide_steps_down_until_a_pilot_keeps_pace():
+    assert decide(10.0, [_p(10.0, 2.18)], 3) == (4.5, None)
+    nxt, c = decide(10.0, [_p(10.0, 2.18), _p(4.5, 0.8)], 3)
+    assert nxt is None and (c.time_scale, c.verified, c.start_scale) == (4.5, True, 10.0)
+    assert "0.80 x the profile" in c.reason and len(c.pilots) == 2
+
+
+def test_decide_after_the_last_pilot_takes_the_next_step_unchecked():
+    nxt, c = decide(10.0, [_p(10.0, 4.0), _p(2.5, 1.3)], 2)
+    assert nxt is None and (c.time_scale, c.verified) == (1.5, False)   # 2.5 / 1.3 = 1.92
+    assert "not checked" in c.reason
+
+
+def test_decide_keeps_the_scale_without_enough_reads_or_below_the_floor():
+    nxt, c = decide(10.0, [_p(10.0, 3.0, loaded=MIN_LOADED - 1)], 3)
+    assert nxt is None and (c.time_scale, c.verified) == (10.0, False) and "too few" in c.reason
+    nxt, c = decide(10.0, [_p(10.0, None, loaded=0)], 3)
+    assert nxt is None and c.time_scale == 10.0
+    nxt, c = decide(10.0, [_p(10.0, 25.0)], 3)
+    assert nxt is None and (c.time_scale, c.verified) == (10.0, False)
+    assert "only at S = 0.40, below 1" in c.reason
+    nxt, c = decide(10.0, [_p(10.0, 2.0), _p(5.0, 6.0)], 3)   # a later pilot that cannot
+    assert nxt is None and (c.time_scale, c.verified) == (5.0, False)
+
+
+def test_pilot_sessions_take_the_middle_turns():
+    sessions = [[Call(f"s{i}", k, 10, 1) for k in range(10 + i % 3)] for i in range(20)]
+    sessions[5] = sessions[5][:3]
+    cut = pilot_sessions(sessions, 16)
+    assert len(cut) == 16 and cut[3][0].session == "s3"
+    assert [c.turn for c in cut[0]] == [3, 4, 5, 6]      # 10 turns: (10 - 4) // 2 = 3
+    assert [c.turn for c in cut[1]] == [3, 4, 5, 6]      # 11 turns: 3
+    assert [c.turn for c in cut[2]] == [4, 5, 6, 7]      # 12 turns: 4
+    assert [c.turn for c in cut[5]] == [0, 1, 2]         # shorter than PILOT_TURNS: all of it
+    assert PILOT_TURNS == 4
+
+
+def test_choose_time_scale_runs_pilots_on_store_ram_and_writes_the_choice(tmp_path, monkeypatch):
+    """A fake host whose reads run at 0.3 x S of the profile: the pilot at S = 10 reads at 3.0,
+    so the next runs at floor(10 / 3 / 0.5) x 0.5 = 3.0, reads at 0.9 and is chosen."""
+    seen = []
+
+    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None):
+        seen.append((stack.configuration, stack.time_scale, opts.routing, opts.experiment,
+                     sum(map(len, sessions)), label))
+        run = out_dir / label
+        run.mkdir(parents=True)
+        r = 0.3 * stack.time_scale
+        (run / "summary.json").write_text(json.dumps({
+            "ok_calls": 64, "store_read_calls": 30, "store_read_over_profile_p50": r,
+            "store_read_over_profile_p99": 3 * r}))
+        return run
+    monkeypatch.setattr(experiment, "run_one", fake_run_one)
+    sessions = [[Call(f"s{i}", k, 10, 1) for k in range(6)] for i in range(20)]
+    opts = ReplayOptions(experiment="long", active=16)
+    choice = asyncio.run(choose_time_scale(Trace(16, []), sessions, default_stack(time_scale=10.0),
+                                           opts, tmp_path, log=lambda *a: None))
+    assert [s[1] for s in seen] == [10.0, 3.0]
+    assert {(s[0], s[2], s[3], s[4]) for s in seen} == {("store-ram", "round-robin", "short", 64)}
+    assert (choice.time_scale, choice.verified) == (3.0, True)
+    kept = json.loads((tmp_path / "pace.json").read_text())
+    assert kept["time_scale"] == 3.0 and [p["time_scale"] for p in kept["pilots"]] == [10.0, 3.0]
+    assert kept["pilots"][0]["read_over_profile_p50"] == pytest.approx(3.0)
+    assert (tmp_path / ".pace" / "pilot-S10").is_dir()
+    assert not (tmp_path / ".pace" / ".stacks").exists()
+
+
+def test_an_external_stack_keeps_its_scale(tmp_path, monkeypatch):
+    async def no_run(*a, **k):
+        raise AssertionError("no pilot against an external stack")
+    monkeypatch.setattr(experiment, "run_one", no_run)
+    ext = default_stack(mode="external", time_scale=1.0)
+    choice = asyncio.run(choose_time_scale(Trace(16, []), [[Call("s", 0, 10, 1)]], ext,
+                                           ReplayOptions(), tmp_path, log=lambda *a: None))
+    assert (choice.time_scale, choice.pilots) == (1.0, ())

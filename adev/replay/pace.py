@@ -65,8 +65,9 @@ PILOT_CONFIGURATION = "store-ram"
 
 @dataclasses.dataclass(frozen=True)
 class Pilot:
-    """One pilot run: its scale, calls, calls that loaded store hits, and the read ratio's
-    median and p99 over those (None where it has no such call)."""
+    """One pilot run: its scale, calls, calls that loaded store hits, the read ratio's median
+    and p99 over those (None where it has no such call), and its run directory (relative to the
+    replay's output folder)."""
     time_scale: float
     calls: int
     loaded_calls: int
@@ -178,7 +179,8 @@ async def _run_pilots(trace: Trace, calls: list[list[Call]], base: StackConfig, 
             log(f"replay pace: pilot at S = {scale:g}, {sum(map(len, calls))} calls")
             run = await run_one(trace, calls, stack, popts, pace_dir, f"pilot-S{scale:g}", log=log)
             shutil.rmtree(stack.state_dir, ignore_errors=True)   # the next pilot's stack is fresh
-            pilots.append(_pilot(json.loads((run / "summary.json").read_text()), scale, run))
+            pilots.append(_pilot(json.loads((run / "summary.json").read_text()), scale,
+                                 Path(pace_dir.name) / run.name))
             p = pilots[-1]
             log(f"replay pace: S = {scale:g}: reads at {p.read_over_profile_p50} x the profile "
                 f"(median over {p.loaded_calls} calls with store hits)")

@@ -102,7 +102,7 @@ def test_choose_time_scale_runs_pilots_on_store_ram_and_writes_the_choice(tmp_pa
     kept = json.loads((tmp_path / "pace.json").read_text())
     assert kept["time_scale"] == 3.0 and [p["time_scale"] for p in kept["pilots"]] == [10.0, 3.0]
     assert kept["pilots"][0]["read_over_profile_p50"] == pytest.approx(3.0)
-    assert (tmp_path / ".pace" / "pilot-S10").is_dir()
+    assert (tmp_path / ".pace" / "pilot-S10").is_dir() and kept["pilots"][0]["run"] == ".pace/pilot-S10"
     assert not (tmp_path / ".pace" / ".stacks").exists()
 
 

@@ -34,6 +34,7 @@ from ..config import (
 )
 from .experiment import CONFIGURATIONS, EXPERIMENTS, SESSION_ORDERS, ReplayOptions, run_matrix, select_sessions
 from .format import TraceError, read_trace
+from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
 
 
@@ -90,6 +91,9 @@ def _main(args: argparse.Namespace) -> int:
         return 2
     names, seeds = _names(args.configurations), _seeds(args.seeds)
     scale = _time_scale(args.time_scale)
+    if not args.min_time_scale > 0 or args.min_time_scale == float("inf"):
+        raise ConfigError(f"--min-time-scale: {args.min_time_scale!r} is not allowed; allowed "
+                          "values: a number > 0 (model seconds per wall second)")
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
@@ -119,7 +123,8 @@ def _main(args: argparse.Namespace) -> int:
     pace = None
     if scale is None and base.mode != "external":
         from .pace import choose_time_scale
-        choice = asyncio.run(choose_time_scale(trace, sessions, base, opts, out, log=log))
+        choice = asyncio.run(choose_time_scale(trace, sessions, base, opts, out, log=log,
+                                               min_scale=args.min_time_scale))
         base = dataclasses.replace(base, time_scale=choice.time_scale)
         pace = choice.to_dict()
     runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log,
@@ -169,6 +174,10 @@ def register(subparsers: Any) -> None:
                         "the stack's scale, lowered until this host's store reads keep pace with "
                         "the tier profile in a pilot run (adev.replay.pace); the choice is in "
                         "<out>/pace.json and in each run's manifest")
+    p.add_argument("--min-time-scale", type=float, default=MIN_SCALE,
+                   help="with --time-scale auto: the lowest scale a pilot may choose (default "
+                        f"{MIN_SCALE:g}); where the reads keep pace only below it, the run goes "
+                        "at the stack's scale")
     p.add_argument("--ram-gb", type=float, default=None, help="RAM tier at model scale")
     p.add_argument("--chunk-blocks", type=int, default=None,
                    help="blocks per store object (stack.store.chunk_blocks; default: the stack "

@@ -20,10 +20,11 @@ How the scale is chosen (:func:`choose_time_scale`):
    against the modelled one (:func:`adev.analysis.figures.store_read_over_profile`, the figure
    every replay run reports as ``store_read_over_profile_p50``).
 3. :func:`next_scale`: where ``r <= TARGET`` the scale stays; else the next pilot runs at
-   ``S * TARGET / r`` rounded down to a multiple of :data:`STEP`. Where that is below
-   :data:`MIN_SCALE` (real time) the reads cannot keep pace at any scale on this host (short
-   prefixes, whose reads are mostly fixed costs): the scale stays, and the held clock keeps the
-   slower reads out of the figures.
+   ``S * TARGET / r`` rounded down to a multiple of :data:`STEP`. Where that is below the
+   lowest scale allowed (``--min-time-scale``, default :data:`MIN_SCALE`), the reads cannot
+   keep pace at any scale worth its wall time on this host (short prefixes, whose reads are
+   mostly fixed costs, may not keep pace even in real time): the run goes at ``S0``, and the
+   held clock keeps the slower reads out of the figures.
    A real read's wall time shrinks less than in proportion to the scale (its fixed costs stay),
    and a lower scale also loads the host less per wall second, so one step usually lands below
    the target; a later pilot checks it. At most ``pilots`` pilots run; the last one's scale is
@@ -54,8 +55,9 @@ TARGET = 1.0
 """The pilot's median real read / profile aimed for (every replay run is held to at most 1.2)."""
 STEP = 0.5
 """Chosen scales are multiples of this."""
-MIN_SCALE = 1.0
-"""The lowest scale chosen: real time."""
+MIN_SCALE = 2.0
+"""The lowest scale chosen by default: a run at most five times as long on the wall as at the
+stack's default scale of 10."""
 MIN_LOADED = 8
 """Calls with store hits a pilot needs to judge the reads."""
 PILOT_TURNS = 4
@@ -90,15 +92,15 @@ class PaceChoice:
         return dataclasses.asdict(self)
 
 
-def next_scale(scale: float, ratio: float) -> float | None:
+def next_scale(scale: float, ratio: float, min_scale: float = MIN_SCALE) -> float | None:
     """The next scale to try after a pilot at ``scale`` read at ``ratio`` x the profile:
     ``scale`` where ``ratio <= TARGET``, else ``want = scale x TARGET / ratio`` rounded down to a
-    multiple of :data:`STEP`; None where ``want`` is below :data:`MIN_SCALE` (the reads would
-    not keep pace even in real time)."""
+    multiple of :data:`STEP`; None where ``want`` is below ``min_scale`` (the reads would keep
+    pace only at a lower scale)."""
     if ratio <= TARGET:
         return scale
     want = scale * TARGET / ratio
-    if want < MIN_SCALE:
+    if want < min_scale:
         return None
     return min(scale, math.floor(want / STEP + 1e-9) * STEP)
 
@@ -123,7 +125,8 @@ def _pilot(summary: dict[str, Any], scale: float, run: Path) -> Pilot:
                  run=str(run))
 
 
-def decide(start: float, pilots: Sequence[Pilot], max_pilots: int) -> tuple[float | None, PaceChoice | None]:
+def decide(start: float, pilots: Sequence[Pilot], max_pilots: int,
+           min_scale: float = MIN_SCALE) -> tuple[float | None, PaceChoice | None]:
     """After ``pilots`` (in order): ``(scale of the next pilot, None)`` or ``(None, the choice)``."""
     last = pilots[-1]
     s = last.time_scale
@@ -135,12 +138,13 @@ def decide(start: float, pilots: Sequence[Pilot], max_pilots: int) -> tuple[floa
     if r <= TARGET:
         return None, PaceChoice(start, s, True, f"the pilot at S = {s:g} read at {r:.2f} x the "
                                 f"profile (median; target {TARGET:g})", pilots=tuple(pilots))
-    nxt = next_scale(s, r)
+    nxt = next_scale(s, r, min_scale)
     if nxt is None or nxt >= s:
-        return None, PaceChoice(start, s, False, f"the pilot at S = {s:g} read at {r:.2f} x the "
-                                f"profile: the reads would keep pace only at S = {s * TARGET / r:.2f}, "
-                                f"below {MIN_SCALE:g}; the scale stays (the held clock keeps the "
-                                "slower reads out of the figures)", pilots=tuple(pilots))
+        return None, PaceChoice(start, start, False, f"the pilot at S = {s:g} read at {r:.2f} x "
+                                f"the profile: the reads would keep pace only at S = "
+                                f"{s * TARGET / r:.2f}, below the lowest allowed {min_scale:g}; "
+                                f"the run goes at S = {start:g} (the held clock keeps the slower "
+                                "reads out of the figures)", pilots=tuple(pilots))
     if len(pilots) >= max_pilots:
         return None, PaceChoice(start, nxt, False, f"the pilot at S = {s:g} read at {r:.2f} x "
                                 f"the profile; S = {nxt:g} is not checked by a pilot "
@@ -149,8 +153,8 @@ def decide(start: float, pilots: Sequence[Pilot], max_pilots: int) -> tuple[floa
 
 
 async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], base: StackConfig,
-                            opts: Any, out_dir: Path, *, log=print, max_pilots: int = 3
-                            ) -> PaceChoice:
+                            opts: Any, out_dir: Path, *, log=print, max_pilots: int = 3,
+                            min_scale: float = MIN_SCALE) -> PaceChoice:
     """Run pilots (module docstring) on the embedded stack ``base`` and return the choice; it is
     also written to ``out_dir/pace.json``."""
     start = float(base.time_scale)
@@ -158,7 +162,7 @@ async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], ba
         choice = PaceChoice(start, start, False, "external stack: its time scale is kept")
     else:
         choice = await _run_pilots(trace, pilot_sessions(sessions, opts.active), base, opts,
-                                   out_dir / ".pace", log, max_pilots)
+                                   out_dir / ".pace", log, max_pilots, min_scale)
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "pace.json").write_text(json.dumps(choice.to_dict(), indent=2) + "\n")
     log(f"replay pace: time scale {choice.time_scale:g} ({choice.reason})")
@@ -166,7 +170,7 @@ async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], ba
 
 
 async def _run_pilots(trace: Trace, calls: list[list[Call]], base: StackConfig, opts: Any,
-                      pace_dir: Path, log, max_pilots: int) -> PaceChoice:
+                      pace_dir: Path, log, max_pilots: int, min_scale: float) -> PaceChoice:
     from .experiment import run_one, stack_for
     start = float(base.time_scale)
     popts = dataclasses.replace(opts, experiment="short", routing="round-robin", seed=0)
@@ -184,7 +188,7 @@ async def _run_pilots(trace: Trace, calls: list[list[Call]], base: StackConfig, 
             p = pilots[-1]
             log(f"replay pace: S = {scale:g}: reads at {p.read_over_profile_p50} x the profile "
                 f"(median over {p.loaded_calls} calls with store hits)")
-            nxt, choice = decide(start, pilots, max_pilots)
+            nxt, choice = decide(start, pilots, max_pilots, min_scale)
             if choice is not None:
                 return choice
             assert nxt is not None

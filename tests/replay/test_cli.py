@@ -35,6 +35,7 @@ def test_stack_for_each_configuration(tmp_path):
     (["--time-scale", "0"], "--time-scale: '0' is not allowed; allowed values: auto or a number"),
     (["--time-scale", "fast"], "--time-scale: 'fast' is not allowed"),
     (["--time-scale", "nan"], "--time-scale: 'nan' is not allowed"),
+    (["--min-time-scale", "-1"], "--min-time-scale: -1.0 is not allowed; allowed values: a number > 0"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")

@@ -27,12 +27,17 @@ from adev.replay.pace import (
     (10.0, 2.18, 4.5),    # 10 / 2.18 = 4.59 -> 4.5
     (10.0, 2.0, 5.0),     # exactly 5
     (4.5, 1.3, 3.0),      # 3.46 -> 3.0
-    (10.0, 8.0, 1.0),     # 1.25 -> 1.0, real time
+    (10.0, 5.0, 2.0),     # 2.0: the lowest allowed by default
+    (10.0, 5.5, None),    # 1.82: below it
     (10.0, 25.0, None),   # 0.4: not even in real time
-    (1.0, 3.0, None),     # 0.33
 ])
 def test_next_scale(scale, ratio, want):
     assert next_scale(scale, ratio) == want
+
+
+def test_next_scale_with_a_lower_floor():
+    assert next_scale(10.0, 8.0, min_scale=1.0) == 1.0       # 1.25 -> 1.0, real time
+    assert next_scale(10.0, 25.0, min_scale=1.0) is None
 
 
 def _p(scale, ratio, loaded=20):
@@ -47,8 +52,8 @@ def test_decide_steps_down_until_a_pilot_keeps_pace():
 
 
 def test_decide_after_the_last_pilot_takes_the_next_step_unchecked():
-    nxt, c = decide(10.0, [_p(10.0, 4.0), _p(2.5, 1.3)], 2)
-    assert nxt is None and (c.time_scale, c.verified) == (1.5, False)   # 2.5 / 1.3 = 1.92
+    nxt, c = decide(10.0, [_p(10.0, 3.0), _p(3.0, 1.3)], 2, min_scale=1.0)
+    assert nxt is None and (c.time_scale, c.verified) == (2.0, False)   # 3 / 1.3 = 2.31
     assert "not checked" in c.reason
 
 
@@ -59,9 +64,10 @@ def test_decide_keeps_the_scale_without_enough_reads_or_below_the_floor():
     assert nxt is None and c.time_scale == 10.0
     nxt, c = decide(10.0, [_p(10.0, 25.0)], 3)
     assert nxt is None and (c.time_scale, c.verified) == (10.0, False)
-    assert "only at S = 0.40, below 1" in c.reason
-    nxt, c = decide(10.0, [_p(10.0, 2.0), _p(5.0, 6.0)], 3)   # a later pilot that cannot
-    assert nxt is None and (c.time_scale, c.verified) == (5.0, False)
+    assert "only at S = 0.40, below the lowest allowed 2" in c.reason
+    # a later pilot that finds the reads cannot keep pace: back to the stack's scale
+    nxt, c = decide(10.0, [_p(10.0, 2.0), _p(5.0, 6.0)], 3)
+    assert nxt is None and (c.time_scale, c.verified) == (10.0, False)
 
 
 def test_pilot_sessions_take_the_middle_turns():

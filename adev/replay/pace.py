@@ -52,7 +52,9 @@ from ..config import StackConfig
 from .format import Call, Trace
 
 TARGET = 1.0
-"""The pilot's median real read / profile aimed for (every replay run is held to at most 1.2)."""
+"""The pilot's median real read / profile aimed for: below the median at which a run's reads
+count as keeping pace (:data:`adev.replay.summary.READS_AT_PACE`), so that a run at the chosen
+scale has room for its own noise."""
 STEP = 0.5
 """Chosen scales are multiples of this."""
 MIN_SCALE = 2.0

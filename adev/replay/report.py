@@ -26,7 +26,7 @@ from ..analysis.render import write as _write
 from ..analysis.shapes import shapes_markdown
 from ..records import RunDir
 from .shapes import judge_replay
-from .summary import split_label
+from .summary import READS_AT_PACE, split_label
 from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
@@ -145,6 +145,23 @@ def _bars_fig(key: str, title: str, labels: list[str], series: dict[str, list[fl
     return Figure(key, title, png=_png(fig))
 
 
+def _pace_note(sums: Sequence[dict[str, Any]]) -> str:
+    """The runs whose real store reads did not keep pace with the tier profile (median above
+    :data:`adev.replay.summary.READS_AT_PACE`), or that every run's did."""
+    judged = [s for s in sums if s.get("reads_at_pace") is not None]
+    if not judged:
+        return ""
+    late = [s for s in judged if not s["reads_at_pace"]]
+    if not late:
+        return (f"\nThe real store reads kept pace with the tier profile in every run with store "
+                f"reads (median at most {READS_AT_PACE:g} x the profile).\n")
+    lines = [f"- {s.get('label')}: {s['store_read_over_profile_p50']:.2f} x at time scale "
+             f"{s.get('time_scale')}" for s in late]
+    return (f"\n**Reads behind the profile** (median above {READS_AT_PACE:g} x): the held clock "
+            "kept that time out of the figures, but these runs went slower than the profile "
+            "(a lower `--time-scale` keeps pace):\n\n" + "\n".join(lines) + "\n")
+
+
 def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
     sums = [json.loads((Path(p) / "summary.json").read_text()) for p in runs]
     df = table(sums)
@@ -158,7 +175,7 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
     doc.blocks.append("## Configurations\n\n" + md_table(df, HEADLINE))
     doc.blocks.append("## Store loads, disk reads and RAM eviction\n\n" + md_table(df, STORE))
     doc.blocks.append("## Checks of the run: calls, output lengths, host time against the model"
-                      "\n\n" + md_table(df, FIDELITY))
+                      "\n\n" + md_table(df, FIDELITY) + _pace_note(sums))
     groups = pd.DataFrame([{"label": s.get("label"), **(s.get("ttft_by_group_p50_s") or {})}
                            for s in sums])
     doc.blocks.append("## Median user TTFT by prompt length (model s)\n\n"

@@ -32,7 +32,8 @@ with its reason in ``missing``.
 - host fidelity: ``time_scale`` (the manifest's; ``time_scale_chosen``: whether pilots chose it,
   :mod:`adev.replay.pace`), ``store_read_over_profile_p50/p99``
   (:func:`adev.analysis.figures.store_read_over_profile`, over the ``store_read_calls`` calls
-  that loaded store hits, as the fleet's windows count it) and ``ttft_over_model_p50/p99``
+  that loaded store hits, as the fleet's windows count it; ``reads_at_pace``: the median at
+  most :data:`READS_AT_PACE`, None without such calls) and ``ttft_over_model_p50/p99``
   (:func:`adev.analysis.figures.ttft_model_error` of TTFT from send against the endpoint's
   modelled TTFT), over the calls that carry the emulator's figures;
   ``user_ttft_over_model_p50/p99``: the same for the user TTFT (the study's headline figure)
@@ -63,6 +64,10 @@ from ..analysis.figures import (
 )
 from ..records import RunDir
 from .traces import GROUPS
+
+READS_AT_PACE = 1.2
+"""A run's real store reads keep pace with the tier profile where their median is at most this
+many times the profile's (``reads_at_pace``)."""
 
 
 def _f(x: float) -> float | None:
@@ -168,6 +173,8 @@ def summarise(path: str | Path) -> dict[str, Any]:
         out["store_read_over_profile_p50"] = _f(pct(rop, 50))
         out["store_read_over_profile_p99"] = _f(pct(rop, 99))
         out["store_read_calls"] = int(len(loaded))
+        p50 = out["store_read_over_profile_p50"]
+        out["reads_at_pace"] = None if p50 is None else bool(p50 <= READS_AT_PACE)
         if len(okc) and not len(loaded):
             missing["store_read_over_profile"] = "no OK call loaded store hits"
         tom = ttft_model_error(ttft_from_send(okc), okc["srv_ttft_s"])

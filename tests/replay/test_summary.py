@@ -78,6 +78,7 @@ def test_summary_by_hand(tmp_path):
     assert s["dispatch_delay_p99_s"] == pytest.approx(0.02)            # 0.01, 0.02 and 0.02
     assert s["store_read_over_profile_p50"] == pytest.approx(1.25)   # 1.5 and 1.0, not x's 10
     assert s["store_read_calls"] == 2                                # c0 and c1, not x
+    assert s["reads_at_pace"] is False                               # 1.25 > 1.2
     assert (s["time_scale"], s["time_scale_chosen"]) == (10.0, False)  # given, no pilot
     assert s["ttft_over_model_p50"] == pytest.approx(0.05)           # 0.1, 0.0 and 0.05
     # user TTFT 1.0 and 3.0 against the model's 1.0 and 2.0 (c2 has no request record)
@@ -132,3 +133,15 @@ def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_pat
     assert "## Shapes of the source" in md and "8.86 → 9.84 (ratio 0.90)" in md
     kept = json.loads((tmp_path / "m" / "gpu-only-s0" / "summary.json").read_text())
     assert kept["schedule"] == {"relaxed_starts": 7} and kept["ttft_p99_s"] == pytest.approx(8.86)
+
+
+def test_the_report_names_the_runs_whose_reads_fell_behind():
+    from adev.replay.report import _pace_note
+    sums = [{"label": "store-ram-s0", "reads_at_pace": True, "store_read_over_profile_p50": 0.6,
+             "time_scale": 4.0},
+            {"label": "disk-only-s0", "reads_at_pace": False, "store_read_over_profile_p50": 1.31,
+             "time_scale": 4.0},
+            {"label": "recompute-s0", "reads_at_pace": None}]
+    note = _pace_note(sums)
+    assert "- disk-only-s0: 1.31 x at time scale 4.0" in note and "store-ram-s0" not in note
+    assert "kept pace" in _pace_note(sums[:1]) and _pace_note(sums[2:]) == ""

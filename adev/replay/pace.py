@@ -97,14 +97,14 @@ class PaceChoice:
 def next_scale(scale: float, ratio: float, min_scale: float = MIN_SCALE) -> float | None:
     """The next scale to try after a pilot at ``scale`` read at ``ratio`` x the profile:
     ``scale`` where ``ratio <= TARGET``, else ``want = scale x TARGET / ratio`` rounded down to a
-    multiple of :data:`STEP`; None where ``want`` is below ``min_scale`` (the reads would keep
-    pace only at a lower scale)."""
+    multiple of :data:`STEP` (``min_scale`` itself where that is below it); None where ``want``
+    is below ``min_scale`` (the reads would keep pace only at a lower scale)."""
     if ratio <= TARGET:
         return scale
     want = scale * TARGET / ratio
     if want < min_scale:
         return None
-    return min(scale, math.floor(want / STEP + 1e-9) * STEP)
+    return min(scale, max(min_scale, math.floor(want / STEP + 1e-9) * STEP))
 
 
 def pilot_sessions(sessions: Sequence[Sequence[Call]], active: int) -> list[list[Call]]:

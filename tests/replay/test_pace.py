@@ -38,6 +38,7 @@ def test_next_scale(scale, ratio, want):
 def test_next_scale_with_a_lower_floor():
     assert next_scale(10.0, 8.0, min_scale=1.0) == 1.0       # 1.25 -> 1.0, real time
     assert next_scale(10.0, 25.0, min_scale=1.0) is None
+    assert next_scale(10.0, 10 / 2.3, min_scale=2.2) == 2.2    # 2.3 rounds to 2.0, below 2.2
 
 
 def _p(scale, ratio, loaded=20):

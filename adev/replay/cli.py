@@ -122,11 +122,9 @@ def _main(args: argparse.Namespace) -> int:
         print(*a, file=sys.stderr)
     pace = None
     if scale is None and base.mode != "external":
-        from .pace import choose_time_scale
-        choice = asyncio.run(choose_time_scale(trace, sessions, base, opts, out, log=log,
-                                               min_scale=args.min_time_scale))
-        base = dataclasses.replace(base, time_scale=choice.time_scale)
-        pace = choice.to_dict()
+        from .pace import choose_time_scales
+        pace = asyncio.run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
+                                              min_scale=args.min_time_scale))
     runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log,
                                   pace=pace))
     from ..analysis.render import md_table

@@ -382,20 +382,23 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
                      names: Sequence[str], seeds: Sequence[int], opts: ReplayOptions,
                      out_dir: Path, *, log=print, pace: dict[str, Any] | None = None) -> list[Path]:
     """Every configuration x seed, each on a fresh stack (embedded), in that order; external
-    mode runs once per seed, labelled with the stack's configuration. ``pace``: see
-    :func:`run_one`."""
+    mode runs once per seed, labelled with the stack's configuration. ``pace``: configuration
+    -> :class:`adev.replay.pace.PaceChoice` (:func:`adev.replay.pace.choose_time_scales`), each
+    configuration's stack at its chosen scale and the choice in its runs' manifests."""
     runs = []
     external = base.mode == "external"
     todo = [base.configuration] if external else list(names)
     for seed in seeds:
         for name in todo:
-            stack = base if external else stack_for(base, name, out_dir / ".stacks" / f"s{seed}")
+            choice = (pace or {}).get(name)
+            at = dataclasses.replace(base, time_scale=choice.time_scale) if choice else base
+            stack = at if external else stack_for(at, name, out_dir / ".stacks" / f"s{seed}")
             label = f"{name}-s{seed}"
             log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
                 f"{sum(map(len, sessions))} calls")
             runs.append(await run_one(trace, sessions, stack,
                                       dataclasses.replace(opts, seed=seed), out_dir, label,
-                                      log=log, pace=pace))
+                                      log=log, pace=choice.to_dict() if choice else None))
             if not external:
                 shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
     if not external:

@@ -9,9 +9,13 @@ scale at which this host's reads are not slower than the profile.
 
 How the scale is chosen (:func:`choose_time_scale`):
 
+Each configuration with a store has its own pilots (its reads take their own path: RAM, a
+disk tier behind RAM, or the disk alone); ``recompute`` and ``gpu-only`` read nothing and run at
+the stack's scale.
+
 1. A *pilot* replays :data:`PILOT_TURNS` consecutive turns from the middle of each of the first
-   ``active`` selected sessions (:func:`pilot_sessions`) on a fresh ``store-ram`` stack at the
-   stack's own time scale ``S0``, with the short-gap schedule and round-robin routing: a later
+   ``active`` selected sessions (:func:`pilot_sessions`) on a fresh stack of the configuration
+   at the stack's own time scale ``S0``, with the short-gap schedule and round-robin routing: a later
    turn then goes to the other prefill replica about half of the time and loads its prefix
    from the store. So the pilot reads prefixes of the sizes the run reads most (a session's
    first turns read short ones, whose fixed costs per read weigh more), under the replay's own
@@ -35,8 +39,9 @@ modelled duration. A pilot whose calls loaded fewer than :data:`MIN_LOADED` stor
 judge the reads: the scale stays, with that reason. Against an external stack (real vLLM, time
 scale 1) there is nothing to choose.
 
-The pilots' run directories stay in ``<out>/.pace/`` and the choice, with every pilot's figures,
-in ``<out>/pace.json`` and in each run's manifest (``time_scale_choice``).
+The pilots' run directories stay in ``<out>/.pace/`` and the choices, with every pilot's
+figures, in ``<out>/pace.json`` (configuration -> choice) and in each run's manifest
+(``time_scale_choice``).
 """
 from __future__ import annotations
 
@@ -65,6 +70,7 @@ MIN_LOADED = 8
 PILOT_TURNS = 4
 """Turns of each session a pilot replays."""
 PILOT_CONFIGURATION = "store-ram"
+"""The configuration a lone :func:`choose_time_scale` pilots."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -154,42 +160,64 @@ def decide(start: float, pilots: Sequence[Pilot], max_pilots: int,
     return nxt, None
 
 
-async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], base: StackConfig,
-                            opts: Any, out_dir: Path, *, log=print, max_pilots: int = 3,
-                            min_scale: float = MIN_SCALE) -> PaceChoice:
-    """Run pilots (module docstring) on the embedded stack ``base`` and return the choice; it is
-    also written to ``out_dir/pace.json``."""
-    start = float(base.time_scale)
-    if base.mode == "external":
-        choice = PaceChoice(start, start, False, "external stack: its time scale is kept")
-    else:
-        choice = await _run_pilots(trace, pilot_sessions(sessions, opts.active), base, opts,
-                                   out_dir / ".pace", log, max_pilots, min_scale)
+NO_STORE = ("recompute", "gpu-only")
+"""Configurations without a store: nothing to read, no pilot; they run at the stack's scale."""
+
+
+async def choose_time_scales(trace: Trace, sessions: Sequence[Sequence[Call]], base: StackConfig,
+                             names: Sequence[str], opts: Any, out_dir: Path, *, log=print,
+                             max_pilots: int = 3, min_scale: float = MIN_SCALE
+                             ) -> dict[str, PaceChoice]:
+    """The time scale of each configuration in ``names``: pilots (module docstring) for each
+    configuration with a store, the stack's scale for the others. Written to
+    ``out_dir/pace.json`` (configuration -> choice)."""
+    out: dict[str, PaceChoice] = {}
+    for name in names:
+        start = float(base.time_scale)
+        if base.mode == "external":
+            out[name] = PaceChoice(start, start, False, "external stack: its time scale is kept")
+        elif name in NO_STORE:
+            out[name] = PaceChoice(start, start, False, "no store reads in this configuration: "
+                                   "the stack's scale")
+        else:
+            out[name] = await choose_time_scale(trace, sessions, base, opts, out_dir,
+                                                configuration=name, log=log,
+                                                max_pilots=max_pilots, min_scale=min_scale)
+        log(f"replay pace: {name}: time scale {out[name].time_scale:g} ({out[name].reason})")
     out_dir.mkdir(parents=True, exist_ok=True)
-    (out_dir / "pace.json").write_text(json.dumps(choice.to_dict(), indent=2) + "\n")
-    log(f"replay pace: time scale {choice.time_scale:g} ({choice.reason})")
-    return choice
+    (out_dir / "pace.json").write_text(json.dumps({k: v.to_dict() for k, v in out.items()},
+                                                  indent=2) + "\n")
+    return out
 
 
-async def _run_pilots(trace: Trace, calls: list[list[Call]], base: StackConfig, opts: Any,
-                      pace_dir: Path, log, max_pilots: int, min_scale: float) -> PaceChoice:
+async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], base: StackConfig,
+                            opts: Any, out_dir: Path, *, configuration: str = PILOT_CONFIGURATION,
+                            log=print, max_pilots: int = 3, min_scale: float = MIN_SCALE
+                            ) -> PaceChoice:
+    """Run pilots (module docstring) of ``configuration`` on the embedded stack ``base`` and
+    return the choice; the pilots' runs go to ``out_dir/.pace/pilot-<configuration>-S<scale>``."""
     from .experiment import run_one, stack_for
+    calls = pilot_sessions(sessions, opts.active)
+    pace_dir = out_dir / ".pace"
     start = float(base.time_scale)
     popts = dataclasses.replace(opts, experiment="short", routing="round-robin", seed=0)
     pilots: list[Pilot] = []
     scale = start
     try:
         while True:
-            stack = stack_for(dataclasses.replace(base, time_scale=scale), PILOT_CONFIGURATION,
+            stack = stack_for(dataclasses.replace(base, time_scale=scale), configuration,
                               pace_dir / ".stacks")
-            log(f"replay pace: pilot at S = {scale:g}, {sum(map(len, calls))} calls")
-            run = await run_one(trace, calls, stack, popts, pace_dir, f"pilot-S{scale:g}", log=log)
+            log(f"replay pace: {configuration}: pilot at S = {scale:g}, "
+                f"{sum(map(len, calls))} calls")
+            run = await run_one(trace, calls, stack, popts, pace_dir,
+                                f"pilot-{configuration}-S{scale:g}", log=log)
             shutil.rmtree(stack.state_dir, ignore_errors=True)   # the next pilot's stack is fresh
             pilots.append(_pilot(json.loads((run / "summary.json").read_text()), scale,
                                  Path(pace_dir.name) / run.name))
             p = pilots[-1]
-            log(f"replay pace: S = {scale:g}: reads at {p.read_over_profile_p50} x the profile "
-                f"(median over {p.loaded_calls} calls with store hits)")
+            log(f"replay pace: {configuration}: S = {scale:g}: reads at "
+                f"{p.read_over_profile_p50} x the profile (median over {p.loaded_calls} calls "
+                "with store hits)")
             nxt, choice = decide(start, pilots, max_pilots, min_scale)
             if choice is not None:
                 return choice

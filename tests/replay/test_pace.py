@@ -14,7 +14,7 @@ from adev.replay.pace import (
     MIN_LOADED,
     PILOT_TURNS,
     Pilot,
-    choose_time_scale,
+    choose_time_scales,
     decide,
     next_scale,
     pilot_sessions,
@@ -83,9 +83,11 @@ def test_pilot_sessions_take_the_middle_turns():
     assert PILOT_TURNS == 4
 
 
-def test_choose_time_scale_runs_pilots_on_store_ram_and_writes_the_choice(tmp_path, monkeypatch):
-    """A fake host whose reads run at 0.3 x S of the profile: the pilot at S = 10 reads at 3.0,
-    so the next runs at floor(10 / 3 / 0.5) x 0.5 = 3.0, reads at 0.9 and is chosen."""
+def test_each_configuration_with_a_store_gets_its_own_pilots(tmp_path, monkeypatch):
+    """A fake host whose RAM reads run at 0.3 x S of the profile and disk-only's at 0.6 x S.
+    store-ram: the pilot at S = 10 reads at 3.0, so the next runs at floor(10 / 3 / 0.5) x 0.5
+    = 3.0, reads at 0.9 and is chosen. disk-only: 6.0 at S = 10 would need S = 1.67, below the
+    lowest allowed 2: it stays at 10. recompute reads nothing: no pilot, S = 10."""
     seen = []
 
     async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None):
@@ -93,7 +95,7 @@ def test_choose_time_scale_runs_pilots_on_store_ram_and_writes_the_choice(tmp_pa
                      sum(map(len, sessions)), label))
         run = out_dir / label
         run.mkdir(parents=True)
-        r = 0.3 * stack.time_scale
+        r = (0.6 if stack.configuration == "disk-only" else 0.3) * stack.time_scale
         (run / "summary.json").write_text(json.dumps({
             "ok_calls": 64, "store_read_calls": 30, "store_read_over_profile_p50": r,
             "store_read_over_profile_p99": 3 * r}))
@@ -101,15 +103,21 @@ def test_choose_time_scale_runs_pilots_on_store_ram_and_writes_the_choice(tmp_pa
     monkeypatch.setattr(experiment, "run_one", fake_run_one)
     sessions = [[Call(f"s{i}", k, 10, 1) for k in range(6)] for i in range(20)]
     opts = ReplayOptions(experiment="long", active=16)
-    choice = asyncio.run(choose_time_scale(Trace(16, []), sessions, default_stack(time_scale=10.0),
-                                           opts, tmp_path, log=lambda *a: None))
-    assert [s[1] for s in seen] == [10.0, 3.0]
-    assert {(s[0], s[2], s[3], s[4]) for s in seen} == {("store-ram", "round-robin", "short", 64)}
-    assert (choice.time_scale, choice.verified) == (3.0, True)
+    got = asyncio.run(choose_time_scales(Trace(16, []), sessions, default_stack(time_scale=10.0),
+                                         ["recompute", "store-ram", "disk-only"], opts, tmp_path,
+                                         log=lambda *a: None))
+    assert [(s[0], s[1]) for s in seen] == [("store-ram", 10.0), ("store-ram", 3.0),
+                                            ("disk-only", 10.0)]
+    assert {(s[2], s[3], s[4]) for s in seen} == {("round-robin", "short", 64)}
+    assert {k: (v.time_scale, v.verified) for k, v in got.items()} == {
+        "recompute": (10.0, False), "store-ram": (3.0, True), "disk-only": (10.0, False)}
+    assert got["recompute"].pilots == () and "no store reads" in got["recompute"].reason
+    assert "below the lowest allowed 2" in got["disk-only"].reason
     kept = json.loads((tmp_path / "pace.json").read_text())
-    assert kept["time_scale"] == 3.0 and [p["time_scale"] for p in kept["pilots"]] == [10.0, 3.0]
-    assert kept["pilots"][0]["read_over_profile_p50"] == pytest.approx(3.0)
-    assert (tmp_path / ".pace" / "pilot-S10").is_dir() and kept["pilots"][0]["run"] == ".pace/pilot-S10"
+    assert [p["time_scale"] for p in kept["store-ram"]["pilots"]] == [10.0, 3.0]
+    assert kept["store-ram"]["pilots"][0]["read_over_profile_p50"] == pytest.approx(3.0)
+    assert kept["store-ram"]["pilots"][0]["run"] == ".pace/pilot-store-ram-S10"
+    assert (tmp_path / ".pace" / "pilot-store-ram-S10").is_dir()
     assert not (tmp_path / ".pace" / ".stacks").exists()
 
 
@@ -118,6 +126,25 @@ def test_an_external_stack_keeps_its_scale(tmp_path, monkeypatch):
         raise AssertionError("no pilot against an external stack")
     monkeypatch.setattr(experiment, "run_one", no_run)
     ext = default_stack(mode="external", time_scale=1.0)
-    choice = asyncio.run(choose_time_scale(Trace(16, []), [[Call("s", 0, 10, 1)]], ext,
-                                           ReplayOptions(), tmp_path, log=lambda *a: None))
-    assert (choice.time_scale, choice.pilots) == (1.0, ())
+    got = asyncio.run(choose_time_scales(Trace(16, []), [[Call("s", 0, 10, 1)]], ext,
+                                         ["store-ram"], ReplayOptions(), tmp_path,
+                                         log=lambda *a: None))
+    assert (got["store-ram"].time_scale, got["store-ram"].pilots) == (1.0, ())
+
+
+def test_the_matrix_runs_each_configuration_at_its_chosen_scale(tmp_path, monkeypatch):
+    from adev.replay.experiment import run_matrix
+    from adev.replay.pace import PaceChoice
+    seen = []
+
+    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None):
+        seen.append((label, stack.time_scale, (pace or {}).get("time_scale")))
+        return out_dir / label
+    monkeypatch.setattr(experiment, "run_one", fake_run_one)
+    pace = {"recompute": PaceChoice(10.0, 10.0, False, "no store"),
+            "store-ram": PaceChoice(10.0, 3.5, True, "pilot")}
+    asyncio.run(run_matrix(Trace(16, []), [[Call("s", 0, 10, 1)]], default_stack(time_scale=10.0),
+                           ["recompute", "store-ram"], [0, 1], ReplayOptions(), tmp_path,
+                           log=lambda *a: None, pace=pace))
+    assert seen == [("recompute-s0", 10.0, 10.0), ("store-ram-s0", 3.5, 3.5),
+                    ("recompute-s1", 10.0, 10.0), ("store-ram-s1", 3.5, 3.5)]

@@ -42,7 +42,7 @@ def test_the_master_gets_the_split_lease():
 
 
 async def test_live_leases_are_renewed_and_ended_or_absent_ones_forgotten():
-    now = [100.0]
+    now, wall = [100.0], [0.0]          # model time runs at 10 model s per wall s
     present = {"a": 1, "b": 1, "c": 0}
     calls: list[list[str]] = []
 
@@ -50,18 +50,57 @@ async def test_live_leases_are_renewed_and_ended_or_absent_ones_forgotten():
         calls.append(list(keys))
         return [present[k] for k in keys]
     leases = ModelLeases(30.0, 1.0, lambda: now[0], renew)
+    leases.wall = lambda: wall[0]
     assert leases.period_s == 0.5
     leases.granted(["a", "b", "c", "x"], [1, 1, 1, 0])     # no lease on a miss
     assert leases.until == {"a": 130.0, "b": 130.0, "c": 130.0}
-    now[0] = 120.0
+    now[0], wall[0] = 120.0, 2.0
     leases.granted(["b"], [1])                             # a later grant: 150
     assert await leases.renew_once() == 2                  # c is gone from the store
     assert sorted(calls[-1]) == ["a", "b", "c"] and set(leases.until) == {"a", "b"}
-    now[0] = 130.0                                         # a's model lease has ended
-    assert await leases.renew_once() == 1 and calls[-1] == ["b"]
-    now[0] = 150.0
+    assert leases.ends == {"a": 3.0, "b": 3.0}
+    now[0], wall[0] = 130.0, 3.0                           # a's model lease has ended
+    assert await leases.renew_once() == 1 and calls[-1] == ["b"]   # 150 > 130 + 10 x 1 / 2
+    now[0], wall[0] = 150.0, 5.0
     assert await leases.renew_once() == 0 and len(calls) == 2 and leases.until == {}
-    assert leases.renewed == 3
+    assert leases.renewed == 3 and leases.ends == {}
+
+
+async def _rounds(model_at, until_s: float = 30.0) -> list[float]:
+    """One key granted at wall 0 (real lease 1 s, rounds every 0.5 s), model time ``model_at(w)``
+    at wall time w: the wall times of the rounds that renew it, up to wall 5 s."""
+    wall = [0.0]
+    leases = ModelLeases(until_s, 1.0, lambda: model_at(wall[0]), None)
+    leases.wall = lambda: wall[0]
+    renewed: list[float] = []
+
+    async def renew(keys):
+        renewed.append(wall[0])
+        return [1] * len(keys)
+    leases._renew = renew
+    leases.granted(["k"], [1])
+    for i in range(1, 11):
+        wall[0] = 0.5 * i
+        await leases.renew_once()
+    return renewed
+
+
+async def test_a_lease_is_renewed_only_where_that_ends_it_nearer_its_model_end():
+    """Model time at 10 model s per wall s, a 30 model s lease: the rounds at 0.5, 1.0, 1.5 and
+    2.0 renew it (at 2.0: 30 > 20 + 10 x (1 + 0.5) / 2 = 27.5), the round at 2.5 does not
+    (30 > 25 + 10 x (1 + 0.5) / 2 = 32.5 is false): the master's lease ends at wall 3.0, model
+    30, exactly the model lease's end. Renewing every round with until > now would also renew
+    at 2.5 and end it at model 35."""
+    assert await _rounds(lambda w: 10.0 * w) == [0.5, 1.0, 1.5, 2.0]
+    # at 2 model s per wall s (a scale of 2, or a held clock) the lease is 15 wall s: every
+    # round up to wall 5 renews it
+    assert await _rounds(lambda w: 2.0 * w) == [0.5 * i for i in range(1, 11)]
+
+
+async def test_while_model_time_stands_still_every_live_key_is_renewed():
+    """Model time held at 10 from wall 0.7 on (a held clock): the rate falls towards 0 and the
+    key, whose model lease ends at 30, is renewed at every round however long the hold."""
+    assert await _rounds(lambda w: min(10.0 * w, 10.0)) == [0.5 * i for i in range(1, 11)]
 
 
 def test_a_round_that_ends_over_one_real_lease_after_the_last_began_is_a_lapse():

@@ -169,9 +169,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--stack", help="a stack file (default: the replay's embedded stack)")
     p.add_argument("--time-scale", default="auto",
                    help="model seconds per wall second on the embedded stack; auto (default): "
-                        "the stack's scale, lowered until this host's store reads keep pace with "
-                        "the tier profile in a pilot run (adev.replay.pace); the choice is in "
-                        "<out>/pace.json and in each run's manifest")
+                        "for each configuration with a store, the stack's scale lowered until "
+                        "this host's store reads keep pace with the tier profile in pilot runs "
+                        "(adev.replay.pace); the choices are in <out>/pace.json and in each "
+                        "run's manifest")
     p.add_argument("--min-time-scale", type=float, default=MIN_SCALE,
                    help="with --time-scale auto: the lowest scale a pilot may choose (default "
                         f"{MIN_SCALE:g}); where the reads keep pace only below it, the run goes "

@@ -158,8 +158,9 @@ def _pace_note(sums: Sequence[dict[str, Any]]) -> str:
     lines = [f"- {s.get('label')}: {s['store_read_over_profile_p50']:.2f} x at time scale "
              f"{s.get('time_scale')}" for s in late]
     return (f"\n**Reads behind the profile** (median above {READS_AT_PACE:g} x): the held clock "
-            "kept that time out of the figures, but these runs went slower than the profile "
-            "(a lower `--time-scale` keeps pace):\n\n" + "\n".join(lines) + "\n")
+            "kept that time out of the figures, but these runs' reads were slower than the "
+            "profile (a lower `--time-scale` brings them nearer it, at more wall time; "
+            "`pace.json` holds the pilots that chose the scale):\n\n" + "\n".join(lines) + "\n")
 
 
 def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:

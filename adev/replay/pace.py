@@ -7,7 +7,7 @@ The held clock keeps a slower real read out of the figures (model time waits for
 study's headline figure is user TTFT, so the replay also runs where the reads keep pace: at a time
 scale at which this host's reads are not slower than the profile.
 
-How the scale is chosen (:func:`choose_time_scale`):
+How the scale is chosen (:func:`choose_time_scales`):
 
 Each configuration with a store has its own pilots (its reads take their own path: RAM, a
 disk tier behind RAM, or the disk alone); ``recompute`` and ``gpu-only`` read nothing and run at
@@ -29,10 +29,11 @@ the stack's scale.
    keep pace at any scale worth its wall time on this host (short prefixes, whose reads are
    mostly fixed costs, may not keep pace even in real time): the run goes at ``S0``, and the
    held clock keeps the slower reads out of the figures.
-   A real read's wall time shrinks less than in proportion to the scale (its fixed costs stay),
-   and a lower scale also loads the host less per wall second, so one step usually lands below
-   the target; a later pilot checks it. At most ``pilots`` pilots run; the last one's scale is
-   the choice, ``verified`` only if its own pilot met the target.
+   A real read's wall time does not grow at a lower scale (which loads the host less per wall
+   second), so the ratio falls at least in proportion to the scale and one step usually lands
+   at or below the target; a later pilot checks it. At most ``max_pilots`` pilots run per
+   configuration; the last one's scale is the choice, ``verified`` only if its own pilot met
+   the target.
 
 The scale only ever goes down from ``S0``: a lower S lengthens the run on the wall and changes no
 modelled duration. A pilot whose calls loaded fewer than :data:`MIN_LOADED` store hits cannot

@@ -30,8 +30,9 @@ the stack's scale.
    mostly fixed costs, may not keep pace even in real time): the run goes at ``S0``, and the
    held clock keeps the slower reads out of the figures.
    A real read's wall time does not grow at a lower scale (which loads the host less per wall
-   second), so the ratio falls at least in proportion to the scale and one step usually lands
-   at or below the target; a later pilot checks it. At most ``max_pilots`` pilots run per
+   second), so the ratio tends to fall in proportion to the scale; pilots at one scale scatter
+   (by tens of percent on a 2-core host), so a step can land above the target, and a later
+   pilot checks it. At most ``max_pilots`` pilots run per
    configuration; the last one's scale is the choice, ``verified`` only if its own pilot met
    the target.
 

@@ -295,6 +295,8 @@ Configuration = Literal["recompute", "gpu-only", "store-ram", "store-ram+disk", 
 """Cache configurations (docs/design.md §3): full recompute (no prefix caching, no store);
 GPU prefix cache only; + shared RAM store; + RAM store with a disk tier below it; disk tier with no
 RAM store (the GDS-like case)."""
+STORELESS: tuple[Configuration, ...] = ("recompute", "gpu-only")
+"""The configurations with no store: no master, nothing read or written outside the GPU."""
 
 
 KvRole = Literal["producer", "consumer", "both"]

@@ -139,7 +139,7 @@ class ModelLeases:
             return keys
         now, w, r, lease = self.model_now(), self.wall(), self.rate, self.real_lease_s
         u, e = self.until, self.ends
-        return [k for k in keys if u[k] > now + r * (lease + max(0.0, e.get(k, w) - w)) / 2]
+        return [k for k in keys if u[k] > now + r * (lease + max(0.0, e[k] - w)) / 2]
 
     async def renew_once(self) -> int:
         """Renew the live keys that are due (:meth:`due`); keys the store no longer holds are

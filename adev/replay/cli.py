@@ -90,10 +90,8 @@ def _main(args: argparse.Namespace) -> int:
         print(f"adev replay: {e}", file=sys.stderr)
         return 2
     names, seeds = _names(args.configurations), _seeds(args.seeds)
-    scale = _time_scale(args.time_scale)
-    if not args.min_time_scale > 0 or args.min_time_scale == float("inf"):
-        raise ConfigError(f"--min-time-scale: {args.min_time_scale!r} is not allowed; allowed "
-                          "values: a number > 0 (model seconds per wall second)")
+    scale = None if args.time_scale == "auto" else _scale("--time-scale", args.time_scale)
+    _scale("--min-time-scale", args.min_time_scale)
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
@@ -124,7 +122,8 @@ def _main(args: argparse.Namespace) -> int:
     if scale is None and base.mode != "external":
         from .pace import choose_time_scales
         pace = asyncio.run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
-                                              min_scale=args.min_time_scale))
+                                              min_scale=_scale("--min-time-scale",
+                                                               args.min_time_scale)))
     runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log,
                                   pace=pace))
     from ..analysis.render import md_table
@@ -138,17 +137,17 @@ def _main(args: argparse.Namespace) -> int:
     return 0
 
 
-def _time_scale(text: str) -> float | None:
-    """``--time-scale``: ``auto`` (None: chosen by pilots, :mod:`adev.replay.pace`) or S > 0."""
-    if text == "auto":
-        return None
+def _scale(flag: str, text: str | float) -> float:
+    """A time scale given as ``flag``: a finite number > 0 (``--time-scale`` may also be
+    ``auto``, chosen by pilots: :mod:`adev.replay.pace`)."""
     try:
         s = float(text)
     except ValueError:
         s = float("nan")
-    if not s > 0 or s == float("inf"):
-        raise ConfigError(f"--time-scale: {text!r} is not allowed; allowed values: auto or a "
-                          "number > 0 (model seconds per wall second)")
+    if not 0 < s < float("inf"):
+        allowed = "auto or a number" if flag == "--time-scale" else "a number"
+        raise ConfigError(f"{flag}: {text!r} is not allowed; allowed values: {allowed} > 0 "
+                          "(model seconds per wall second)")
     return s
 
 

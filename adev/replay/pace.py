@@ -55,7 +55,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from ..config import StackConfig
+from ..config import STORELESS, StackConfig
 from .format import Call, Trace
 
 TARGET = 1.0
@@ -162,10 +162,6 @@ def decide(start: float, pilots: Sequence[Pilot], max_pilots: int,
     return nxt, None
 
 
-NO_STORE = ("recompute", "gpu-only")
-"""Configurations without a store: nothing to read, no pilot; they run at the stack's scale."""
-
-
 async def choose_time_scales(trace: Trace, sessions: Sequence[Sequence[Call]], base: StackConfig,
                              names: Sequence[str], opts: Any, out_dir: Path, *, log=print,
                              max_pilots: int = 3, min_scale: float = MIN_SCALE
@@ -173,12 +169,13 @@ async def choose_time_scales(trace: Trace, sessions: Sequence[Sequence[Call]], b
     """The time scale of each configuration in ``names``: pilots (module docstring) for each
     configuration with a store, the stack's scale for the others. Written to
     ``out_dir/pace.json`` (configuration -> choice)."""
+    from .experiment import CONFIGURATIONS
     out: dict[str, PaceChoice] = {}
+    start = float(base.time_scale)
     for name in names:
-        start = float(base.time_scale)
         if base.mode == "external":
             out[name] = PaceChoice(start, start, False, "external stack: its time scale is kept")
-        elif name in NO_STORE:
+        elif CONFIGURATIONS[name][0] in STORELESS:
             out[name] = PaceChoice(start, start, False, "no store reads in this configuration: "
                                    "the stack's scale")
         else:

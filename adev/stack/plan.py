@@ -24,7 +24,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from ..config import ModelProfile, StackConfig, load_model_profile
+from ..config import STORELESS, ModelProfile, StackConfig, load_model_profile
 from .commands import master_flags
 
 
@@ -49,7 +49,7 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
               disk_path: str = "/mnt/kvcache/mooncake", hash_seed: int | None = None,
               tool_call_parser: str | None = "auto") -> VllmPlan:
     profile: ModelProfile = load_model_profile(config.profile)
-    store = config.configuration not in ("recompute", "gpu-only")
+    store = config.configuration not in STORELESS
     disk = config.configuration in ("store-ram+disk", "disk-only")
     n = len(config.endpoints)
     seed = config.seed if hash_seed is None else hash_seed

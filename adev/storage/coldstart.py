@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import StackConfig, TierProfile, load_tier_profile
+from ..config import STORELESS, StackConfig, TierProfile, load_tier_profile
 
 EMBEDDED_CONFIGS = ("gpu-only", "store-ram", "disk-only")
 TIER_OF = {"recompute": "recompute", "gpu-only": "recompute", "store-ram": "ram",
@@ -163,7 +163,7 @@ async def measure(info, contexts: list[int], *, parallel: int = 1, endpoint: str
     S = info.time_scale
     prof = info.profile
     bs = prof.block_size
-    store = cfg.mode == "embedded" and cfg.configuration not in ("recompute", "gpu-only")
+    store = cfg.mode == "embedded" and cfg.configuration not in STORELESS
     disk = store and cfg.configuration == "disk-only" and bool(info.master_metrics_url)
     payload = max(1, prof.bytes_per_block // cfg.payload_scale) if cfg.mode == "embedded" else None
     chunk = cfg.store.chunk_blocks if cfg.mode == "embedded" else 1   # blocks per store object

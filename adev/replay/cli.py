@@ -1,6 +1,6 @@
 """``adev replay``: replay a trace over the six cache configurations.
 
-    adev replay TRACE --experiment short|long|timestamps --configurations all --seeds 0,1 \\
+    adev replay TRACE --experiment short|long|timestamps|short,long --configurations all --seeds 0,1 \\
         [--stack FILE | --profile NAME --ram-gb G --chunk-blocks C] [--sessions N --min-turns K --skip M] \\
         [--order trace|longest] [--time-scale auto|S] [--out DIR]
 
@@ -19,7 +19,7 @@ import asyncio
 import dataclasses
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 from ..config import (
     ROOT,
@@ -32,7 +32,15 @@ from ..config import (
     parse_cpu_list,
     to_dict,
 )
-from .experiment import CONFIGURATIONS, EXPERIMENTS, SESSION_ORDERS, ReplayOptions, run_matrix, select_sessions
+from .experiment import (
+    CONFIGURATIONS,
+    EXPERIMENTS,
+    SESSION_ORDERS,
+    Experiment,
+    ReplayOptions,
+    run_matrix,
+    select_sessions,
+)
 from .format import TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
@@ -72,6 +80,17 @@ def _names(text: str) -> list[str]:
     return names
 
 
+def _experiments(text: str) -> list[Experiment]:
+    """``--experiment``: one experiment, or a comma list run one after another into one folder
+    (the report judges the shapes of each)."""
+    exps = list(dict.fromkeys(e.strip() for e in text.split(",") if e.strip()))
+    bad = [e for e in exps if e not in EXPERIMENTS]
+    if bad or not exps:
+        raise ConfigError(f"--experiment: {bad or text!r} not allowed; allowed values: one of "
+                          + ", ".join(EXPERIMENTS) + " or a comma list of them (short,long)")
+    return cast(list[Experiment], exps)
+
+
 def _seeds(text: str) -> list[int]:
     try:
         vals = [int(x) for x in text.split(",")]
@@ -90,6 +109,7 @@ def _main(args: argparse.Namespace) -> int:
         print(f"adev replay: {e}", file=sys.stderr)
         return 2
     names, seeds = _names(args.configurations), _seeds(args.seeds)
+    exps = _experiments(args.experiment)
     scale = None if args.time_scale == "auto" else _scale("--time-scale", args.time_scale)
     _scale("--min-time-scale", args.min_time_scale)
     if args.stack:
@@ -108,7 +128,7 @@ def _main(args: argparse.Namespace) -> int:
         print("adev replay: no session of the trace matches --sessions/--min-turns/--skip",
               file=sys.stderr)
         return 2
-    opts = ReplayOptions(experiment=args.experiment, routing=args.routing,
+    opts = ReplayOptions(experiment=exps[0], routing=args.routing,
                          threshold_tokens=args.threshold_tokens, active=args.active,
                          gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
                          stagger_s=args.stagger_s)
@@ -124,12 +144,16 @@ def _main(args: argparse.Namespace) -> int:
         pace = asyncio.run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
                                               min_scale=_scale("--min-time-scale",
                                                                args.min_time_scale)))
-    runs = asyncio.run(run_matrix(trace, sessions, base, names, seeds, opts, out, log=log,
-                                  pace=pace))
+    runs = []
+    for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
+        runs += asyncio.run(run_matrix(trace, sessions, base, names, seeds,
+                                       dataclasses.replace(opts, experiment=exp), out, log=log,
+                                       pace=pace, tag=exp if len(exps) > 1 else ""))
     from ..analysis.render import md_table
     from ..analysis.render import write as write_doc
     from .report import HEADLINE, build
-    doc, df = build(runs, f"Replay ({args.experiment} reuse gap): {Path(args.trace).name}")
+    gaps = " and ".join(exps) + (" reuse gaps" if len(exps) > 1 else " reuse gap")
+    doc, df = build(runs, f"Replay ({gaps}): {Path(args.trace).name}")
     html = write_doc(doc, out / "report")
     print(md_table(df, HEADLINE))
     print(doc.blocks[0])
@@ -161,7 +185,9 @@ def register(subparsers: Any) -> None:
                               description=__doc__,
                               formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("trace", help="an adev trace file (see `adev trace import/export`)")
-    p.add_argument("--experiment", choices=EXPERIMENTS, default="short")
+    p.add_argument("--experiment", default="short",
+                   help="short, long or timestamps, or a comma list of them run one after "
+                        "another into one folder and one report (short,long: the whole matrix)")
     p.add_argument("--configurations", "--configs", default="all",
                    help="all, or a comma list of " + ", ".join(CONFIGURATIONS))
     p.add_argument("--seeds", default="1", help="a count N (seeds 0..N-1) or a list 0,1")

@@ -303,10 +303,12 @@ async def warm_up(eps: list[Endpoint], topo: Topology, clock: RunClock) -> None:
 
 async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, opts: ReplayOptions,
                   out_dir: Path, label: str, *, log=print,
-                  pace: dict[str, Any] | None = None) -> Path:
+                  pace: dict[str, Any] | None = None, configuration: str | None = None) -> Path:
     """Replay ``sessions`` on a stack of ``stack`` (started here when embedded); returns the
     run directory (``out_dir/label``). ``pace``: how the time scale was chosen
-    (:class:`adev.replay.pace.PaceChoice`), kept in the manifest as ``time_scale_choice``."""
+    (:class:`adev.replay.pace.PaceChoice`), kept in the manifest as ``time_scale_choice``;
+    ``configuration``: the name of :data:`CONFIGURATIONS` the run is made at, kept in the
+    manifest (the report's point of the run)."""
     from ..fleet.scraper import Scraper
     from ..manifest import build_manifest
     from ..stack import running_stack
@@ -318,6 +320,7 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
         eps = [Endpoint(n, info.endpoints[n], model=info.models.get(n) or None)
                for n in topo.prefill + topo.decode]
         extra = {"replay": {**dataclasses.asdict(opts), "label": label,
+                            "configuration": configuration,
                             "sessions": len(sessions), "calls": sum(map(len, sessions)),
                             "topology": dataclasses.asdict(topo), "trace": trace.source}}
         if pace is not None:
@@ -380,11 +383,14 @@ def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
 
 async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig,
                      names: Sequence[str], seeds: Sequence[int], opts: ReplayOptions,
-                     out_dir: Path, *, log=print, pace: dict[str, Any] | None = None) -> list[Path]:
+                     out_dir: Path, *, log=print, pace: dict[str, Any] | None = None,
+                     tag: str = "") -> list[Path]:
     """Every configuration x seed, each on a fresh stack (embedded), in that order; external
     mode runs once per seed, labelled with the stack's configuration. ``pace``: configuration
     -> :class:`adev.replay.pace.PaceChoice` (:func:`adev.replay.pace.choose_time_scales`), each
-    configuration's stack at its chosen scale and the choice in its runs' manifests."""
+    configuration's stack at its chosen scale and the choice in its runs' manifests. A run is
+    labelled ``<configuration>-s<seed>``, after ``<tag>-`` when ``tag`` is given (the
+    experiment, where one folder holds the runs of several)."""
     runs = []
     external = base.mode == "external"
     todo = [base.configuration] if external else list(names)
@@ -393,12 +399,13 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
             choice = (pace or {}).get(name)
             at = dataclasses.replace(base, time_scale=choice.time_scale) if choice else base
             stack = at if external else stack_for(at, name, out_dir / ".stacks" / f"s{seed}")
-            label = f"{name}-s{seed}"
+            label = f"{tag}-{name}-s{seed}" if tag else f"{name}-s{seed}"
             log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
                 f"{sum(map(len, sessions))} calls")
             runs.append(await run_one(trace, sessions, stack,
                                       dataclasses.replace(opts, seed=seed), out_dir, label,
-                                      log=log, pace=choice.to_dict() if choice else None))
+                                      log=log, pace=choice.to_dict() if choice else None,
+                                      configuration=name))
             if not external:
                 shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
     if not external:

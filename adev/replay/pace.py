@@ -209,14 +209,15 @@ async def choose_time_scale(trace: Trace, sessions: Sequence[Sequence[Call]], ba
             log(f"replay pace: {configuration}: pilot at S = {scale:g}, "
                 f"{sum(map(len, calls))} calls")
             run = await run_one(trace, calls, stack, popts, pace_dir,
-                                f"pilot-{configuration}-S{scale:g}", log=log)
+                                f"pilot-{configuration}-S{scale:g}", log=log,
+                                configuration=configuration)
             shutil.rmtree(stack.state_dir, ignore_errors=True)   # the next pilot's stack is fresh
             pilots.append(_pilot(json.loads((run / "summary.json").read_text()), scale,
                                  Path(pace_dir.name) / run.name))
             p = pilots[-1]
-            log(f"replay pace: {configuration}: S = {scale:g}: reads at "
-                f"{p.read_over_profile_p50} x the profile (median over {p.loaded_calls} calls "
-                "with store hits)")
+            ratio = "n/a" if p.read_over_profile_p50 is None else f"{p.read_over_profile_p50:.2f}"
+            log(f"replay pace: {configuration}: S = {scale:g}: reads at {ratio} x the profile "
+                f"(median over {p.loaded_calls} calls with store hits)")
             nxt, choice = decide(start, pilots, max_pilots, min_scale)
             if choice is not None:
                 return choice

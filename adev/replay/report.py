@@ -4,11 +4,15 @@
 configuration and throughput relative to recompute.
 
 ``throughput_vs_recompute`` = throughput_rps / throughput_rps of the ``recompute`` run of the
-same seed (None when that run is not in the set).
+same experiment and seed (None when that run is not in the set).
 
 ``crossover_tokens`` (:func:`crossover`): the shortest prompt length from which a configuration's
-median user TTFT is below recompute's (same seed) in every ``BIN_TOKENS``-token bin with calls in
-both runs; None when it never is, or without a recompute run.
+median user TTFT is below recompute's (same experiment and seed) in every ``BIN_TOKENS``-token
+bin with calls in both runs; None when it never is, or without a recompute run.
+
+A set of runs of more than one experiment (``adev replay --experiment short,long``, or folders
+of each given to ``adev report``) is labelled ``<experiment>-<label>`` throughout, and its TTFT
+distribution is drawn per experiment.
 """
 from __future__ import annotations
 
@@ -42,21 +46,37 @@ FIDELITY = ["label", "ok_calls", "errors", "exact_output_share", "itl_p50_s",
 """The run's own checks: calls, output lengths, dispatch and the host's time against the model."""
 
 
-def _seed(label: str) -> str:
-    return split_label(label)[1]
+def _point(s: dict[str, Any]) -> tuple[Any, str]:
+    """(experiment, seed) of a run's summary: the runs a recompute run is the baseline of."""
+    seed = s.get("seed")
+    if seed is None:
+        seed = split_label(str(s.get("label") or s.get("run")))[1]
+    return s.get("experiment"), str(seed)
+
+
+def labelled(summaries: Sequence[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The summaries, each ``label`` led by its experiment where they are of more than one
+    (unless it already is: ``adev replay --experiment short,long`` labels its runs so)."""
+    exps = {s.get("experiment") for s in summaries}
+    out = []
+    for s in summaries:
+        lab, exp = str(s.get("label") or s.get("run")), s.get("experiment")
+        if len(exps) > 1 and exp and not lab.startswith(f"{exp}-"):
+            lab = f"{exp}-{lab}"
+        out.append({**s, "label": lab})
+    return out
 
 
 def table(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(summaries)
     if not len(df):
         return df
-    df["label"] = df["label"].fillna(df["run"])
-    base = {_seed(r["label"]): r.get("throughput_rps") for _, r in df.iterrows()
-            if str(r["label"]).startswith("recompute-")}
+    base = {_point(s): s.get("throughput_rps") for s in summaries
+            if s.get("configuration") == "recompute"}
     df["throughput_vs_recompute"] = [
-        (r["throughput_rps"] / base[_seed(r["label"])])
-        if base.get(_seed(r["label"])) and r.get("throughput_rps") is not None else None
-        for _, r in df.iterrows()]
+        (s["throughput_rps"] / base[_point(s)])
+        if base.get(_point(s)) and s.get("throughput_rps") is not None else None
+        for s in summaries]
     return df
 
 
@@ -85,34 +105,43 @@ def crossover(run: Path, recompute: Path) -> int | None:
     return None if start is None else start * BIN_TOKENS
 
 
-def _ttft_fig(runs: Sequence[Path]) -> Figure:
+def _ttft_fig(runs: Sequence[Path], sums: Sequence[dict[str, Any]], key: str = "ttft",
+              title: str = "User TTFT distribution") -> Figure:
     plt = _plt()
     fig, ax = plt.subplots(figsize=(7, 4))
     drawn = 0
-    labels = [split_label(p.name) for p in runs]
-    configs = list(dict.fromkeys(c for c, _ in labels))
-    seeds = list(dict.fromkeys(s for _, s in labels))
-    for p, (conf, seed) in zip(runs, labels, strict=True):
+    configs = list(dict.fromkeys(s.get("configuration") for s in sums))
+    seeds = list(dict.fromkeys(_point(s)[1] for s in sums))
+    for p, s in zip(runs, sums, strict=True):
         tt = [r["ttft_s"] for r in RunDir(p).read("replay") if r.get("ttft_s") is not None]
         if not tt:
             continue
         x, y = _cdf(np.array(tt))
         # one colour per configuration, one line style per seed
-        color = f"C{configs.index(conf) % 10}"
-        ax.plot(x, y, label=p.name, color=color,
-                linestyle=("-", "--", ":", "-.")[seeds.index(seed) % 4])
+        color = f"C{configs.index(s.get('configuration')) % 10}"
+        ax.plot(x, y, label=s["label"], color=color,
+                linestyle=("-", "--", ":", "-.")[seeds.index(_point(s)[1]) % 4])
         for q in (50, 90, 99):
             ax.plot([np.percentile(tt, q)], [q / 100], "o", color=color, ms=4)
         drawn += 1
     if not drawn:
         plt.close(fig)
-        return Figure("ttft", "User TTFT distribution", reason="no call completed")
+        return Figure(key, title, reason="no call completed")
     ax.set_xscale("log")
     ax.set_xlabel("user TTFT from dispatch (model s)")
     ax.set_ylabel("share of calls")
     ax.legend(fontsize=7)
-    return Figure("ttft", "User TTFT distribution", png=_png(fig),
-                  caption="Markers: p50, p90, p99.")
+    return Figure(key, title, png=_png(fig), caption="Markers: p50, p90, p99.")
+
+
+def _ttft_figs(runs: Sequence[Path], sums: Sequence[dict[str, Any]]) -> list[Figure]:
+    """One TTFT distribution, or one per experiment where the runs are of several."""
+    exps = list(dict.fromkeys(s.get("experiment") for s in sums))
+    if len(exps) < 2:
+        return [_ttft_fig(runs, sums)]
+    return [_ttft_fig([p for p, s in zip(runs, sums, strict=True) if s.get("experiment") == e],
+                      [s for s in sums if s.get("experiment") == e], key=f"ttft-{e}",
+                      title=f"User TTFT distribution, {e} reuse gap") for e in exps]
 
 
 def _throughput_fig(df: pd.DataFrame) -> Figure:
@@ -164,13 +193,15 @@ def _pace_note(sums: Sequence[dict[str, Any]]) -> str:
 
 
 def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
-    sums = [json.loads((Path(p) / "summary.json").read_text()) for p in runs]
+    sums = labelled([json.loads((Path(p) / "summary.json").read_text()) for p in runs])
     df = table(sums)
     if len(df):
-        rec = {_seed(Path(p).name): Path(p) for p in runs if Path(p).name.startswith("recompute-")}
+        rec = {_point(s): Path(p) for p, s in zip(runs, sums, strict=True)
+               if s.get("configuration") == "recompute"}
         df["crossover_tokens"] = [
-            crossover(Path(p), rec[_seed(Path(p).name)]) if _seed(Path(p).name) in rec
-            and not Path(p).name.startswith("recompute-") else None for p in runs]
+            crossover(Path(p), rec[_point(s)]) if _point(s) in rec
+            and s.get("configuration") != "recompute" else None
+            for p, s in zip(runs, sums, strict=True)]
     doc = Doc(title)
     doc.blocks.append("## Shapes of the source\n\n" + shapes_markdown(judge_replay(sums)))
     doc.blocks.append("## Configurations\n\n" + md_table(df, HEADLINE))
@@ -185,7 +216,7 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
                             for s in sums])
     doc.blocks.append("## Prefill x decode traffic (share of calls)\n\n" + md_table(traffic))
     doc.blocks.append(_throughput_fig(df))
-    doc.blocks.append(_ttft_fig([Path(p) for p in runs]))
+    doc.blocks.extend(_ttft_figs([Path(p) for p in runs], sums))
     labels = [str(s.get("label")) for s in sums]
     doc.blocks.append(_bars_fig(
         "ttft_groups", "Median user TTFT by prompt length", labels,

@@ -19,8 +19,9 @@ with its reason in ``missing``.
   ``recompute`` it is the prefill replicas' utilisation; near or above 1 the replay is
   prefill-bound and the configurations' throughputs can part, well below 1 the schedule, not the
   service, sets the throughput;
-- ``experiment``, ``seed`` (the manifest's replay options) and ``configuration`` (the label
-  without its ``-s<seed>``): the point the run was made at;
+- ``experiment``, ``seed`` and ``configuration`` (the manifest's replay options; a run
+  whose manifest names no configuration: its label without the ``-s<seed>``): the point the
+  run was made at;
 - store figures, counter deltas between the first and last OK scrape of each target:
   ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
   bytes per block; ``physical_read_bytes`` = those loaded from the disk tier;
@@ -119,7 +120,8 @@ def summarise(path: str | Path) -> dict[str, Any]:
     lab = rep.get("label")
     out: dict[str, Any] = {"run": rd.path.name, "label": lab,
                            "experiment": rep.get("experiment"), "seed": rep.get("seed"),
-                           "configuration": split_label(lab)[0] if lab else None,
+                           "configuration": rep.get("configuration")
+                           or (split_label(lab)[0] if lab else None),
                            "time_scale": man.get("time_scale"),
                            "time_scale_chosen": bool((man.get("time_scale_choice") or {})
                                                      .get("pilots")),

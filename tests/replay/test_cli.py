@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from adev.cli import main
-from adev.replay.cli import _names, _seeds, default_stack
+from adev.replay.cli import _experiments, _names, _seeds, default_stack
 from adev.replay.experiment import CONFIGURATIONS, stack_for
 from adev.replay.format import Call, Trace, write_trace
 
@@ -13,6 +13,8 @@ def test_configurations_and_seeds():
     assert _names("all") == list(CONFIGURATIONS) and len(CONFIGURATIONS) == 6
     assert _names("recompute, disk-only") == ["recompute", "disk-only"]
     assert _seeds("2") == [0, 1] and _seeds("3,5") == [3, 5]
+    assert _experiments("short") == ["short"]
+    assert _experiments("short, long,short") == ["short", "long"]
 
 
 def test_stack_for_each_configuration(tmp_path):
@@ -31,6 +33,8 @@ def test_stack_for_each_configuration(tmp_path):
 @pytest.mark.parametrize("args, msg", [
     (["--configurations", "ram-only"], "--configurations: ['ram-only'] not allowed"),
     (["--seeds", "x"], "--seeds: 'x' is not allowed"),
+    (["--experiment", "short,both"], "--experiment: ['both'] not allowed; allowed values: one of "
+                                     "short, long, timestamps or a comma list"),
     (["--chunk-blocks", "0"], "stack.store.chunk_blocks: 0 must be greater than 0"),
     (["--time-scale", "0"], "--time-scale: '0' is not allowed; allowed values: auto or a number"),
     (["--time-scale", "fast"], "--time-scale: 'fast' is not allowed"),

@@ -90,7 +90,8 @@ def test_each_configuration_with_a_store_gets_its_own_pilots(tmp_path, monkeypat
     lowest allowed 2: it stays at 10. recompute reads nothing: no pilot, S = 10."""
     seen = []
 
-    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None):
+    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None,
+                           configuration=None):
         seen.append((stack.configuration, stack.time_scale, opts.routing, opts.experiment,
                      sum(map(len, sessions)), label))
         run = out_dir / label
@@ -137,7 +138,8 @@ def test_the_matrix_runs_each_configuration_at_its_chosen_scale(tmp_path, monkey
     from adev.replay.pace import PaceChoice
     seen = []
 
-    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None):
+    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None,
+                           configuration=None):
         seen.append((label, stack.time_scale, (pace or {}).get("time_scale")))
         return out_dir / label
     monkeypatch.setattr(experiment, "run_one", fake_run_one)

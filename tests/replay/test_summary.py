@@ -135,6 +135,56 @@ def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_pat
     assert kept["schedule"] == {"relaxed_starts": 7} and kept["ttft_p99_s"] == pytest.approx(8.86)
 
 
+def _replay_run(base, label, experiment, configuration, ttfts):
+    """A replay run of three calls, dispatched at 0, 1 and 2 s, each ending 1 s after its first
+    token: throughput 3 / (2 + ttfts[-1] + 1) when the last call ends last."""
+    rd = RunDir.create(label, base=base)
+    rd.write_json("manifest.json", build_manifest(
+        label, config={"stack": default_stack()}, time_scale=10.0,
+        extra={"replay": {"experiment": experiment, "seed": 0, "label": label,
+                          "configuration": configuration}}))
+    for i, t in enumerate(ttfts):
+        rd.append(_rec(i, call_id=f"c{i}", t_ready=float(i), t_first_token=i + t,
+                       t_end=i + t + 1, ttft_s=t, live_output_tokens=10))
+    rd.close()
+
+
+def test_a_report_of_both_experiments_compares_each_run_with_recompute_of_its_own_experiment(
+        tmp_path):
+    """`adev replay --experiment short,long` puts both experiments' runs in one folder. Short:
+    recompute spans 13 s (3 / 13 calls/s), gpu-only 12 s: 13 / 12 = 1.083. Long: recompute
+    spans 7 s, gpu-only 6 s: 7 / 6 = 1.167. Keyed by seed alone, both gpu-only runs would be
+    set against one recompute run."""
+    from adev.analysis.report import write_report
+    from adev.replay.report import labelled, table
+    m = tmp_path / "m"
+    for exp, rec, gpu in (("short", 10.0, 9.0), ("long", 4.0, 3.0)):
+        _replay_run(m, f"{exp}-recompute-s0", exp, "recompute", (1.0, 2.0, rec))
+        _replay_run(m, f"{exp}-gpu-only-s0", exp, "gpu-only", (1.0, 2.0, gpu))
+    sums = labelled([summarise(p) for p in sorted(m.iterdir())])
+    assert [s["configuration"] for s in sums] == ["gpu-only", "recompute"] * 2
+    df = table(sums).set_index("label")
+    assert df.loc["short-gpu-only-s0", "throughput_vs_recompute"] == pytest.approx(13 / 12)
+    assert df.loc["long-gpu-only-s0", "throughput_vs_recompute"] == pytest.approx(7 / 6)
+    assert df.loc["long-recompute-s0", "throughput_vs_recompute"] == pytest.approx(1.0)
+    html = write_report([m])
+    files = {p.name for p in (m / "report_files").iterdir()}
+    assert {"ttft-short.png", "ttft-long.png"} <= files and "ttft.png" not in files
+    # runs of one experiment each, given as two folders, are labelled by their experiment
+    for exp in ("short", "long"):
+        for conf in ("recompute", "gpu-only"):
+            (tmp_path / exp).mkdir(exist_ok=True)
+            (m / f"{exp}-{conf}-s0").rename(tmp_path / exp / f"{conf}-s0")
+    sums = labelled([summarise(p) for p in sorted((tmp_path / "long").iterdir())]
+                    + [summarise(p) for p in sorted((tmp_path / "short").iterdir())])
+    assert [s["label"] for s in sums] == ["long-gpu-only-s0", "long-recompute-s0",
+                                          "short-gpu-only-s0", "short-recompute-s0"]
+    df = table(sums).set_index("label")
+    assert df.loc["short-gpu-only-s0", "throughput_vs_recompute"] == pytest.approx(13 / 12)
+    assert df.loc["long-gpu-only-s0", "throughput_vs_recompute"] == pytest.approx(7 / 6)
+    assert "long-gpu-only-s0" in html.with_suffix(".md").read_text()
+
+
 def test_the_report_names_the_runs_whose_reads_fell_behind():
     from adev.replay.report import _pace_note
     sums = [{"label": "store-ram-s0", "reads_at_pace": True, "store_read_over_profile_p50": 0.6,

@@ -4,9 +4,12 @@ Every call is a few events, replayed in time order (at equal times: frees, saves
 preemptions, decode steps):
 
 1. **admission** at ``t_admit``: the endpoint's GPU prefix pool is looked up (hits ``h`` blocks,
-   capped at whole blocks of prompt length - 1); the store is looked up over the blocks from
-   ``h`` to the cap (``batch_is_exist``: leases on every present key) and serves the leading run
-   of present blocks (from RAM, or from disk where only the disk holds them); the request
+   capped at whole blocks of prompt length - 1); the store is looked up (``batch_is_exist``:
+   leases on every present key) and serves the leading run of present blocks (from RAM, or from
+   disk where only the disk holds them). ``Params.lookup`` says over which blocks:
+   ``past-gpu`` (the emulator's rule) from ``h`` to the cap, the run counted from ``h``;
+   ``whole`` (vLLM's Mooncake store connector, :func:`whole_prompt_lookup`) from the first block
+   to the cap, the run counted from block 0 and serving the part of it past ``h``. The request
    references its hit blocks and is allocated the rest of its prompt's blocks;
 2. **prefill done** at ``t_save``: its new blocks are cached in the GPU pool; as the emulator
    does, every full prompt block not loaded from the store (the GPU-hit prefix and the blocks
@@ -42,6 +45,32 @@ from .workload import Workload
 
 GB = 1e9
 
+LOOKUPS = ("past-gpu", "whole")
+"""Which blocks the store lookup covers: ``past-gpu``, those past the GPU hit (the emulator's
+``adev.emulator.chunks.lookup_span``); ``whole``, every complete block of the prompt from the
+first (vLLM's Mooncake store connector)."""
+
+
+def whole_prompt_lookup(store: StoreModel, ids: np.ndarray, h: int, cap: int, cb: int,
+                        now: float) -> tuple[int, int]:
+    """vLLM's Mooncake store connector's lookup (``MooncakeStoreWorker.lookup``): one
+    ``batch_is_exist`` over every complete object of the prompt's first ``cap`` blocks, from the
+    first (``ids``: the prompt's block ids; objects of ``cb`` blocks keyed by their last
+    block's), which leases every present one, the blocks the GPU holds included. The store's hit
+    is the leading run of present objects from block 0, ``run`` blocks; it serves the part past
+    the GPU hit ``h`` (the connector's ``need_to_allocate = external hit - GPU hit``, nothing
+    when the run ends before ``h``). Returns (blocks served, of which from disk only)."""
+    nc = cap // cb
+    if nc == 0:
+        return 0, 0
+    n, ram = store.leading(ids[np.arange(nc) * cb + cb - 1], now)
+    run = n * cb
+    if run <= h:
+        return 0, 0
+    j = np.arange(h // cb, n)
+    w = np.minimum((j + 1) * cb, run) - np.maximum(j * cb, h)
+    return int(w.sum()), int(w[~ram[j]].sum())
+
 
 @dataclass
 class Params:
@@ -64,6 +93,7 @@ class Params:
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
+    lookup: str = "past-gpu"          # which blocks a lookup covers: past-gpu, whole (LOOKUPS)
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:
@@ -182,7 +212,9 @@ def simulate(w: Workload, p: Params) -> Result:
             cap = min(len(ids), max(0, int(ptoks[i]) - 1) // bs)
             h = pool.lookup(ids, cap)
             gpu_hit[i] = h
-            if store is not None and cap > h:
+            if store is not None and p.lookup == "whole":
+                ext_hit[i], disk_hit[i] = whole_prompt_lookup(store, ids, h, cap, CB, t)
+            elif store is not None and cap > h:
                 if CB == 1:
                     e, d = store.lookup(ids[h:cap], t)
                 else:   # the complete chunks past the GPU hit; the first counts from block h

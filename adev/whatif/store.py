@@ -219,20 +219,26 @@ class StoreModel:
             self._back.stamp[ram] = -1
             self._read.append(ram)
 
-    def lookup(self, ids: np.ndarray, now: float,
-               weights: np.ndarray | None = None) -> tuple[int, int]:
-        """``batch_is_exist`` over ``ids``: (leading hits, of which on disk only); with
-        ``weights`` (blocks per object), both summed over the hits' weights."""
+    def leading(self, ids: np.ndarray, now: float) -> tuple[int, np.ndarray]:
+        """``batch_is_exist`` over ``ids`` (leases on every present one): the length of the
+        leading run of present keys, and whether each of them has a memory copy."""
         if not len(ids):
-            return 0, 0
+            return 0, np.zeros(0, dtype=bool)
         ram = self.in_ram[ids]
         present = ram | self.on_disk[ids]
         self._grant(ids[present], now)
         n = len(ids) if present.all() else int(present.argmin())
+        return n, ram[:n]
+
+    def lookup(self, ids: np.ndarray, now: float,
+               weights: np.ndarray | None = None) -> tuple[int, int]:
+        """``batch_is_exist`` over ``ids``: (leading hits, of which on disk only); with
+        ``weights`` (blocks per object), both summed over the hits' weights."""
+        n, ram = self.leading(ids, now)
         if weights is not None:
             w = weights[:n]
-            return int(w.sum()), int(w[~ram[:n]].sum())
-        return n, int(n - ram[:n].sum())
+            return int(w.sum()), int(w[~ram].sum())
+        return n, int(n - ram.sum())
 
     def save(self, ids: np.ndarray, now: float) -> tuple[int, int]:
         """Existence check, then puts of the missing blocks: (put, refused)."""

@@ -2,7 +2,8 @@
 
 Axes (command-line spelling, unit): ``ram`` (GB of RAM tier at model scale, 0 = no store),
 ``lease`` (s), ``disk`` (on/off), ``gpu_pool`` (tokens per endpoint), ``disk_gb`` (GB, ``inf`` =
-unbounded), ``disk_read`` (GB/s). The table has one row per point and window plus a whole-run row
+unbounded), ``disk_read`` (GB/s), ``lookup`` (which blocks a store lookup covers:
+:data:`adev.whatif.simulator.LOOKUPS`). The table has one row per point and window plus a whole-run row
 (``window`` = -1); the plot is a heat map of one figure of the whole run over the first two axes
 with several values (one panel per combination of any further ones), or a line over the only
 such axis.
@@ -20,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..config import ConfigError
-from .simulator import Params, Result, figures, simulate
+from .simulator import LOOKUPS, Params, Result, figures, simulate
 from .validate import with_overrides
 from .workload import Workload
 
@@ -52,6 +53,13 @@ def _on_off(s: str) -> bool:
     return v == "on"
 
 
+def _lookup(s: str) -> str:
+    v = s.strip().lower()
+    if v not in LOOKUPS:
+        raise ValueError(s)
+    return v
+
+
 def _tokens(s: str) -> int:
     v = s.strip().lower()
     mult = 1000 if v.endswith("k") else 1
@@ -66,6 +74,7 @@ AXES = {a.name: a for a in (
     Axis("disk_gb", "disk_gb", "GB", _gb_or_inf, "non-negative numbers (GB) or inf"),
     Axis("disk_read", "disk_read_bytes_per_s", "GB/s", lambda s: _pos_float(s) * 1e9,
          "non-negative numbers (GB/s)"),
+    Axis("lookup", "lookup", "", _lookup, ", ".join(LOOKUPS)),
 )}
 
 

@@ -54,7 +54,8 @@ def test_single_axis_sweep_plots_a_line(trace, tmp_path):
 
 @pytest.mark.parametrize("opt,val,needle", [("--ram", "8,x", "--ram: 'x'"),
                                             ("--disk", "maybe", "allowed values: on, off"),
-                                            ("--lease", "-1", "--lease: '-1'")])
+                                            ("--lease", "-1", "--lease: '-1'"),
+                                            ("--lookup", "all", "allowed values: past-gpu, whole")])
 def test_bad_values_exit_2_with_the_allowed_values(trace, tmp_path, capsys, opt, val, needle):
     assert main(["whatif", str(trace), opt, val, "--out", str(tmp_path / "o")]) == 2
     assert needle in capsys.readouterr().err

@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from adev.analysis.figures import gross_saving
-from adev.whatif.simulator import Params, figures, simulate
+from adev.whatif.simulator import Params, figures, simulate, whole_prompt_lookup
+from adev.whatif.store import StoreModel, StoreRules
 from adev.whatif.workload import Workload
 
 BS = 4
@@ -101,6 +102,72 @@ def test_a_long_lease_refuses_more_writes():
     assert short.per_call["refused_blocks"].tolist() == [0, 0, 3, 0, 3]
     assert long.total.refused_share == pytest.approx(7 / 12)
     assert short.total.refused_share == pytest.approx(6 / 12)
+
+
+def _store(present, disk_only=()):
+    s = StoreModel(StoreRules(capacity_blocks=20, lease_s=5.0, tick_s=100.0), 100)
+    s.save(np.array(present, dtype=np.int64), 0.0)          # put at 0: lease timeout 0
+    for b in disk_only:
+        s.in_ram[b], s.on_disk[b] = False, True
+    return s
+
+
+def test_a_whole_prompt_lookup_leases_what_the_gpu_holds_and_serves_the_run_past_it():
+    """vLLM's connector, objects of one block: 0-3 and 5 in RAM, 4 on disk only, 6 absent. A
+    prompt of blocks 0..7 (cap 7) with a GPU hit of 2 blocks: the lookup covers blocks 0..6 and
+    leases the six present ones, 0 and 1 included (until 1 + 5 = 6); the run from block 0 is 6
+    blocks, so the store serves blocks 2..5: 4, of which block 4 from disk. The emulator's rule
+    looks up 2..6: the same hits, and blocks 0 and 1 keep the lease of their put (0)."""
+    s = _store(range(6), disk_only=[4])
+    assert whole_prompt_lookup(s, np.arange(8), 2, 7, 1, 1.0) == (4, 1)
+    assert s.lease_to[:6].tolist() == [6.0] * 6
+    s = _store(range(6), disk_only=[4])
+    assert s.lookup(np.arange(2, 7), 1.0) == (4, 1)
+    assert s.lease_to[:6].tolist() == [0.0, 0.0] + [6.0] * 4
+
+
+def test_a_whole_prompt_lookup_serves_nothing_when_the_run_ends_before_the_gpu_hit():
+    """Block 1 absent: the run from block 0 is 1 block, short of the GPU hit of 2, so the
+    connector loads nothing (need_to_allocate <= 0), where a lookup from the GPU hit on finds
+    blocks 2..5."""
+    s = _store([0, 2, 3, 4, 5])
+    assert whole_prompt_lookup(s, np.arange(8), 2, 7, 1, 1.0) == (0, 0)
+    assert s.lookup(np.arange(2, 7), 1.0) == (4, 0)
+
+
+def test_a_whole_prompt_lookup_of_chunks_counts_blocks_past_the_gpu_hit():
+    """Objects of 2 blocks keyed by their last block: a prompt of blocks 0..9 with cap 9 has 4
+    complete chunks, keys 1, 3, 5, 7. Keys 1 and 3 in RAM, 5 on disk only, 7 absent: the run is
+    3 chunks = blocks 0..5. With a GPU hit of 3 blocks the store serves block 3 (chunk 1) and
+    blocks 4-5 (chunk 2, from disk): 3 blocks, 2 of them from disk."""
+    s = _store([1, 3, 5], disk_only=[5])
+    assert whole_prompt_lookup(s, np.arange(10), 3, 9, 2, 1.0) == (3, 2)
+    assert whole_prompt_lookup(s, np.arange(10), 6, 9, 2, 1.0) == (0, 0)
+
+
+def test_the_lookup_rule_reaches_the_leases_of_blocks_the_gpu_holds():
+    """A RAM tier of 4 objects (eviction above 0.9 x 4, or after a refused put), a 5 s lease.
+    A puts blocks 0-2 at 0.5 (their lease timeout: the put time). A comes back at 1.0 with the
+    same prompt (13 tokens: cap 3); its GPU holds all three, and its prefill runs until 3.0.
+    C puts blocks 10-11 at 2.1: one fits, one is refused, so the eviction thread's next wake-up
+    (at E's admission, 2.5) evicts ceil(4 x 0.15) = 1 lease-expired object, the oldest lease
+    timeout first. Looked up past the GPU hit, A's second call looks up nothing: blocks 0-2
+    keep the timeout of their put (0.5), block 0 is evicted and E, on an endpoint of its own,
+    finds no run from block 0. With vLLM's whole-prompt lookup A's second call leased 0-2 until
+    6.0: block 10 (put at 2.1) is evicted instead and E loads all three."""
+    calls = [("a", 0.0, 0.5, 0.55, 12, 0, [0, 1, 2]),
+             ("a", 1.0, 3.0, 3.05, 13, 0, [0, 1, 2]),
+             ("c", 2.0, 2.1, 2.15, 8, 0, [10, 11]),
+             ("e", 2.5, 2.6, 2.65, 13, 0, [0, 1, 2])]
+    kw = {"ram_gb": 1.0, "ram_capacity_blocks": 4, "lease_s": 5.0, "gpu_pool_tokens": 400}
+    past = simulate(workload(calls), params(**kw))
+    whole = simulate(workload(calls), params(lookup="whole", **kw))
+    for r in (past, whole):
+        assert r.per_call["gpu_hit_blocks"].tolist() == [0, 3, 0, 0]
+        assert r.per_call["put_blocks"][:3].tolist() == [3, 0, 1]
+        assert r.per_call["refused_blocks"][:3].tolist() == [0, 0, 1]
+    assert past.per_call["store_hit_blocks"].tolist() == [0, 0, 0, 0]
+    assert whole.per_call["store_hit_blocks"].tolist() == [0, 0, 0, 3]
 
 
 def test_window_figures_and_gross_saving_reuse_the_analysis_formula():

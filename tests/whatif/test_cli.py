@@ -46,6 +46,20 @@ def test_sweep_over_a_trace_writes_table_and_heat_map(trace, tmp_path, capsys):
     assert "store_hit_share" in text and "6 points" in text
 
 
+def test_the_lookup_rule_is_an_axis(trace, tmp_path):
+    """`--lookup past-gpu,whole` sweeps both rules, one row each. Each conversation's prefix was
+    saved whole from block 0, so a store run never breaks before the GPU hit and a 1K-token GPU
+    pool leaves the store the same hits under either rule."""
+    out = tmp_path / "o"
+    assert main(["whatif", str(trace), "--lookup", "past-gpu,whole", "--gpu-pool", "1k",
+                 "--out", str(out)]) == 0
+    tot = pd.read_csv(out / "whatif.csv").query("window == -1").set_index("lookup")
+    assert set(tot.index) == {"past-gpu", "whole"}
+    assert tot.loc["whole", "store_hit_share"] == pytest.approx(
+        tot.loc["past-gpu", "store_hit_share"])
+    assert tot.loc["whole", "store_hit_share"] > 0
+
+
 def test_single_axis_sweep_plots_a_line(trace, tmp_path):
     out = tmp_path / "o"
     assert main(["whatif", str(trace), "--ram", "0.5,1,2", "--out", str(out)]) == 0

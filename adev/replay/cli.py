@@ -111,7 +111,7 @@ def _main(args: argparse.Namespace) -> int:
     names, seeds = _names(args.configurations), _seeds(args.seeds)
     exps = _experiments(args.experiment)
     scale = None if args.time_scale == "auto" else _scale("--time-scale", args.time_scale)
-    _scale("--min-time-scale", args.min_time_scale)
+    min_scale = _scale("--min-time-scale", args.min_time_scale)
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
@@ -142,8 +142,7 @@ def _main(args: argparse.Namespace) -> int:
     if scale is None and base.mode != "external":
         from .pace import choose_time_scales
         pace = asyncio.run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
-                                              min_scale=_scale("--min-time-scale",
-                                                               args.min_time_scale)))
+                                              min_scale=min_scale))
     runs = []
     for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
         runs += asyncio.run(run_matrix(trace, sessions, base, names, seeds,

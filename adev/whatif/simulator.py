@@ -35,6 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from typing import Literal
 
 import numpy as np
 
@@ -45,7 +46,8 @@ from .workload import Workload
 
 GB = 1e9
 
-LOOKUPS = ("past-gpu", "whole")
+Lookup = Literal["past-gpu", "whole"]
+LOOKUPS: tuple[Lookup, ...] = ("past-gpu", "whole")
 """Which blocks the store lookup covers: ``past-gpu``, those past the GPU hit (the emulator's
 ``adev.emulator.chunks.lookup_span``); ``whole``, every complete block of the prompt from the
 first (vLLM's Mooncake store connector)."""
@@ -93,7 +95,7 @@ class Params:
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
-    lookup: str = "past-gpu"          # which blocks a lookup covers: past-gpu, whole (LOOKUPS)
+    lookup: Lookup = "past-gpu"       # which blocks a lookup covers (LOOKUPS)
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:

@@ -14,10 +14,10 @@ def test_redacts_secret_keys_recursively():
     cfg = {"llm": {"api_key": "sk-live-123", "base_url": "http://x"},
            "gate": {"ssh": {"private_key": "-----BEGIN", "user": "adev"}},
            "tokens": 5, "access_token": "tok", "password": "hunter2", "secret": "",
-           "list": [{"Auth_Token": "abc"}]}
+           "list": [{"Auth_Token": "nested-auth-value"}]}
     m = build_manifest("run-1", config=cfg, command=["adev", "fleet"])
     text = json.dumps(m)
-    for s in ("sk-live-123", "-----BEGIN", "hunter2", "\"tok\"", "abc"):
+    for s in ("sk-live-123", "-----BEGIN", "hunter2", "\"tok\"", "nested-auth-value"):
         assert s not in text
     c = m["config"]
     assert c["llm"]["api_key"] == "<redacted>" and c["llm"]["base_url"] == "http://x"

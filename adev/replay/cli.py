@@ -7,7 +7,8 @@
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
 decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the endpoint supports
 ``kv_role``, else two colocated replicas ``p0``, ``p1``; the endpoints' policy is ``replay``
-where the emulator has it. A stack file in external mode runs the same replay against its
+where the emulator has it, and they stream once per decode macro step (``--stream-interval``,
+default 0; no replay figure depends on it). A stack file in external mode runs the same replay against its
 endpoints, unchanged (one run per seed, labelled with its ``configuration``). On the embedded
 stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
 (:mod:`adev.replay.pace`).
@@ -119,7 +120,8 @@ def _main(args: argparse.Namespace) -> int:
                  if v is not None}
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
-                             if args.stack_cpus else None)
+                             if args.stack_cpus else None,
+                             stream_interval=_stream_interval(args.stream_interval))
     max_ctx = None if base.mode == "external" else _max_context(base)
     sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
                                skip=args.skip, max_context=args.max_context or max_ctx,
@@ -174,6 +176,17 @@ def _scale(flag: str, text: str | float) -> float:
     return s
 
 
+def _stream_interval(n: int) -> int:
+    """``--stream-interval``: tokens per stream event of the replay's embedded endpoints. The
+    replay's figures do not depend on it: a first token is never inside a decode macro step, so
+    it leaves at its own model time, and inter-token latency is (end - first token) /
+    (tokens - 1)."""
+    if n < 0:
+        raise ConfigError(f"--stream-interval: {n!r} is not allowed; allowed values: an integer "
+                          ">= 0 (tokens per stream event; 0 = once per decode macro step)")
+    return n
+
+
 def _max_context(stack: StackConfig) -> int:
     from ..config import load_model_profile
     return load_model_profile(stack.profile).max_model_len
@@ -209,6 +222,12 @@ def register(subparsers: Any) -> None:
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
                         "default: the stack file's)")
     p.add_argument("--stack-cpus", default=None, help="cores of the stack's processes")
+    p.add_argument("--stream-interval", type=int, default=0,
+                   help="tokens per stream event of the embedded endpoints (vLLM's "
+                        "--stream-interval); default 0: once per decode macro step, half the "
+                        "host's time per run of 1 (every token). No replay figure depends on it: "
+                        "a first token always leaves at its own model time, and inter-token "
+                        "latency is (end - first token) / (tokens - 1)")
     p.add_argument("--sessions", type=int, default=None, help="replay at most N sessions")
     p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")
     p.add_argument("--skip", type=int, default=0, help="skip the first M matching sessions")

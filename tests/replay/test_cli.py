@@ -40,6 +40,7 @@ def test_stack_for_each_configuration(tmp_path):
     (["--time-scale", "fast"], "--time-scale: 'fast' is not allowed"),
     (["--time-scale", "nan"], "--time-scale: 'nan' is not allowed"),
     (["--min-time-scale", "-1"], "--min-time-scale: -1.0 is not allowed; allowed values: a number > 0"),
+    (["--stream-interval", "-1"], "--stream-interval: -1 is not allowed; allowed values: an integer >= 0"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
@@ -56,3 +57,23 @@ def test_bad_trace_and_no_sessions_exit_2(tmp_path, capsys):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1)]), tmp_path / "t.jsonl")
     assert main(["replay", str(p), "--min-turns", "2"]) == 2
     assert "no session" in capsys.readouterr().err
+
+
+class _Stop(Exception):
+    pass
+
+
+@pytest.mark.parametrize("args, expected", [([], 0), (["--stream-interval", "1"], 1),
+                                            (["--stream-interval", "8"], 8)])
+def test_stream_interval_reaches_the_replay_stack(tmp_path, monkeypatch, args, expected):
+    seen = []
+
+    async def fake_matrix(trace, sessions, base, *a, **kw):
+        seen.append(base.stream_interval)
+        raise _Stop
+
+    monkeypatch.setattr("adev.replay.cli.run_matrix", fake_matrix)
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
+    with pytest.raises(_Stop):
+        main(["replay", str(p), "--time-scale", "10", *args, "--out", str(tmp_path / "o")])
+    assert seen == [expected]

@@ -8,8 +8,8 @@ Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two pref
 decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the endpoint supports
 ``kv_role``, else two colocated replicas ``p0``, ``p1``; the endpoints' policy is ``replay``
 where the emulator has it, and they stream once per decode macro step (``--stream-interval``,
-default 0; no replay figure depends on it). A stack file in external mode runs the same replay against its
-endpoints, unchanged (one run per seed, labelled with its ``configuration``). On the embedded
+default 0; no replay figure depends on it). A stack file in external mode runs the same replay
+against its endpoints, unchanged (one run per seed, labelled with its ``configuration``). On the embedded
 stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
 (:mod:`adev.replay.pace`).
 """
@@ -113,15 +113,18 @@ def _main(args: argparse.Namespace) -> int:
     exps = _experiments(args.experiment)
     scale = None if args.time_scale == "auto" else _scale("--time-scale", args.time_scale)
     min_scale = _scale("--min-time-scale", args.min_time_scale)
+    interval = _stream_interval(args.stream_interval)
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
+        if interval is not None:
+            base = dataclasses.replace(base, stream_interval=interval)
     else:
         store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
                  if v is not None}
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None,
-                             stream_interval=_stream_interval(args.stream_interval))
+                             stream_interval=0 if interval is None else interval)
     max_ctx = None if base.mode == "external" else _max_context(base)
     sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
                                skip=args.skip, max_context=args.max_context or max_ctx,
@@ -176,12 +179,12 @@ def _scale(flag: str, text: str | float) -> float:
     return s
 
 
-def _stream_interval(n: int) -> int:
-    """``--stream-interval``: tokens per stream event of the replay's embedded endpoints. The
-    replay's figures do not depend on it: a first token is never inside a decode macro step, so
-    it leaves at its own model time, and inter-token latency is (end - first token) /
-    (tokens - 1)."""
-    if n < 0:
+def _stream_interval(n: int | None) -> int | None:
+    """``--stream-interval``: tokens per stream event of the embedded endpoints (None: not given,
+    0 on the replay's own stack, the file's with ``--stack``). The replay's figures do not
+    depend on it: a first token is never inside a decode macro step, so it leaves at its own
+    model time, and inter-token latency is (end - first token) / (tokens - 1)."""
+    if n is not None and n < 0:
         raise ConfigError(f"--stream-interval: {n!r} is not allowed; allowed values: an integer "
                           ">= 0 (tokens per stream event; 0 = once per decode macro step)")
     return n
@@ -222,12 +225,13 @@ def register(subparsers: Any) -> None:
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
                         "default: the stack file's)")
     p.add_argument("--stack-cpus", default=None, help="cores of the stack's processes")
-    p.add_argument("--stream-interval", type=int, default=0,
+    p.add_argument("--stream-interval", type=int, default=None,
                    help="tokens per stream event of the embedded endpoints (vLLM's "
-                        "--stream-interval); default 0: once per decode macro step, half the "
-                        "host's time per run of 1 (every token). No replay figure depends on it: "
-                        "a first token always leaves at its own model time, and inter-token "
-                        "latency is (end - first token) / (tokens - 1)")
+                        "--stream-interval; default: 0 = once per decode macro step, about half "
+                        "the host's time per run that 1 = every token takes; with --stack, the "
+                        "file's). No replay figure depends on it: a first token always leaves at "
+                        "its own model time, and inter-token latency is (end - first token) / "
+                        "(tokens - 1)")
     p.add_argument("--sessions", type=int, default=None, help="replay at most N sessions")
     p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")
     p.add_argument("--skip", type=int, default=0, help="skip the first M matching sessions")

@@ -63,17 +63,35 @@ class _Stop(Exception):
     pass
 
 
-@pytest.mark.parametrize("args, expected", [([], 0), (["--stream-interval", "1"], 1),
-                                            (["--stream-interval", "8"], 8)])
-def test_stream_interval_reaches_the_replay_stack(tmp_path, monkeypatch, args, expected):
-    seen = []
+@pytest.fixture
+def intervals(monkeypatch):
+    """The stream interval of the stack each ``adev replay`` would run its matrix on."""
+    seen: list[int] = []
 
     async def fake_matrix(trace, sessions, base, *a, **kw):
         seen.append(base.stream_interval)
         raise _Stop
 
     monkeypatch.setattr("adev.replay.cli.run_matrix", fake_matrix)
+    return seen
+
+
+def _replay(tmp_path, *args):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
     with pytest.raises(_Stop):
         main(["replay", str(p), "--time-scale", "10", *args, "--out", str(tmp_path / "o")])
-    assert seen == [expected]
+
+
+@pytest.mark.parametrize("args, expected", [([], 0), (["--stream-interval", "1"], 1),
+                                            (["--stream-interval", "8"], 8)])
+def test_stream_interval_reaches_the_replay_stack(tmp_path, intervals, args, expected):
+    _replay(tmp_path, *args)
+    assert intervals == [expected]
+
+
+def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, intervals):
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\nstream_interval = 4\n")
+    _replay(tmp_path, "--stack", str(stack))
+    _replay(tmp_path, "--stack", str(stack), "--stream-interval", "2")
+    assert intervals == [4, 2]

@@ -9,8 +9,8 @@ decode replicas (``p0``, ``p1`` producers; ``d0``, ``d1`` consumers) where the e
 ``kv_role``, else two colocated replicas ``p0``, ``p1``; the endpoints' policy is ``replay``
 where the emulator has it, and they stream once per decode macro step (``--stream-interval``,
 default 0; no replay figure depends on it). A stack file in external mode runs the same replay
-against its endpoints, unchanged (one run per seed, labelled with its ``configuration``). On the embedded
-stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
+against its endpoints, unchanged (one run per seed, labelled with its ``configuration``). On
+the embedded stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
 (:mod:`adev.replay.pace`).
 """
 from __future__ import annotations
@@ -116,15 +116,14 @@ def _main(args: argparse.Namespace) -> int:
     interval = _stream_interval(args.stream_interval)
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
-        if interval is not None:
-            base = dataclasses.replace(base, stream_interval=interval)
     else:
         store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
                  if v is not None}
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
-                             if args.stack_cpus else None,
-                             stream_interval=0 if interval is None else interval)
+                             if args.stack_cpus else None, stream_interval=0)
+    if interval is not None:
+        base = dataclasses.replace(base, stream_interval=interval)
     max_ctx = None if base.mode == "external" else _max_context(base)
     sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
                                skip=args.skip, max_context=args.max_context or max_ctx,

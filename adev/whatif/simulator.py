@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Literal, get_args
 
 import numpy as np
 
@@ -47,7 +47,7 @@ from .workload import Workload
 GB = 1e9
 
 Lookup = Literal["past-gpu", "whole"]
-LOOKUPS: tuple[Lookup, ...] = ("past-gpu", "whole")
+LOOKUPS: tuple[Lookup, ...] = get_args(Lookup)
 """Which blocks the store lookup covers: ``past-gpu``, those past the GPU hit (the emulator's
 ``adev.emulator.chunks.lookup_span``); ``whole``, every complete block of the prompt from the
 first (vLLM's Mooncake store connector)."""

@@ -352,13 +352,16 @@ class LLMClient:
                                 break
                             line = buf[start:k]
                             start = k + 1
-                            if not read_first and line.startswith(b"data:") and _ROLE not in line:
+                            first = (not read_first and line.startswith(b"data:")
+                                     and _ROLE not in line)
+                            done = st.feed(line)   # stamps the first tokens while still held
+                            if first:
                                 # the first event after the role-only one: the answer's first
-                                # tokens are read, model time may run on
+                                # tokens are read (and stamped), model time may run on
                                 read_first = True
                                 if holds is not None and slot is not None:
                                     holds.release(slot)
-                            if st.feed(line):
+                            if done:
                                 break
                         buf = buf[start:]
             except (aiohttp.ClientError, TimeoutError) as e:

@@ -190,12 +190,13 @@ class Replayer:
                 self._next[f"{cs[0].session}/{cs[0].turn}"] = self._prepare(cs[0])
 
     async def dispatch(self, s: int, call: Call, sessions: Sequence[Sequence[Call]]) -> None:
-        t_ready = self.clock.now()
         # on the stack's held clock the client's own work (building, routing and sending the
         # request, handing the prefill's answer to the decode) takes no model time: a request
-        # slot holds the clock from here through both requests (adev.clock.RequestHolds)
+        # slot holds the clock from here through both requests (adev.clock.RequestHolds), taken
+        # before the call's release is stamped so that the stamp is the held time
         holds = request_holds()
         slot = holds.take() if holds is not None else None
+        t_ready = self.clock.now()
         try:
             await self._dispatch(s, call, sessions, t_ready, slot)
         finally:

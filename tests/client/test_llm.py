@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import time
 
 import pytest
@@ -386,3 +387,69 @@ async def test_first_byte_is_stamped_at_the_socket_read_and_reset_per_request(se
     # the role-only chunk comes 50 ms before the content: the first byte is the first read
     assert r1["t_first_content"] - r1["t_first_byte"] >= 0.04
     assert proto.t_first_rx is not None and type(proto).__name__ == "StampedHandler"
+
+
+async def test_on_a_held_clock_the_first_tokens_are_stamped_before_their_hold_is_released(
+        tmp_path, monkeypatch):
+    """The endpoint holds the request's slot at the answer's first tokens until the client has
+    read them; the client stamps them before it releases that hold, so host time spent after
+    the release (here: one wall second) is not in the first-token stamp."""
+    import adev.clock as clock_mod
+    from adev.clock import HOLD_HEADER, HeldClock, RequestHolds
+
+    class Wall:
+        t = 100.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    w = Wall()
+    HeldClock.create(tmp_path / "clock")
+    client_clock, server_clock = HeldClock(tmp_path / "clock", w), HeldClock(tmp_path / "clock", w)
+    monkeypatch.setattr(clock_mod, "_source", client_clock)
+    monkeypatch.setattr(clock_mod, "_request_holds", None)
+    release = RequestHolds.release
+
+    def slow_release(self, slot):
+        release(self, slot)
+        w.t += 1.0   # the host's time after the hold is released: model time runs on
+    monkeypatch.setattr(RequestHolds, "release", slow_release)
+
+    async def chat(request):
+        slot = int(request.headers[HOLD_HEADER])
+        await request.read()
+        server_clock.set_hold(slot, math.inf)   # the endpoint has the request
+        resp = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+        await resp.prepare(request)
+        base = {"id": "c1", "object": "chat.completion.chunk", "model": "m1"}
+
+        def sse(obj) -> bytes:   # compact, as the endpoints write it
+            return b"data: " + json.dumps(obj, separators=(",", ":")).encode() + b"\n\n"
+        await resp.write(sse({**base, "choices": [{"index": 0, "delta": {"role": "assistant"}}]}))
+        server_clock.set_hold(slot, 105.0)      # first tokens at 105, held until read
+        w.t = 110.0
+        await resp.write(sse({**base, "choices": [{"index": 0, "delta": {"content": "Hi"},
+                                                    "finish_reason": "stop"}]}))
+        await resp.write(b"data: [DONE]\n\n")
+        await resp.write_eof()
+        return resp
+
+    app = web.Application()
+    app.router.add_post("/v1/chat/completions", chat)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}/v1"
+    rd = RunDir.create("r", base=tmp_path)
+    try:
+        async with LLMClient([Endpoint("coder", url, model="m1")], clock=RunClock(),
+                             run_dir=rd) as c:
+            res = await c.chat("coder", [{"role": "user", "content": "hi"}], max_tokens=2)
+    finally:
+        await runner.cleanup()
+    assert res.content == "Hi"
+    (rec,) = rd.read("calls")
+    assert rec["t_sent"] == pytest.approx(0.0)
+    assert rec["t_first_content"] == pytest.approx(5.0)   # 105 on the held clock, not 106
+    assert rec["t_end"] == pytest.approx(6.0)

@@ -187,3 +187,52 @@ def test_warm_up_sends_one_request_through_every_replica(tmp_path):
         b = srv[n].bodies[0]
         assert b["prompt"] == WARMUP_PROMPT and b["max_tokens"] == 2
         assert b["kv_transfer_params"]["remote_engine_id"] == p   # the prefill's answer, handed on
+
+
+def test_a_calls_release_is_stamped_where_its_slot_holds_the_clock(tmp_path, monkeypatch):
+    """On a held clock the replay takes the call's request slot before it stamps the call's
+    release (``t_ready``): host time spent taking the slot (here one wall second) is neither in
+    the dispatch delay nor in the user TTFT."""
+    import adev.clock as clock_mod
+    from adev.clock import HeldClock, RequestHolds
+
+    class Wall:
+        t = 100.0
+
+        def __call__(self) -> float:
+            return self.t
+
+    w = Wall()
+    held = HeldClock.create(tmp_path / "clock")
+    held.source = w
+    monkeypatch.setattr(clock_mod, "_source", held)
+    monkeypatch.setattr(clock_mod, "_request_holds", None)
+    take = RequestHolds.take
+
+    def slow_take(self):
+        w.t += 1.0          # the host's time before the slot holds the clock
+        return take(self)
+    monkeypatch.setattr(RequestHolds, "take", slow_take)
+    trace = _trace()
+    sessions = [list(trace.sessions().values())[0][:1]]
+
+    async def go():
+        srv = {n: await FakeVLLM(n).start() for n in ("p0", "d0")}
+        rd = RunDir.create("r", base=tmp_path)
+        clock = RunClock()
+        try:
+            async with LLMClient([Endpoint(n, s.url, model="m") for n, s in srv.items()],
+                                 clock=clock, run_dir=rd) as c:
+                rep = Replayer(trace, c, clock, rd, Topology(["p0"], ["d0"]),
+                               ReplayOptions(experiment="long"))
+                await rep.dispatch(0, sessions[0][0], sessions)
+        finally:
+            for s in srv.values():
+                await s.stop()
+            rd.close()
+        return rd
+    rd = asyncio.run(go())
+    (rec,) = rd.read("replay")
+    pre = next(r for r in rd.read("calls") if r["call_id"].endswith("-prefill"))
+    assert rec["t_ready"] == pytest.approx(1.0)      # where the slot holds the clock
+    assert pre["t_sent"] == pytest.approx(1.0) and rec["ttft_s"] == pytest.approx(0.0)

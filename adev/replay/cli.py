@@ -40,7 +40,9 @@ from .experiment import (
     Experiment,
     ReplayOptions,
     run_matrix,
+    scaled_ram_gb,
     select_sessions,
+    source_mean_prompt,
 )
 from .format import TraceError, read_trace
 from .pace import MIN_SCALE
@@ -132,6 +134,12 @@ def _main(args: argparse.Namespace) -> int:
         print("adev replay: no session of the trace matches --sessions/--min-turns/--skip",
               file=sys.stderr)
         return 2
+    if not args.stack and args.ram_gb is None:
+        ram, mean = scaled_ram_gb(sessions)
+        base = dataclasses.replace(base, store=dataclasses.replace(base.store, ram_gb=ram))
+        print(f"RAM store: {ram:.1f} GB at model scale = the source's 256 GiB x this slice's "
+              f"mean prompt {mean:,.0f} / the source's {source_mean_prompt():,.0f} tokens "
+              "(--ram-gb sets another)", file=sys.stderr)
     opts = ReplayOptions(experiment=exps[0], routing=args.routing,
                          threshold_tokens=args.threshold_tokens, active=args.active,
                          gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
@@ -216,7 +224,10 @@ def register(subparsers: Any) -> None:
                    help="with --time-scale auto: the lowest scale a pilot may choose (default "
                         f"{MIN_SCALE:g}); where the reads keep pace only below it, the run goes "
                         "at the stack's scale")
-    p.add_argument("--ram-gb", type=float, default=None, help="RAM tier at model scale")
+    p.add_argument("--ram-gb", type=float, default=None,
+                   help="RAM tier at model scale (default on the replay's own stack: the "
+                        "source's 256 GiB x the replayed calls' mean prompt / the source's; "
+                        "with --stack: the file's)")
     p.add_argument("--chunk-blocks", type=int, default=None,
                    help="blocks per store object (stack.store.chunk_blocks; default: the stack "
                         "file's 16 = 256 tokens); counts stay per block")

@@ -53,6 +53,34 @@ CONFIGURATIONS: dict[str, tuple[Configuration, str | None]] = {
 }
 """The six configurations: name -> (stack.configuration, stack.store.disk_tier; None = keep)."""
 
+SOURCE_RAM_GB = 256 * 2 ** 30 / 1e9
+"""The source's replay study's shared RAM store: 256 GiB, in GB (the store's ``ram_gb`` unit)."""
+
+
+def source_mean_prompt() -> float:
+    """The source's mean prompt (tokens) as its prompt-length groups give it: 1,116 / 3,061 /
+    2,779 / 947 calls at <= 32K / 32-64K / 64-96K / > 96K tokens, evenly spaced within each
+    group (the lengths of :func:`adev.replay.synth.target_lengths` with the source's counts:
+    64,240)."""
+    from .synth import SynthParams, target_lengths
+    return float(target_lengths(SynthParams()).mean())
+
+
+def scaled_ram_gb(sessions: Sequence[Sequence[Call]]) -> tuple[float, float]:
+    """(RAM store GB, the sessions' mean prompt): the source's 256 GiB scaled by the replayed
+    calls' mean prompt over the source's (:func:`source_mean_prompt`),
+
+        ram_gb = SOURCE_RAM_GB x mean prompt / source mean prompt,
+
+    so that the store holds as many mean-sized contexts as the source's did: with the source's
+    16 active sessions (short gap) and 128 calls between a session's turns (long gap), the
+    short gap's working set fits it and the long gap's does not, in the same proportions as in
+    the source. Nothing of the source's results goes in."""
+    calls = [c for cs in sessions for c in cs]
+    mean = sum(c.prompt_tokens for c in calls) / len(calls) if calls else 0.0
+    return SOURCE_RAM_GB * mean / source_mean_prompt(), mean
+
+
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,
                   "remote_block_ids": None, "remote_host": None, "remote_port": None}
 """``kv_transfer_params`` of the prefill request (vLLM's disaggregated-prefill proxy)."""

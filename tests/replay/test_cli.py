@@ -64,12 +64,12 @@ class _Stop(Exception):
 
 
 @pytest.fixture
-def intervals(monkeypatch):
-    """The stream interval of the stack each ``adev replay`` would run its matrix on."""
-    seen: list[int] = []
+def bases(monkeypatch):
+    """The stack each ``adev replay`` would run its matrix on."""
+    seen: list = []
 
     async def fake_matrix(trace, sessions, base, *a, **kw):
-        seen.append(base.stream_interval)
+        seen.append(base)
         raise _Stop
 
     monkeypatch.setattr("adev.replay.cli.run_matrix", fake_matrix)
@@ -84,14 +84,35 @@ def _replay(tmp_path, *args):
 
 @pytest.mark.parametrize("args, expected", [([], 0), (["--stream-interval", "1"], 1),
                                             (["--stream-interval", "8"], 8)])
-def test_stream_interval_reaches_the_replay_stack(tmp_path, intervals, args, expected):
+def test_stream_interval_reaches_the_replay_stack(tmp_path, bases, args, expected):
     _replay(tmp_path, *args)
-    assert intervals == [expected]
+    assert [b.stream_interval for b in bases] == [expected]
 
 
-def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, intervals):
+def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, bases):
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\nstream_interval = 4\n")
     _replay(tmp_path, "--stack", str(stack))
     _replay(tmp_path, "--stack", str(stack), "--stream-interval", "2")
-    assert intervals == [4, 2]
+    assert [b.stream_interval for b in bases] == [4, 2]
+
+
+def test_the_source_mean_prompt_from_its_prompt_length_groups():
+    # 1,116 / 3,061 / 2,779 / 947 calls evenly spaced in (8,192, 32,768], (32,768, 65,536],
+    # (65,536, 98,304], (98,304, 126,976]: group means 20,491.0, 49,157.4, 81,925.9 and
+    # 112,655.1 (lo + (hi - lo) (c + 1) / 2c), 64,240.8 over the 7,903 calls; each length is
+    # rounded down to a whole token, about 0.5 less on average
+    from adev.replay.experiment import source_mean_prompt
+    assert source_mean_prompt() == pytest.approx(64240.3, abs=0.5)
+
+
+def test_the_ram_store_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_path, bases):
+    from adev.replay.experiment import source_mean_prompt
+    _replay(tmp_path)                       # the trace's calls: 10 and 20 prompt tokens
+    _replay(tmp_path, "--ram-gb", "32")
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\n[stack.store]\nram_gb = 8.0\n")
+    _replay(tmp_path, "--stack", str(stack))
+    # 256 GiB = 274.877906944 GB, times a mean prompt of 15 tokens over the source's
+    assert [b.store.ram_gb for b in bases] == [
+        pytest.approx(274.877906944 * 15 / source_mean_prompt()), 32.0, 8.0]

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import functools
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -57,6 +58,7 @@ SOURCE_RAM_GB = 256 * 2 ** 30 / 1e9
 """The source's replay study's shared RAM store: 256 GiB, in GB (the store's ``ram_gb`` unit)."""
 
 
+@functools.cache
 def source_mean_prompt() -> float:
     """The source's mean prompt (tokens) as its prompt-length groups give it: 1,116 / 3,061 /
     2,779 / 947 calls at <= 32K / 32-64K / 64-96K / > 96K tokens, evenly spaced within each

@@ -396,12 +396,7 @@ async def test_on_a_held_clock_the_first_tokens_are_stamped_before_their_hold_is
     the release (here: one wall second) is not in the first-token stamp."""
     import adev.clock as clock_mod
     from adev.clock import HOLD_HEADER, HeldClock, RequestHolds
-
-    class Wall:
-        t = 100.0
-
-        def __call__(self) -> float:
-            return self.t
+    from tests.test_clock import Wall
 
     w = Wall()
     HeldClock.create(tmp_path / "clock")

@@ -195,12 +195,7 @@ def test_a_calls_release_is_stamped_where_its_slot_holds_the_clock(tmp_path, mon
     the dispatch delay nor in the user TTFT."""
     import adev.clock as clock_mod
     from adev.clock import HeldClock, RequestHolds
-
-    class Wall:
-        t = 100.0
-
-        def __call__(self) -> float:
-            return self.t
+    from tests.test_clock import Wall
 
     w = Wall()
     held = HeldClock.create(tmp_path / "clock")

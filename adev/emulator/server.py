@@ -85,7 +85,10 @@ class Endpoint:
                 raise ConfigError(f"stack.configuration: {conf!r} needs a Mooncake master (--master HOST:PORT)")
             n_eps = max(1, len(stack.endpoints))
             scale = stack.payload_scale
-            seg = 0 if conf == "disk-only" else int(stack.store.ram_gb * 1e9 / scale / n_eps)
+            # disk-only: the segment Mooncake needs to put through to disk is a staging buffer of
+            # the RAM store's size, so that it drains at the rate store-ram+disk offloads at and
+            # refuses no write the direct path would have made; it serves no hit at RAM cost
+            seg = int(stack.store.ram_gb * 1e9 / scale / n_eps)
             ddir = None
             if conf in DISK_CONFIGS:
                 ddir = disk_dir or (str(Path(stack.store.disk_dir) / name) if stack.store.disk_dir else None)

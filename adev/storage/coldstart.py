@@ -216,12 +216,8 @@ async def run_embedded(contexts: list[int], *, parallel: int = 1, time_scale: fl
                        profile: str | None = None, ram_tier: str = "ram",
                        disk_tier: str = "local-raid0", ram_gb: float = 32.0,
                        payload_scale: int = 1024, seed: int = 0) -> list[Reactivation]:
-    """Start a small embedded stack per configuration (one endpoint) and :func:`measure` it.
-
-    ``payload_scale`` 1024 keeps a 32k-token context's blocks (1.5 KiB real bytes each for the
-    default profile) well inside the 16 MiB staging segment a ``disk-only`` client has: a put
-    that finds staging full of objects not yet written to disk is refused, and the session then
-    has only part of its KV on disk."""
+    """Start a small embedded stack per configuration (one endpoint) and :func:`measure` it
+    (``payload_scale`` 1024: 1.5 KiB of real bytes per block of the default profile)."""
     from ..stack import running_stack, small_config
     rows: list[Reactivation] = []
     for conf in configurations:

@@ -138,6 +138,42 @@ def test_disk_only_charges_every_hit_at_the_disk_tier(workdir):
     assert r["adev"]["load_s"] == pytest.approx(0.0002 + blocks * 1572864 / 12e9, rel=1e-6)
 
 
+def test_disk_only_writes_a_burst_larger_than_mooncakes_minimum_segment_in_full(workdir):
+    """Direct disk puts every block through a RAM segment of the RAM store's size: a burst of
+    saves larger than Mooncake's 16 MiB minimum segment (four 8K-token prompts: 2,000 blocks of
+    24 KiB, 49 MB) is written in full before the first offload heartbeat, none refused; a 16 MiB
+    staging segment refuses most of it (objects not yet on disk cannot be evicted)."""
+    w, procs = workdir
+    prof = write_profile(w, gpu_pool_tokens=40000)
+    m = Master(lease_ms=500, offload=True, workdir=w, configuration="disk-only")
+    m.start()
+    procs.append(m)
+    e = Emulator(make_stack(prof, "disk-only", 20.0, ram_gb=32.0), "coder", m, w).start()
+    procs.append(e)
+
+    async def burst():
+        async with httpx.AsyncClient(timeout=120) as c:
+            rs = await asyncio.gather(*[c.post(e.base_url + "/chat/completions", json={
+                "model": MODEL, "messages": prompt_messages(8000, t), "max_tokens": 1})
+                for t in "pqrs"])
+        return [r.json() for r in rs]
+
+    rs = asyncio.run(burst())
+    want = sum(r["usage"]["prompt_tokens"] // 16 for r in rs)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        s = e.metrics()
+        done = v(s, "adev_emulator_store_put_blocks_total") + v(s, "adev_emulator_store_put_refused_blocks_total") \
+            + v(s, "adev_emulator_store_put_skipped_blocks_total")
+        if done >= want:
+            break
+        time.sleep(0.2)
+    print("disk-only burst: put", v(s, "adev_emulator_store_put_blocks_total"), "of", want)
+    assert v(s, "adev_emulator_store_put_refused_blocks_total") == 0
+    assert v(s, "adev_emulator_store_put_skipped_blocks_total") == 0
+    assert v(s, "adev_emulator_store_put_blocks_total") == want
+
+
 async def _store_lease_run(w, lease_ms):
     """The emulator's store path (MooncakeTier.save: batch_is_exist then batch_put_from) with a reuse
     lookup right after each save, as the next request of a session does when it follows quickly."""

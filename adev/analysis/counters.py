@@ -41,6 +41,7 @@ PREEMPTIONS = ("vllm:num_preemptions_total",)
 # the emulator's own store-client counters (per endpoint; absent on real vLLM)
 EMU_PUT_ACCEPTED = ("adev_emulator_store_put_blocks_total",)
 EMU_PUT_REFUSED = ("adev_emulator_store_put_refused_blocks_total",)
+EMU_PUT_SKIPPED = ("adev_emulator_store_put_skipped_blocks_total",)   # not offered after a refusal
 EMU_LOAD_FAILED = ("adev_emulator_store_load_failed_blocks_total",)
 EMU_HIT_BLOCKS = ("adev_emulator_store_hit_blocks_total",)   # label tier="ram"|"disk"
 EMU_READ_OVERRUN = ("adev_emulator_read_path_overrun_seconds_total",)   # model seconds

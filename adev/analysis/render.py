@@ -65,6 +65,7 @@ LABELS = {
     "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":
     "Inter-token latency p50 (s)", "store_load_bytes": "Store loads (bytes)",
     "physical_read_bytes": "Disk reads (bytes)", "evicted_bytes": "Evicted (bytes)",
+    "unsaved_bytes": "Not saved after a refusal (bytes)",
     "disk_read_rate_Bps": "Disk read rate (B/s)", "dispatch_delay_p99_s": "Dispatch delay p99 (s)",
     "store_read_over_profile_p50": "Store reads / profile, p50 (×)",
     "time_scale": "Time scale (model s per wall s)",

@@ -26,7 +26,9 @@ with its reason in ``missing``.
   ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
   bytes per block; ``physical_read_bytes`` = those loaded from the disk tier;
   ``physical_read_share`` = physical_read_bytes / store_load_bytes (None without loads);
-  ``evictions`` =
+  ``refused_share``: :func:`adev.analysis.figures.refusal_share` of the endpoints' refused and
+  accepted blocks; ``unsaved_bytes`` = (refused + skipped blocks: those a request then stopped
+  saving) x model bytes per block, the prefilled KV the store never received; ``evictions`` =
   the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
   (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
   the calls' tier split and load time;
@@ -59,6 +61,7 @@ from ..analysis.figures import (
     disk_rate_estimate,
     dispatch_delay,
     pct,
+    refusal_share,
     store_read_over_profile,
     ttft_from_send,
     ttft_model_error,
@@ -208,10 +211,18 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
     ram = disk = 0.0
     seen = False
     overrun: list[float] = []
+    puts: dict[str, float] = {"accepted": 0.0, "refused": 0.0, "skipped": 0.0}
+    put_seen = False
     for name, ss in run.scrapes.items():
         if name == "master":
             continue
         rows = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in ss]
+        for key, names in (("accepted", K.EMU_PUT_ACCEPTED), ("refused", K.EMU_PUT_REFUSED),
+                           ("skipped", K.EMU_PUT_SKIPPED)):
+            x = _delta(rows, names)
+            if x is not None:
+                put_seen = True
+                puts[key] += x
         r = _delta(rows, K.EMU_HIT_BLOCKS, {"tier": "ram"})
         d = _delta(rows, K.EMU_HIT_BLOCKS, {"tier": "disk"})
         if r is not None or d is not None:
@@ -222,6 +233,12 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
         if o is not None:
             overrun.append(o)
     out["read_overrun_s"] = sum(overrun) if overrun else None
+    offered = puts["accepted"] + puts["refused"]
+    out["refused_share"] = refusal_share(puts["refused"], offered) if offered else None
+    out["unsaved_bytes"] = (puts["refused"] + puts["skipped"]) * bpb if put_seen and bpb else None
+    if out["refused_share"] is None:
+        missing["refused_share"] = ("no block offered to the store" if put_seen else
+                                    "no store put counters scraped (no store, or real vLLM)")
     if not overrun:
         missing["read_overrun_s"] = "no read-path overrun counter scraped (no store, or real vLLM)"
     if seen and bpb:

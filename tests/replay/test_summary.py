@@ -51,9 +51,13 @@ def test_summary_by_hand(tmp_path):
                          server=srv(1.0, 0.05, 0.5, hits=0)))
     hit = 'adev_emulator_store_hit_blocks_total{tier="%s"}'
     over = "adev_emulator_read_path_overrun_seconds_total"
-    for t, ram, disk, ev, evb, ov in ((0.0, 10, 0, 3, 100, 0.5), (10.0, 30, 5, 7, 600, 0.75)):
+    put = "adev_emulator_store_put_%s_blocks_total"
+    for t, ram, disk, ev, evb, ov, acc, ref, skip in ((0.0, 10, 0, 3, 100, 0.5, 100, 2, 10),
+                                                      (10.0, 30, 5, 7, 600, 0.75, 130, 12, 50)):
         rd.append(ScrapeRecord(run_id="r", target="p0", url="u", t=t, ok=True,
-                               samples={hit % "ram": ram, hit % "disk": disk, over: ov}))
+                               samples={hit % "ram": ram, hit % "disk": disk, over: ov,
+                                        "adev_emulator_store_put_blocks_total": acc,
+                                        put % "refused": ref, put % "skipped": skip}))
         rd.append(ScrapeRecord(run_id="r", target="master", url="m", t=t, ok=True,
                                samples={"master_successful_evictions_total": ev,
                                         "master_evicted_size_bytes": evb}))
@@ -90,6 +94,9 @@ def test_summary_by_hand(tmp_path):
     assert s["evictions"] == 4
     assert s["read_overrun_s"] == pytest.approx(0.25)                 # 0.5 -> 0.75
     assert s["evicted_bytes"] == 500 * stack.payload_scale
+    # 30 blocks accepted and 10 refused in the run; 40 more never offered after a refusal
+    assert s["refused_share"] == pytest.approx(10 / 40)
+    assert s["unsaved_bytes"] == 50 * bpb
 
 
 def test_user_ttft_over_model_sums_the_requests_models():

@@ -89,7 +89,9 @@ def parse_prompts(body: dict[str, Any], vocab_size: int) -> list[Prompt]:
     def ids(x: list[Any], where: str) -> list[int]:
         if not x:
             raise BadRequest(f"{where}: a token-id prompt must not be empty", "prompt")
-        if not all(isinstance(i, int) and not isinstance(i, bool) for i in x):
+        # the types in one pass in C (a Python loop over a 100K-token prompt costs ~10 ms on
+        # the request's held path); type(), not isinstance: True and False are not token ids
+        if not set(map(type, x)) <= {int}:
             raise BadRequest(f"{where}: expected token ids (integers)", "prompt")
         bad = max(x)
         if bad >= vocab_size or min(x) < 0:

@@ -29,6 +29,7 @@ def test_prompts():
     assert parse_prompts({"prompt": ["a", "b"]}, 100) == ["a", "b"]
     assert parse_prompts({"prompt": [[1], [2, 3]]}, 100) == [[1], [2, 3]]
     for p, msg in (([1, 100], "Token id 100 is out of vocabulary"), ([-1], "Token id -1"),
-                   ([], "prompt"), ([[]], "must not be empty"), ([1, "a"], "integers"), (None, "prompt")):
+                   ([], "prompt"), ([[]], "must not be empty"), ([1, "a"], "integers"), (None, "prompt"),
+                   ([1, True], "integers"), ([[1], [2.0]], "integers")):
         with pytest.raises(BadRequest, match=msg):
             parse_prompts({"prompt": p}, 100)

@@ -57,6 +57,7 @@ LABELS = {
     "dispatch_p50": "Dispatch delay p50 (s)",
     "throughput_rps": "Throughput (calls/s)", "ttft_p50_s": "User TTFT p50 (s)",
     "ttft_p90_s": "User TTFT p90 (s)", "ttft_p99_s": "User TTFT p99 (s)",
+    "ttft_later_p99_s": "User TTFT p99, later turns (s)",
     "evictions": "RAM eviction cycles", "physical_read_share": "Disk reads / store loads",
     "prompt_load": "Prompt tokens / prefill capacity",
     "calls_in_flight_mean": "Calls in flight (mean)",

@@ -7,6 +7,9 @@ with its reason in ``missing``.
 - ``calls_in_flight_mean`` = sum over OK calls of (end - ready) / the same span: the mean number
   of calls in flight (the long gap allows at most 16);
 - ``ttft_p50/p90/p99_s``: user TTFT (:class:`adev.replay.experiment.ReplayRecord.ttft_s`);
+  ``ttft_later_p99_s``: its p99 over later turns only (not a session's first call, which no
+  cache can serve: where first calls are long and many, as in a trace of short sessions, they
+  alone make the p99 of every configuration);
   ``ttft_by_group_p50_s``: its median per prompt-length group;
 - ``itl_p50_s``: median of the calls' mean inter-token latency;
 - ``exact_output_share``: OK calls whose live output length equals the recorded one;
@@ -141,6 +144,10 @@ def summarise(path: str | Path) -> dict[str, Any]:
         tt = np.array([r["ttft_s"] for r in okr])
         for q in (50, 90, 99):
             out[f"ttft_p{q}_s"] = _f(pct(tt, q))
+        later_tt = [r["ttft_s"] for r in okr if not r["initial"]]
+        out["ttft_later_p99_s"] = _f(pct(later_tt, 99))
+        if not later_tt:
+            missing["ttft_later_p99_s"] = "no later turn completed"
         out["ttft_by_group_p50_s"] = {
             g: _f(pct([r["ttft_s"] for r in okr if r["group"] == g], 50)) for _, _, g in GROUPS}
         out["calls_by_group"] = dict(Counter(r["group"] for r in okr))

@@ -50,9 +50,9 @@ def test_long_gap_shapes_by_hand():
             _s("long", "recompute", seed, throughput_rps=0.50 * k, ttft_p50_s=10.0, ttft_p99_s=60),
             _s("long", "gpu-only", seed, throughput_rps=0.52 * k, ttft_p50_s=7.0, ttft_p99_s=60),
             _s("long", "store-ram", seed, throughput_rps=0.55 * k, ttft_p99_s=65.0,
-               evictions=1600 + 100 * seed),
+               evictions=1600 + 100 * seed, evicted_bytes=40e12),
             _s("long", "store-ram+raid0", seed, throughput_rps=0.76 * k, ttft_p99_s=34.0,
-               evictions=80),
+               evictions=80, evicted_bytes=25e12),
             _s("long", "store-ram+nvmeof", seed, throughput_rps=0.76 * k, ttft_p99_s=52.0,
                evictions=None),
             _s("long", "disk-only", seed, throughput_rps=0.70 * k, ttft_p99_s=29.0)]
@@ -68,6 +68,8 @@ def test_long_gap_shapes_by_hand():
     assert p.measure == pytest.approx(52 / 65) and p.holds is False  # 0.8 > 0.75
     e = _by(rows, "evictions", "store-ram", "store-ram+raid0")
     assert e.values == [1650, 80] and e.holds                        # mean over seeds
+    v = _by(rows, "evicted_bytes", "store-ram", "store-ram+raid0")
+    assert v.measure == pytest.approx(1.6) and v.holds is False      # more cycles, not 2x volume
     n = _by(rows, "evictions", "store-ram", "store-ram+nvmeof")
     assert n.holds is None and "not measured at long gap, store-ram+nvmeof" in n.why
     d = _by(rows, "throughput_rps", "disk-only", "store-ram+nvmeof")

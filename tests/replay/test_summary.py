@@ -72,6 +72,7 @@ def test_summary_by_hand(tmp_path):
     assert s["prompt_load"] == pytest.approx(42000 / 10.0 / (2 * rate))
     assert s["ttft_p50_s"] == pytest.approx(2.0)
     assert s["ttft_p90_s"] == pytest.approx(2.8)                 # 2 + 0.8 * (3 - 2)
+    assert s["ttft_later_p99_s"] == pytest.approx(2.99)          # turns 1 and 2: 2 + 0.99 * 1
     assert s["ttft_by_group_p50_s"]["<=32K"] == pytest.approx(1.5)
     assert s["ttft_by_group_p50_s"]["32-64K"] == pytest.approx(3.0)
     assert s["ttft_by_group_p50_s"][">96K"] is None

@@ -86,8 +86,9 @@ class Endpoint:
             n_eps = max(1, len(stack.endpoints))
             scale = stack.payload_scale
             # disk-only: the segment Mooncake needs to put through to disk is a staging buffer of
-            # the RAM store's size, so that it drains at the rate store-ram+disk offloads at and
-            # refuses no write the direct path would have made; it serves no hit at RAM cost
+            # the RAM store's size, large enough to hold what arrives between two offload
+            # heartbeats (a write not yet on disk cannot be evicted), so it refuses no write the
+            # direct path would have made; hits are still charged at the disk tier
             seg = int(stack.store.ram_gb * 1e9 / scale / n_eps)
             ddir = None
             if conf in DISK_CONFIGS:

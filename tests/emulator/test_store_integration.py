@@ -141,8 +141,8 @@ def test_disk_only_charges_every_hit_at_the_disk_tier(workdir):
 def test_disk_only_writes_a_burst_larger_than_mooncakes_minimum_segment_in_full(workdir):
     """Direct disk puts every block through a RAM segment of the RAM store's size: a burst of
     saves larger than Mooncake's 16 MiB minimum segment (four 8K-token prompts: 2,000 blocks of
-    24 KiB, 49 MB) is written in full before the first offload heartbeat, none refused; a 16 MiB
-    staging segment refuses most of it (objects not yet on disk cannot be evicted)."""
+    24 KiB, 49 MB) is written in full, none refused; a 16 MiB staging segment refuses most of it
+    (objects not yet on disk cannot be evicted, and the offload heartbeat writes once a second)."""
     w, procs = workdir
     prof = write_profile(w, gpu_pool_tokens=40000)
     m = Master(lease_ms=500, offload=True, workdir=w, configuration="disk-only")

@@ -34,7 +34,8 @@ from .summary import READS_AT_PACE, split_label
 from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
-            "ttft_p99_s", "ttft_later_p99_s", "crossover_tokens", "stickiness", "prompt_load", "calls_in_flight_mean"]
+            "ttft_p99_s", "ttft_later_p99_s", "crossover_tokens", "stickiness", "prompt_load",
+            "calls_in_flight_mean"]
 """The configurations table: throughput, user TTFT, routing, load."""
 STORE = ["label", "store_load_bytes", "physical_read_bytes", "physical_read_share", "evictions",
          "evicted_bytes", "disk_read_rate_Bps", "refused_share", "unsaved_bytes"]

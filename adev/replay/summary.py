@@ -3,7 +3,8 @@
 called from :mod:`adev.analysis.figures`, not restated. A figure that cannot be computed is None
 with its reason in ``missing``.
 
-- ``throughput_rps`` = OK calls / (last call end - first call ready), model seconds;
+- ``throughput_rps`` = OK calls / ``span_s``, where ``span_s`` = last call end - first call
+  ready (model seconds);
 - ``calls_in_flight_mean`` = sum over OK calls of (end - ready) / the same span: the mean number
   of calls in flight (the long gap allows at most 16);
 - ``ttft_p50/p90/p99_s``: user TTFT (:class:`adev.replay.experiment.ReplayRecord.ttft_s`);
@@ -34,7 +35,12 @@ with its reason in ``missing``.
   saving) x model bytes per block, the prefilled KV the store never received; ``evictions`` =
   the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
   (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
-  the calls' tier split and load time;
+  the calls' tier split and load time (the rate of a load while it runs);
+  ``disk_read_avg_Bps`` = physical_read_bytes / the span of ``throughput_rps``: the disk tier's
+  read rate averaged over the run, the way the source states its figures ("about 34.6 TiB at an
+  average 3.40 GiB/s" is a run of 34.6 TiB / 3.40 GiB/s = 10,420 s, its 7,903 calls at 0.76
+  requests/s). It moves with throughput and with the share of loads the disk serves, not with
+  the device's speed;
 - host fidelity: ``time_scale`` (the manifest's; ``time_scale_chosen``: whether pilots chose it,
   :mod:`adev.replay.pace`), ``store_read_over_profile_p50/p99``
   (:func:`adev.analysis.figures.store_read_over_profile`, over the ``store_read_calls`` calls
@@ -139,6 +145,7 @@ def summarise(path: str | Path) -> dict[str, Any]:
     if okr:
         span = max(r["t_end"] for r in okr) - min(r["t_ready"] for r in okr)
         out["throughput_rps"] = len(okr) / span if span > 0 else None
+        out["span_s"] = span if span > 0 else None
         out["calls_in_flight_mean"] = (sum(r["t_end"] - r["t_ready"] for r in okr) / span
                                        if span > 0 else None)
         tt = np.array([r["ttft_s"] for r in okr])
@@ -254,10 +261,15 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
         out["store_load_blocks"] = ram + disk
         out["physical_read_blocks"] = disk
         out["physical_read_share"] = disk / (ram + disk) if ram + disk > 0 else None
+        span = out.get("span_s")
+        out["disk_read_avg_Bps"] = disk * bpb / span if span else None
+        if span is None:
+            missing["disk_read_avg_Bps"] = "no completed call: the run has no span"
         if out["physical_read_share"] is None:
             missing["physical_read_share"] = "no store loads"
     else:
         out["store_load_bytes"] = out["physical_read_bytes"] = out["physical_read_share"] = None
+        out["disk_read_avg_Bps"] = None
         missing["store_loads"] = "no store hit-block counters scraped (no store, or real vLLM)"
     master = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in run.scrapes.get("master", [])]
     out["evictions"] = _delta(master, K.EVICTIONS_OK)

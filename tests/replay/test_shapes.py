@@ -54,8 +54,9 @@ def test_long_gap_shapes_by_hand():
             _s("long", "store-ram+raid0", seed, throughput_rps=0.76 * k, ttft_p99_s=34.0,
                evictions=80, evicted_bytes=25e12),
             _s("long", "store-ram+nvmeof", seed, throughput_rps=0.76 * k, ttft_p99_s=52.0,
-               evictions=None),
-            _s("long", "disk-only", seed, throughput_rps=0.70 * k, ttft_p99_s=29.0)]
+               evictions=None, disk_read_avg_Bps=3.0e9 + 1e9 * seed),
+            _s("long", "disk-only", seed, throughput_rps=0.70 * k, ttft_p99_s=29.0,
+               disk_read_avg_Bps=4.2e9 + 0.6e9 * seed)]
     rows = judge_replay(runs)
     assert all(all(p["experiment"] == "long" for p in r.shape.points) for r in rows)
     g = _by(rows, "throughput_rps", "gpu-only", "recompute")
@@ -74,6 +75,8 @@ def test_long_gap_shapes_by_hand():
     assert n.holds is None and "not measured at long gap, store-ram+nvmeof" in n.why
     d = _by(rows, "throughput_rps", "disk-only", "store-ram+nvmeof")
     assert d.holds is False                                          # 0.70 < 0.76
+    a = _by(rows, "disk_read_avg_Bps", "disk-only", "store-ram+nvmeof")
+    assert a.measure == pytest.approx(4.5 / 3.5) and a.holds         # means 4.5 and 3.5 GB/s
     md = shapes_markdown(rows)
     assert "**no**" in md and "RAM eviction cycles" in md and "1650 → 80 (ratio 20.62)" in md
 

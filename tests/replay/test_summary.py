@@ -92,6 +92,9 @@ def test_summary_by_hand(tmp_path):
     bpb = load_model_profile(stack.profile).bytes_per_block
     assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == 5 * bpb
     assert s["physical_read_share"] == pytest.approx(5 / 25)
+    # 5 disk blocks over the run's span of 10 model seconds (first ready 0, last end 10)
+    assert s["span_s"] == pytest.approx(10.0)
+    assert s["disk_read_avg_Bps"] == pytest.approx(5 * bpb / 10.0)
     assert s["evictions"] == 4
     assert s["read_overrun_s"] == pytest.approx(0.25)                 # 0.5 -> 0.75
     assert s["evicted_bytes"] == 500 * stack.payload_scale

@@ -60,6 +60,7 @@ want="$( (cat pyproject.toml scripts/bootstrap.sh; echo "$pyver") | sha256sum | 
 if [ ! -x .venv/bin/python ]; then
   echo "[bootstrap] creating .venv (Python $pyver: $PY)"
   "$PY" -m venv .venv
+  rm -f "$stamp"  # a new .venv is empty, whatever an older stamp says
 fi
 if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ]; then
   echo "[bootstrap] pip install -e . (Python packages, Mooncake wheel)"

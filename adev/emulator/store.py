@@ -9,16 +9,18 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
 - lookup: one ``batch_is_exist`` over the request's keys beyond the local GPU hit (the master grants
   a lease on every hit); the caller counts the leading run of hits;
 - load: ``batch_get_into`` of the hit blocks into a registered buffer (real bytes, real I/O), in
-  batches of ``batch_keys``; a later batch is preceded by a ``batch_is_exist`` that renews its
-  leases once half the real lease has passed since the last grant (the lease is time-scaled, real
-  I/O is not; with the lease unknown, before every later batch); a batch that still fails with
-  LEASE_EXPIRED (a real read slower than the scaled lease; in model time it would not be) is
-  renewed and re-read, at most ``LEASE_RETRIES`` times in a row (a batch read in full resets the
-  count); any other failed block and every block after it are recomputed;
+  batches of ``load_batch_keys`` blocks (1,024 by default: a call costs milliseconds of host time
+  whatever its size, so smaller batches keep the run's held clock waiting longer); a later batch
+  is preceded by a ``batch_is_exist`` that renews its leases once half the real lease has passed
+  since the last grant (the lease is time-scaled, real I/O is not; with the lease unknown, before
+  every later batch); a batch that still fails with LEASE_EXPIRED (a real read slower than the
+  scaled lease; in model time it would not be) is renewed and re-read, at most ``LEASE_RETRIES``
+  times in a row (a batch read in full resets the count); any other failed block and every block
+  after it are recomputed;
 - save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
-  ``batch_put_from`` of the missing ones in batches; a batch with refused keys (-200: RAM above the
-  high watermark and nothing evictable, i.e. everything leased) stops saving that request (no
-  retry), and refused / never-offered blocks are counted;
+  ``batch_put_from`` of the missing ones in batches of ``batch_keys`` blocks; a batch with
+  refused keys (-200: RAM above the high watermark and nothing evictable, i.e. everything leased)
+  stops saving that request (no retry), and refused / never-offered blocks are counted;
 - model-time leases (``leases``, :class:`adev.emulator.leases.ModelLeases`, where the stack splits
   a long lease): every grant (a lookup's or a save's hits) is noted with its model time, and the
   keys whose model lease has not ended are renewed on a thread of their own (:meth:`renew`).
@@ -77,6 +79,7 @@ class StoreSettings:
     disk_dir: str | None = None       # offload directory (disk tier on) or None
     master_http: str | None = None    # "host:port" of the master's HTTP (metrics) server
     batch_keys: int = 128             # blocks per batch: small batches end well inside the lease
+    load_batch_keys: int = 1024       # blocks per load call (see the module doc)
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
     io_timeout_s: float = 10.0        # wall seconds before a hung store call is given up (counted)
     host: str = "127.0.0.1"
@@ -129,7 +132,8 @@ class MooncakeTier:
         self.s = settings
         self.chunk_blocks = settings.chunk_blocks
         self.obj_bytes = settings.payload_bytes * settings.chunk_blocks   # real bytes per object
-        self.batch = max(1, settings.batch_keys // settings.chunk_blocks)  # objects per batch
+        self.batch = max(1, settings.batch_keys // settings.chunk_blocks)  # objects per put batch
+        self.load_batch = max(1, settings.load_batch_keys // settings.chunk_blocks)  # per load call
         c = settings.chunk_blocks
         self._key_prefix = f"{settings.model_name}@tp_rank:0@" + (f"c{c}@" if c > 1 else "")
         self._conn: _Conn | None = None
@@ -227,16 +231,16 @@ class MooncakeTier:
             offload = True
         client = MooncakeDistributedStore()
         seg = max(MIN_SEGMENT, int(self.s.segment_bytes))
-        local = max(MIN_SEGMENT, 2 * self.batch * self.obj_bytes)
+        local = max(MIN_SEGMENT, 2 * self.load_batch * self.obj_bytes)
         rc = client.setup(self.s.host, "P2PHANDSHAKE", seg, local, "tcp", "", self.s.master,
                           None, offload, path)
         if rc != 0:
             return rc
         p = self.obj_bytes
         src = conn.src = ctypes.create_string_buffer(os.urandom(p), p)
-        dst = conn.dst = ctypes.create_string_buffer(p * self.batch)
+        dst = conn.dst = ctypes.create_string_buffer(p * self.load_batch)
         r1 = client.register_buffer(ctypes.addressof(src), p)
-        r2 = client.register_buffer(ctypes.addressof(dst), p * self.batch)
+        r2 = client.register_buffer(ctypes.addressof(dst), p * self.load_batch)
         conn.client = client
         from mooncake.store import ReplicateConfig
         put_config = conn.put_config = ReplicateConfig()
@@ -335,7 +339,7 @@ class MooncakeTier:
         retries = LEASE_RETRIES
         renew = False
         while ok < len(keys):
-            batch = keys[ok:ok + self.batch]
+            batch = keys[ok:ok + self.load_batch]
             if renew or (ok and self._lease_stale(granted_at)):
                 # Re-grant the lease. In model time the whole load takes load_s (milliseconds,
                 # far below any lease); here the lease is divided by the time scale but real I/O

@@ -1,7 +1,8 @@
 """``adev replay``: replay a trace over the six cache configurations.
 
     adev replay TRACE --experiment short|long|timestamps|short,long --configurations all --seeds 0,1 \\
-        [--stack FILE | --profile NAME --ram-gb G --chunk-blocks C] [--sessions N --min-turns K --skip M] \\
+        [--stack FILE | --profile NAME --ram-gb G --chunk-blocks C --payload-scale N] \\
+        [--sessions N --min-turns K --skip M] \\
         [--order trace|longest] [--time-scale auto|S] [--out DIR]
 
 Without ``--stack`` the replay's stack is ``stacks/embedded.toml`` with two prefill and two
@@ -116,12 +117,16 @@ def _main(args: argparse.Namespace) -> int:
     scale = None if args.time_scale == "auto" else _scale("--time-scale", args.time_scale)
     min_scale = _scale("--min-time-scale", args.min_time_scale)
     interval = _stream_interval(args.stream_interval)
+    if args.payload_scale is not None and args.payload_scale < 1:
+        raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed "
+                          "values: an integer >= 1 (real store bytes = model bytes / N)")
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
         store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
                  if v is not None}
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
+                             payload_scale=args.payload_scale,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None, stream_interval=0)
     if interval is not None:
@@ -231,6 +236,10 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chunk-blocks", type=int, default=None,
                    help="blocks per store object (stack.store.chunk_blocks; default: the stack "
                         "file's 16 = 256 tokens); counts stay per block")
+    p.add_argument("--payload-scale", type=int, default=None, metavar="N",
+                   help="store values are 1/N of the real KV bytes (stack.payload_scale; "
+                        "default: the stack file's 256); capacities scale alike, every figure "
+                        "stays in model bytes")
     p.add_argument("--profile", default=None,
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
                         "default: the stack file's)")

@@ -17,10 +17,10 @@ def test_keys_like_vllms_connector():
 def test_chunk_objects_have_their_own_keys_size_and_batches():
     t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
                            segment_bytes=1 << 24, batch_keys=128, chunk_blocks=16))
-    # a chunk key names C and its last block's hash; one object holds 16 blocks' payload; a
-    # batch holds 128 blocks = 8 objects
+    # a chunk key names C and its last block's hash; one object holds 16 blocks' payload; a put
+    # batch holds 128 blocks = 8 objects, a load call the default 1,024 blocks = 64 objects
     assert t.keys([0xABC]) == ["M@tp_rank:0@c16@0000000000000abc"]
-    assert (t.obj_bytes, t.batch) == (16 * 1024, 8)
+    assert (t.obj_bytes, t.batch, t.load_batch) == (16 * 1024, 8, 64)
     try:
         tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1,
                            segment_bytes=1 << 24, chunk_blocks=0))
@@ -52,7 +52,7 @@ async def test_load_renews_leases_before_each_later_batch():
     ``batch_is_exist`` on exactly its keys (which renews their leases) so a long load cannot
     outlive the lease its lookup granted."""
     t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
-                           segment_bytes=1 << 24, master_http=None, batch_keys=128))
+                           segment_bytes=1 << 24, master_http=None, load_batch_keys=128))
     ops = []
 
     async def fake_call(op, fn, *args):
@@ -75,7 +75,7 @@ async def test_load_skips_renewal_while_the_lease_is_fresh():
     last grant: a fast load costs no extra lookups; a slow one renews (and restarts the clock)."""
     import time
     t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
-                           segment_bytes=1 << 24, master_http=None, batch_keys=100, lease_s=10.0))
+                           segment_bytes=1 << 24, master_http=None, load_batch_keys=100, lease_s=10.0))
     ops = []
 
     async def fake_call(op, fn, *args):
@@ -99,7 +99,7 @@ async def test_load_rereads_a_batch_that_outlived_the_scaled_lease():
     rest) and re-read from k, at most LEASE_RETRIES times; other failures end the load."""
     from adev.emulator.store import LEASE_EXPIRED, LEASE_RETRIES
     t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
-                           segment_bytes=1 << 24, master_http=None, batch_keys=100, lease_s=10.0))
+                           segment_bytes=1 << 24, master_http=None, load_batch_keys=100, lease_s=10.0))
     ops = []
     script = iter([[1024] * 30 + [LEASE_EXPIRED] * 70] * (LEASE_RETRIES + 1))
 

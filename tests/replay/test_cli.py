@@ -41,6 +41,7 @@ def test_stack_for_each_configuration(tmp_path):
     (["--time-scale", "nan"], "--time-scale: 'nan' is not allowed"),
     (["--min-time-scale", "-1"], "--min-time-scale: -1.0 is not allowed; allowed values: a number > 0"),
     (["--stream-interval", "-1"], "--stream-interval: -1 is not allowed; allowed values: an integer >= 0"),
+    (["--payload-scale", "0"], "--payload-scale: 0 is not allowed; allowed values: an integer >= 1"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
@@ -87,6 +88,12 @@ def _replay(tmp_path, *args):
 def test_stream_interval_reaches_the_replay_stack(tmp_path, bases, args, expected):
     _replay(tmp_path, *args)
     assert [b.stream_interval for b in bases] == [expected]
+
+
+def test_payload_scale_reaches_the_replay_stack(tmp_path, bases):
+    _replay(tmp_path)
+    _replay(tmp_path, "--payload-scale", "1024")
+    assert [b.payload_scale for b in bases] == [256, 1024]
 
 
 def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, bases):

@@ -37,11 +37,14 @@ from ..config import (
 from .experiment import (
     CONFIGURATIONS,
     EXPERIMENTS,
+    MIN_SEGMENT_BYTES,
     SESSION_ORDERS,
     Experiment,
     ReplayOptions,
+    replay_payload_scale,
     run_matrix,
     scaled_ram_gb,
+    segment_bytes,
     select_sessions,
     source_mean_prompt,
 )
@@ -118,15 +121,14 @@ def _main(args: argparse.Namespace) -> int:
     min_scale = _scale("--min-time-scale", args.min_time_scale)
     interval = _stream_interval(args.stream_interval)
     if args.payload_scale is not None and args.payload_scale < 1:
-        raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed "
-                          "values: an integer >= 1 (real store bytes = model bytes / N)")
+        raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed values: "
+                          "an integer >= 1 (real store bytes = model bytes / N)")
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
         store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
                  if v is not None}
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
-                             payload_scale=args.payload_scale,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None, stream_interval=0)
     if interval is not None:
@@ -145,6 +147,8 @@ def _main(args: argparse.Namespace) -> int:
         print(f"RAM store: {ram:.1f} GB at model scale = the source's 256 GiB x this slice's "
               f"mean prompt {mean:,.0f} / the source's {source_mean_prompt():,.0f} tokens "
               "(--ram-gb sets another)", file=sys.stderr)
+    if not args.stack:
+        base = _with_payload_scale(base, args.payload_scale)
     opts = ReplayOptions(experiment=exps[0], routing=args.routing,
                          threshold_tokens=args.threshold_tokens, active=args.active,
                          gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
@@ -175,6 +179,26 @@ def _main(args: argparse.Namespace) -> int:
     print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")
     return 0
+
+
+def _with_payload_scale(base: StackConfig, given: int | None) -> StackConfig:
+    """The replay's own stack at ``--payload-scale`` (checked: no endpoint's RAM segment below
+    Mooncake's 16 MiB minimum, which would hold more than ``ram_gb``), or at
+    :func:`replay_payload_scale` for its RAM store."""
+    n_eps = len(base.endpoints)
+    if given is None:
+        scale = replay_payload_scale(base.store.ram_gb, n_eps)
+        print(f"payload scale: {scale} (real store bytes = model bytes / {scale}; "
+              "--payload-scale sets another)", file=sys.stderr)
+        return dataclasses.replace(base, payload_scale=scale)
+    seg = segment_bytes(base.store.ram_gb, given, n_eps)
+    if seg < MIN_SEGMENT_BYTES:
+        top = replay_payload_scale(base.store.ram_gb, n_eps, want=given)
+        raise ConfigError(f"--payload-scale: {given} is not allowed for a RAM store of "
+                          f"{base.store.ram_gb:.1f} GB over {n_eps} endpoints (segments of "
+                          f"{seg / 2**20:.1f} MiB, below Mooncake's 16 MiB minimum); allowed "
+                          f"values: at most {top}")
+    return dataclasses.replace(base, payload_scale=given)
 
 
 def _scale(flag: str, text: str | float) -> float:
@@ -238,8 +262,10 @@ def register(subparsers: Any) -> None:
                         "file's 16 = 256 tokens); counts stay per block")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale; "
-                        "default: the stack file's 256); capacities scale alike, every figure "
-                        "stays in model bytes")
+                        "default on the replay's own stack: 1024, or the largest power of two "
+                        "below it that keeps every endpoint's RAM segment at Mooncake's 16 MiB "
+                        "minimum or more; with --stack: the file's); capacities scale alike, "
+                        "every figure stays in model bytes")
     p.add_argument("--profile", default=None,
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
                         "default: the stack file's)")

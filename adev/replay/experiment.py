@@ -35,6 +35,7 @@ from ..client.llm import Endpoint, LLMClient
 from ..client.retry import LLMError
 from ..clock import RunClock, request_holds, stack_run_clock
 from ..config import ConfigError, Configuration, StackConfig
+from ..emulator.store import MIN_SEGMENT
 from ..records import RunDir
 from .format import Call, Trace, prompt_ids
 from .routing import DEFAULT_THRESHOLD_TOKENS, Policy, Route, Router
@@ -81,6 +82,34 @@ def scaled_ram_gb(sessions: Sequence[Sequence[Call]]) -> tuple[float, float]:
     calls = [c for cs in sessions for c in cs]
     mean = sum(c.prompt_tokens for c in calls) / len(calls) if calls else 0.0
     return SOURCE_RAM_GB * mean / source_mean_prompt(), mean
+
+
+REPLAY_PAYLOAD_SCALE = 1024
+"""The replay's own stack stores 1/1024 of each block's KV bytes where the store's segments allow
+it (:func:`replay_payload_scale`)."""
+
+MIN_SEGMENT_BYTES = MIN_SEGMENT
+"""Mooncake refuses a segment smaller than 16 MiB; the emulator then mounts 16 MiB, more RAM
+than the stack's ``ram_gb`` gives."""
+
+
+def segment_bytes(ram_gb: float, payload_scale: int, n_endpoints: int) -> float:
+    """Real bytes of RAM store each endpoint mounts: ``ram_gb x 1e9 / payload_scale /
+    n_endpoints`` (as the emulated endpoint computes it)."""
+    return ram_gb * 1e9 / payload_scale / max(1, n_endpoints)
+
+
+def replay_payload_scale(ram_gb: float, n_endpoints: int, want: int = REPLAY_PAYLOAD_SCALE) -> int:
+    """The payload scale of the replay's own stack: the largest power of two at most ``want``
+    whose segments (:func:`segment_bytes`) are at least Mooncake's 16 MiB minimum, so the RAM
+    store holds exactly ``ram_gb`` at model scale (1 when even full-size payloads need a larger
+    segment). Real store bytes only stand for the model's: every figure stays in model bytes,
+    and a smaller real payload costs this host less time per store read (a whole-matrix run at
+    1024 against 256: docs/measurements/replay.md)."""
+    s = 1
+    while s * 2 <= want and segment_bytes(ram_gb, s * 2, n_endpoints) >= MIN_SEGMENT_BYTES:
+        s *= 2
+    return s
 
 
 PREFILL_PARAMS = {"do_remote_decode": True, "do_remote_prefill": False, "remote_engine_id": None,

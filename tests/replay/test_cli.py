@@ -42,6 +42,10 @@ def test_stack_for_each_configuration(tmp_path):
     (["--min-time-scale", "-1"], "--min-time-scale: -1.0 is not allowed; allowed values: a number > 0"),
     (["--stream-interval", "-1"], "--stream-interval: -1 is not allowed; allowed values: an integer >= 0"),
     (["--payload-scale", "0"], "--payload-scale: 0 is not allowed; allowed values: an integer >= 1"),
+    # 32 GB over 4 endpoints at 1/1024: 7.45 MiB segments; 1/256 gives 29.8 MiB
+    (["--ram-gb", "32", "--payload-scale", "1024", "--time-scale", "10"],
+     "--payload-scale: 1024 is not allowed for a RAM store of 32.0 GB over 4 endpoints (segments "
+     "of 7.5 MiB, below Mooncake's 16 MiB minimum); allowed values: at most 256"),
 ])
 def test_bad_arguments_exit_2(tmp_path, capsys, args, msg):
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
@@ -90,10 +94,24 @@ def test_stream_interval_reaches_the_replay_stack(tmp_path, bases, args, expecte
     assert [b.stream_interval for b in bases] == [expected]
 
 
+def test_payload_scale_is_the_largest_that_keeps_mooncakes_minimum_segment():
+    from adev.replay.experiment import replay_payload_scale, segment_bytes
+    # 16 MiB = 16,777,216 bytes. 275 GB over 4 endpoints at 1/1024: 67.1 MB per segment;
+    # 58.03 GB: 14.2 MB at 1/1024, 28.3 MB at 1/512; 32 GB: 15.6 MB at 1/512, 31.3 MB at 1/256
+    assert segment_bytes(275, 1024, 4) == pytest.approx(67_138_671.875)
+    assert [replay_payload_scale(g, 4) for g in (275, 58.03, 32, 0.5)] == [1024, 512, 256, 4]
+    assert replay_payload_scale(0.01, 4) == 1          # even full-size payloads need more
+    assert replay_payload_scale(275, 4, want=300) == 256
+
+
 def test_payload_scale_reaches_the_replay_stack(tmp_path, bases):
-    _replay(tmp_path)
-    _replay(tmp_path, "--payload-scale", "1024")
-    assert [b.payload_scale for b in bases] == [256, 1024]
+    _replay(tmp_path, "--ram-gb", "275")
+    _replay(tmp_path, "--ram-gb", "32")
+    _replay(tmp_path, "--ram-gb", "275", "--payload-scale", "128")
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\npayload_scale = 64\n")
+    _replay(tmp_path, "--stack", str(stack))
+    assert [b.payload_scale for b in bases] == [1024, 256, 128, 64]
 
 
 def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, bases):

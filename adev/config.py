@@ -284,6 +284,15 @@ def load_model_profile(name_or_path: str) -> ModelProfile:
         raise ConfigError(f"{path}: {e}") from None
 
 
+def stack_model_profile(profile: str, gpu_pool_tokens: int | None = 0) -> ModelProfile:
+    """The model profile ``profile`` (name or path) with a stack's own GPU prefix pool of
+    ``gpu_pool_tokens`` per endpoint (0 or None: the profile's)."""
+    prof = load_model_profile(profile)
+    if gpu_pool_tokens:
+        prof = dataclasses.replace(prof, gpu_pool_tokens=int(gpu_pool_tokens))
+    return prof
+
+
 def load_tier_profile(name_or_path: str) -> TierProfile:
     return load(TierProfile, resolve(name_or_path, "stacks/profiles/tiers"))
 
@@ -352,6 +361,9 @@ class StackConfig:
     host: str = "127.0.0.1"
     time_scale: float = field(default=10.0, metadata={"positive": True})
     profile: str = "qwen3-coder-30b-a3b"
+    # GPU prefix pool per endpoint in tokens; 0 = the model profile's gpu_pool_tokens (a replay
+    # sizes it to its slice: adev.replay.experiment.scaled_gpu_pool).
+    gpu_pool_tokens: int = field(default=0, metadata={"min": 0})
     configuration: Configuration = "store-ram+disk"
     payload_scale: int = field(default=256, metadata={"positive": True})
     policy: str = "oracle"  # a name in adev.emulator.policies.POLICIES
@@ -374,8 +386,15 @@ class StackConfig:
     # slow read delays its request (the host's lag shows up in TTFT and in what follows).
     model_clock: Literal["held", "free"] = "held"
 
+    def model_profile(self) -> ModelProfile:
+        """The model profile the stack serves: :attr:`profile` with :attr:`gpu_pool_tokens`
+        (when set) as its GPU prefix pool (:func:`stack_model_profile`)."""
+        return stack_model_profile(self.profile, self.gpu_pool_tokens)
+
     def validate(self, where: str) -> None:
         from adev.emulator.policies import POLICIES, unknown_policy
+        if self.gpu_pool_tokens:
+            self.model_profile().validate(where)
         if self.policy not in POLICIES:
             raise ConfigError(unknown_policy(self.policy, f"{where}.policy"))
         check_cpus(self.cpus, f"{where}.cpus")

@@ -153,6 +153,20 @@ def test_model_profile_gpu_pool_must_hold_one_block():
         from_dict(ModelProfile, {**PROFILE, "tp": 3})
 
 
+def test_a_stacks_gpu_pool_replaces_its_profiles():
+    base = load_model_profile("qwen3-coder-30b-a3b")
+    assert StackConfig().model_profile() == base                 # 0: the profile's own pool
+    own = StackConfig(gpu_pool_tokens=262_283).model_profile()
+    assert (own.gpu_pool_tokens, own.gpu_pool_blocks) == (262_283, 16_392)
+    assert dataclasses.replace(own, gpu_pool_tokens=base.gpu_pool_tokens) == base
+    cfg = from_dict(StackConfig, {"gpu_pool_tokens": 70_000}, "stack")
+    assert to_dict(cfg)["gpu_pool_tokens"] == 70_000
+    with pytest.raises(ConfigError, match=r"^stack.gpu_pool_tokens: -1 is below the minimum 0"):
+        from_dict(StackConfig, {"gpu_pool_tokens": -1}, "stack")
+    with pytest.raises(ConfigError, match=r"^stack.gpu_pool_tokens: must hold at least one block"):
+        from_dict(StackConfig, {"gpu_pool_tokens": 15}, "stack")
+
+
 def test_bounds_are_inclusive():
     s = from_dict(StackConfig, {"store": {"ram_gb": 0, "master_port": 65535},
                                 "endpoints": [{"name": "a", "port": 0}]}, "stack")

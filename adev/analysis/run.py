@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError, ModelProfile, from_dict, load_model_profile
+from ..config import ConfigError, ModelProfile, from_dict, stack_model_profile
 from ..emulator.schema import scalar_fields, token_fields
 from ..records import RunDir
 
@@ -176,7 +176,7 @@ def load_run(path: str | Path) -> Run:
         if prof_src:
             profile = from_dict(ModelProfile, prof_src, "manifest.profile")
         elif stack and stack.get("profile"):
-            profile = load_model_profile(stack["profile"])
+            profile = stack_model_profile(stack["profile"], stack.get("gpu_pool_tokens"))
         else:
             missing["profile"] = "manifest names no model profile (config.stack.profile)"
     except ConfigError as e:

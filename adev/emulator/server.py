@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from adev import event_loop
-from adev.config import ConfigError, KvRole, ModelProfile, StackConfig, from_dict, load_model_profile, load_tier_profile
+from adev.config import ConfigError, KvRole, ModelProfile, StackConfig, from_dict, load_tier_profile
 from adev.emulator import completions
 from adev.emulator.disagg import Transfer, load_link_profile
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
@@ -60,7 +60,7 @@ class Endpoint:
                  master_http: str | None = None) -> None:
         self.stack = stack
         self.name = name
-        self.profile: ModelProfile = load_model_profile(stack.profile)
+        self.profile: ModelProfile = stack.model_profile()
         self.model = self.profile.name
         p = self.profile
         conf = stack.configuration

@@ -1,7 +1,8 @@
 """``adev replay``: replay a trace over the six cache configurations.
 
     adev replay TRACE --experiment short|long|timestamps|short,long --configurations all --seeds 0,1 \\
-        [--stack FILE | --profile NAME --ram-gb G --chunk-blocks C --payload-scale N] \\
+        [--stack FILE | --profile NAME --ram-gb G --gpu-pool-tokens N --chunk-blocks C \\
+         --payload-scale N] \\
         [--sessions N --min-turns K --skip M] \\
         [--order trace|longest] [--time-scale auto|S] [--out DIR]
 
@@ -43,12 +44,14 @@ from .experiment import (
     ReplayOptions,
     replay_payload_scale,
     run_matrix,
+    scaled_gpu_pool,
     scaled_ram_gb,
     segment_bytes,
     select_sessions,
     source_mean_prompt,
+    source_pool_tokens,
 )
-from .format import TraceError, read_trace
+from .format import Call, TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
 
@@ -133,6 +136,8 @@ def _main(args: argparse.Namespace) -> int:
                              if args.stack_cpus else None, stream_interval=0)
     if interval is not None:
         base = dataclasses.replace(base, stream_interval=interval)
+    if not args.stack and args.gpu_pool_tokens is not None:
+        base = _with_gpu_pool(base, [], args.gpu_pool_tokens)
     max_ctx = None if base.mode == "external" else _max_context(base)
     sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
                                skip=args.skip, max_context=args.max_context or max_ctx,
@@ -148,6 +153,8 @@ def _main(args: argparse.Namespace) -> int:
               f"mean prompt {mean:,.0f} / the source's {source_mean_prompt():,.0f} tokens "
               "(--ram-gb sets another)", file=sys.stderr)
     if not args.stack:
+        if args.gpu_pool_tokens is None:
+            base = _with_gpu_pool(base, sessions, None)
         base = _with_payload_scale(base, args.payload_scale)
     opts = ReplayOptions(experiment=exps[0], routing=args.routing,
                          threshold_tokens=args.threshold_tokens, active=args.active,
@@ -179,6 +186,27 @@ def _main(args: argparse.Namespace) -> int:
     print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")
     return 0
+
+
+def _with_gpu_pool(base: StackConfig, sessions: list[list[Call]], given: int | None) -> StackConfig:
+    """``base`` with its GPU prefix pool: ``given`` (refused where it cannot hold one request of
+    the model's full context, as vLLM refuses to start), or :func:`scaled_gpu_pool` for the
+    replayed sessions, printed with its derivation."""
+    prof = base.model_profile()
+    if given is not None:
+        if given < prof.max_model_len:
+            raise ConfigError(f"--gpu-pool-tokens: {given} is not allowed; allowed values: at least "
+                              f"the model's context, {prof.max_model_len} tokens ({base.profile})")
+        return dataclasses.replace(base, gpu_pool_tokens=given)
+    calls = [c for cs in sessions for c in cs]
+    mean = sum(c.prompt_tokens for c in calls) / len(calls) if calls else 0.0
+    pool = scaled_gpu_pool(mean, prof.bytes_per_token, prof.max_model_len)
+    src = source_pool_tokens(prof.bytes_per_token)
+    floor = " (the model's context: the floor)" if pool == prof.max_model_len else ""
+    print(f"GPU prefix pool: {pool:,} tokens per endpoint{floor} = the source's estimated "
+          f"{src:,.0f} x this slice's mean prompt {mean:,.0f} / the source's "
+          f"{source_mean_prompt():,.0f} tokens (--gpu-pool-tokens sets another)", file=sys.stderr)
+    return dataclasses.replace(base, gpu_pool_tokens=pool)
 
 
 def _with_payload_scale(base: StackConfig, given: int | None) -> StackConfig:
@@ -266,6 +294,11 @@ def register(subparsers: Any) -> None:
                         "below it that keeps every endpoint's RAM segment at Mooncake's 16 MiB "
                         "minimum or more; with --stack: the file's); capacities scale alike, "
                         "every figure stays in model bytes")
+    p.add_argument("--gpu-pool-tokens", type=int, default=None, metavar="N",
+                   help="GPU prefix pool per endpoint in tokens (default on the replay's own "
+                        "stack: the source's estimated 476,774 x the replayed calls' mean "
+                        "prompt / the source's, at least the model's context; with --stack: the "
+                        "file's)")
     p.add_argument("--profile", default=None,
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
                         "default: the stack file's)")

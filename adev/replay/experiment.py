@@ -84,6 +84,40 @@ def scaled_ram_gb(sessions: Sequence[Sequence[Call]]) -> tuple[float, float]:
     return SOURCE_RAM_GB * mean / source_mean_prompt(), mean
 
 
+SOURCE_PARAMETERS = 30.5e9
+"""Qwen3-Coder-30B-A3B's total parameters ("about 30.5 billion", the source's replay study)."""
+
+FLEET_POOL_TOKENS = 166_512
+"""The source's fleet study's HBM prefix pool per endpoint: Qwen3-Coder-30B-A3B-Instruct (BF16
+weights, BF16 KV) on one H100 80 GB, as that study states it."""
+
+
+def source_pool_tokens(bytes_per_token: int) -> float:
+    """The source's replay study's HBM prefix pool per prefill replica, in tokens, estimated from
+    its inputs (the study does not state it). Its replicas serve the same model on the same H100
+    80 GB GPU as its fleet study (:data:`FLEET_POOL_TOKENS`), with BF16 KV as there, but with FP8
+    weights, one byte per parameter where the fleet study's BF16 weights take two. Assuming
+    both gave vLLM the same share of GPU memory, the byte per parameter saved holds KV:
+
+        pool = 166,512 + 30.5e9 x (2 - 1) / bytes per token
+
+    476,774 tokens at BF16 KV's 98,304 bytes per token (2.9x the fleet study's pool)."""
+    return FLEET_POOL_TOKENS + SOURCE_PARAMETERS * (2 - 1) / bytes_per_token
+
+
+def scaled_gpu_pool(mean_prompt: float, bytes_per_token: int, max_model_len: int) -> int:
+    """The GPU prefix pool per endpoint for a replayed slice of mean prompt ``mean_prompt``:
+    the source's (:func:`source_pool_tokens`) scaled as the RAM store is
+    (:func:`scaled_ram_gb`), so that it holds as many mean-sized contexts as the source's did,
+
+        pool = source pool x mean prompt / source mean prompt,
+
+    and at least ``max_model_len`` (vLLM does not start with a pool that cannot hold one request
+    of the full context). Nothing of the source's results goes in."""
+    pool = source_pool_tokens(bytes_per_token) * mean_prompt / source_mean_prompt()
+    return max(int(max_model_len), int(pool))
+
+
 REPLAY_PAYLOAD_SCALE = 1024
 """The replay's own stack stores 1/1024 of each block's KV bytes where the store's segments allow
 it (:func:`replay_payload_scale`)."""

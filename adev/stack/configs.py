@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit, urlunsplit
 
-from ..config import ConfigError, StackConfig, from_dict, load_model_profile
+from ..config import ConfigError, StackConfig, from_dict
 from .state import StackInfo
 
 
@@ -23,7 +23,7 @@ def external_info(config: StackConfig) -> StackInfo:
         eps[e.name] = urlunsplit((parts.scheme, parts.netloc, path, "", ""))
         mets[e.name] = urlunsplit((parts.scheme, parts.netloc, "/metrics", "", ""))
     return StackInfo(endpoints=eps, metrics_urls=mets, master_metrics_url=config.store.metrics_url,
-                     time_scale=1.0, profile=load_model_profile(config.profile), config=config,
+                     time_scale=1.0, profile=config.model_profile(), config=config,
                      started_here=False,
                      models={e.name: e.model for e in config.endpoints if e.model})
 

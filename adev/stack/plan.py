@@ -24,7 +24,7 @@ import json
 import shlex
 from dataclasses import dataclass, field
 
-from ..config import STORELESS, ModelProfile, StackConfig, load_model_profile
+from ..config import STORELESS, ModelProfile, StackConfig
 from .commands import master_flags
 
 
@@ -48,7 +48,7 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
               config_path: str = "/etc/adev/mooncake_config.json",
               disk_path: str = "/mnt/kvcache/mooncake", hash_seed: int | None = None,
               tool_call_parser: str | None = "auto") -> VllmPlan:
-    profile: ModelProfile = load_model_profile(config.profile)
+    profile: ModelProfile = config.model_profile()
     store = config.configuration not in STORELESS
     disk = config.configuration in ("store-ram+disk", "disk-only")
     n = len(config.endpoints)
@@ -140,7 +140,7 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
         notes.append(f"disaggregated prefill: {n_p} prefill x {n_d} decode replica(s), KV over "
                      "NIXL (UCX; set UCX_NET_DEVICES to the RDMA NICs); `adev replay` is the "
                      "proxy (prefill with do_remote_decode and max_tokens 1, then decode)")
-    notes.append(f"GPU pool: vLLM sizes it from --gpu-memory-utilization; to match the profile's "
+    notes.append(f"GPU pool: vLLM sizes it from --gpu-memory-utilization; to match the stack's "
                  f"{profile.gpu_pool_tokens} tokens add --num-gpu-blocks-override "
                  f"{profile.gpu_pool_blocks}")
     return VllmPlan(master_cmd=master_cmd, mooncake_config=mooncake, env=env, serve_cmds=serve,

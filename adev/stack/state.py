@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..config import ROOT, ModelProfile, StackConfig, from_dict, load_model_profile
+from ..config import ROOT, ModelProfile, StackConfig, from_dict
 from .procs import Proc, is_alive
 
 STATE_FILE = "state.json"
@@ -94,7 +94,7 @@ class StackState:
             metrics_urls={n: p.metrics_url for n, p in self.endpoints.items()},
             master_metrics_url=self.master.metrics_url,
             time_scale=cfg.time_scale,
-            profile=load_model_profile(cfg.profile),
+            profile=cfg.model_profile(),
             config=cfg,
             started_here=started_here,
             master_address=self.master.url,

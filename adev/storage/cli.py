@@ -266,7 +266,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
                 return await cs.measure(info, ctx, parallel=args.parallel)
         rows = asyncio.run(ext())
         tiers = [cfg.store.ram_tier, cfg.store.disk_tier]
-        mp = load_model_profile(cfg.profile)
+        mp = cfg.model_profile()
     else:
         rows = asyncio.run(cs.run_embedded(ctx, parallel=args.parallel, time_scale=args.time_scale,
                                            profile=args.profile, payload_scale=args.payload_scale))

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError, load_model_profile, load_stack, load_tier_profile
+from ..config import ConfigError, load_stack, load_tier_profile, stack_model_profile
 from ..stack.commands import heartbeat_real_s
 from .simulator import Params, Result, figures, simulate
 from .workload import Workload, from_run
@@ -50,7 +50,7 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
         from ..config import to_dict
         cfg = to_dict(load_stack())
     store = cfg.get("store") or {}
-    prof = load_model_profile(cfg.get("profile", "qwen3-coder-30b-a3b"))
+    prof = stack_model_profile(cfg.get("profile", "qwen3-coder-30b-a3b"), cfg.get("gpu_pool_tokens"))
     ram_t = load_tier_profile(store.get("ram_tier", "ram"))
     disk_t = load_tier_profile(store.get("disk_tier", "local-raid0"))
     conf = cfg.get("configuration", "store-ram+disk")

@@ -42,8 +42,11 @@ def test_stack_for_each_configuration(tmp_path):
     (["--min-time-scale", "-1"], "--min-time-scale: -1.0 is not allowed; allowed values: a number > 0"),
     (["--stream-interval", "-1"], "--stream-interval: -1 is not allowed; allowed values: an integer >= 0"),
     (["--payload-scale", "0"], "--payload-scale: 0 is not allowed; allowed values: an integer >= 1"),
+    # the default profile's context is 65,536 tokens: a smaller pool cannot hold one request
+    (["--gpu-pool-tokens", "65535"], "--gpu-pool-tokens: 65535 is not allowed; allowed values: at "
+                                     "least the model's context, 65536 tokens"),
     # 32 GB over 4 endpoints at 1/1024: 7.45 MiB segments; 1/256 gives 29.8 MiB
-    (["--ram-gb", "32", "--payload-scale", "1024", "--time-scale", "10"],
+    (["--ram-gb", "32", "--gpu-pool-tokens", "65536", "--payload-scale", "1024", "--time-scale", "10"],
      "--payload-scale: 1024 is not allowed for a RAM store of 32.0 GB over 4 endpoints (segments "
      "of 7.5 MiB, below Mooncake's 16 MiB minimum); allowed values: at most 256"),
 ])
@@ -141,3 +144,31 @@ def test_the_ram_store_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp
     # 256 GiB = 274.877906944 GB, times a mean prompt of 15 tokens over the source's
     assert [b.store.ram_gb for b in bases] == [
         pytest.approx(274.877906944 * 15 / source_mean_prompt()), 32.0, 8.0]
+
+
+def test_the_sources_gpu_pool_from_its_fleet_studys_and_fp8_weights():
+    from adev.replay.experiment import scaled_gpu_pool, source_pool_tokens
+    # 166,512 + 30.5e9 bytes / 98,304 bytes per token (48 layers x 4 KV heads x 128 x 2 x 2 B)
+    # = 166,512 + 310,262.04 = 476,774.04
+    assert source_pool_tokens(98_304) == pytest.approx(476_774.04, abs=0.01)
+    # x 35,340 / 64,240.3 (the source's mean prompt) = 262,283.8; x 6,424.03 = 47,677 -> the floor
+    assert scaled_gpu_pool(35_340, 98_304, 131_072) == 262_283
+    assert scaled_gpu_pool(6_424.03, 98_304, 65_536) == 65_536
+    assert scaled_gpu_pool(64_240.3, 98_304, 131_072) == pytest.approx(476_774, abs=1)
+
+
+def test_the_gpu_pool_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_path, bases):
+    long = Trace(16, [Call("s", 0, 40_000, 1), Call("s", 1, 50_000, 1)])
+    p = write_trace(long, tmp_path / "long.jsonl")
+    for args in ([], ["--gpu-pool-tokens", "200000"]):
+        with pytest.raises(_Stop):
+            main(["replay", str(p), "--time-scale", "10", "--profile", "qwen3-coder-30b-a3b-128k",
+                  *args, "--out", str(tmp_path / "o")])
+    _replay(tmp_path)            # a mean prompt of 15 tokens: the floor, the profile's context
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\ngpu_pool_tokens = 100000\n")
+    _replay(tmp_path, "--stack", str(stack))
+    # 476,774.04 x 45,000 / 64,240.3 = 333,977.7
+    assert [b.gpu_pool_tokens for b in bases] == [333_977, 200_000, 65_536,
+                                                  100_000]
+    assert bases[0].model_profile().gpu_pool_blocks == bases[0].gpu_pool_tokens // 16

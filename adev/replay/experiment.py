@@ -463,15 +463,31 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
     return rd.path
 
 
+DISK_CONFIGURATIONS = ("store-ram+disk", "disk-only")
+"""Stack configurations with a disk tier: Mooncake's offload heartbeat writes their disk copies."""
+
+
+def scale_for(base: StackConfig, name: str) -> float:
+    """The time scale configuration ``name`` runs at on the embedded stack ``base``: base's, at
+    most :func:`adev.stack.commands.heartbeat_max_scale` for a configuration with a disk tier
+    (10 for the default 10 model s heartbeat), where Mooncake's offload heartbeat keeps its
+    model period and the eviction figures are the model's."""
+    if base.mode == "external" or CONFIGURATIONS[name][0] not in DISK_CONFIGURATIONS:
+        return float(base.time_scale)
+    from ..stack.commands import heartbeat_max_scale
+    return min(float(base.time_scale), heartbeat_max_scale(base.store.offload_heartbeat_s))
+
+
 def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
     """The stack of configuration ``name`` (:data:`CONFIGURATIONS`): ``base`` with its
-    configuration, disk tier and an own state directory (a fresh stack per run)."""
+    configuration, disk tier, time scale (:func:`scale_for`) and an own state directory (a fresh
+    stack per run)."""
     if name not in CONFIGURATIONS:
         raise ConfigError(f"--configurations: {name!r} is not allowed; allowed values: "
                           + ", ".join(CONFIGURATIONS))
     conf, disk = CONFIGURATIONS[name]
     store = dataclasses.replace(base.store, disk_tier=disk or base.store.disk_tier)
-    return dataclasses.replace(base, configuration=conf, store=store,
+    return dataclasses.replace(base, configuration=conf, store=store, time_scale=scale_for(base, name),
                                state_dir=str(state_root / name))
 
 
@@ -494,6 +510,10 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
             at = dataclasses.replace(base, time_scale=choice.time_scale) if choice else base
             stack = at if external else stack_for(at, name, out_dir / ".stacks" / f"s{seed}")
             label = f"{tag}-{name}-s{seed}" if tag else f"{name}-s{seed}"
+            if stack.time_scale != at.time_scale:
+                log(f"replay {label}: time scale {stack.time_scale:g}, not {at.time_scale:g}: "
+                    f"Mooncake's offload heartbeat (whole seconds, at least 1) keeps its "
+                    f"{stack.store.offload_heartbeat_s:g} model s only up to that scale")
             log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
                 f"{sum(map(len, sessions))} calls")
             runs.append(await run_one(trace, sessions, stack,

@@ -36,6 +36,9 @@ the stack's scale.
    configuration; the last one's scale is the choice, ``verified`` only if its own pilot met
    the target.
 
+A configuration with a disk tier starts at ``S0`` = the stack's scale, at most the offload
+heartbeat's (:func:`adev.replay.experiment.scale_for`: 10 for the default heartbeat).
+
 The scale only ever goes down from ``S0``: a lower S lengthens the run on the wall and changes no
 modelled duration. A pilot whose calls loaded fewer than :data:`MIN_LOADED` store hits cannot
 judge the reads: the scale stays, with that reason. Against an external stack (real vLLM, time
@@ -169,7 +172,7 @@ async def choose_time_scales(trace: Trace, sessions: Sequence[Sequence[Call]], b
     """The time scale of each configuration in ``names``: pilots (module docstring) for each
     configuration with a store, the stack's scale for the others. Written to
     ``out_dir/pace.json`` (configuration -> choice)."""
-    from .experiment import CONFIGURATIONS
+    from .experiment import CONFIGURATIONS, scale_for
     out: dict[str, PaceChoice] = {}
     start = float(base.time_scale)
     for name in names:
@@ -178,8 +181,9 @@ async def choose_time_scales(trace: Trace, sessions: Sequence[Sequence[Call]], b
         elif CONFIGURATIONS[name][0] in STORELESS:
             out[name] = PaceChoice(start, start, False, "no store reads in this configuration: "
                                    "the stack's scale")
-        else:
-            out[name] = await choose_time_scale(trace, sessions, base, opts, out_dir,
+        else:   # a disk tier's configuration starts at most at the heartbeat's scale (scale_for)
+            at = dataclasses.replace(base, time_scale=scale_for(base, name))
+            out[name] = await choose_time_scale(trace, sessions, at, opts, out_dir,
                                                 configuration=name, log=log,
                                                 max_pilots=max_pilots, min_scale=min_scale)
         log(f"replay pace: {name}: time scale {out[name].time_scale:g} ({out[name].reason})")

@@ -54,6 +54,22 @@ def heartbeat_real_s(offload_heartbeat_s: float, time_scale: float) -> int:
     return max(1, round(offload_heartbeat_s / time_scale))
 
 
+MIN_HEARTBEAT_REAL_S = 1
+"""Mooncake's shortest offload heartbeat: whole seconds, at least 1."""
+
+
+def heartbeat_max_scale(offload_heartbeat_s: float) -> float:
+    """The highest time scale at which the offload heartbeat keeps its model period:
+
+        offload_heartbeat_s / MIN_HEARTBEAT_REAL_S
+
+    (10 for the default 10 model s). Above it the heartbeat stays 1 s real, S model seconds: an
+    object the master chose for eviction (or, in ``disk-only``, every object put) stays in RAM
+    and cannot be evicted for S / offload_heartbeat_s times longer than modelled, so each eviction
+    cycle finds fewer objects it may evict, and the store runs more cycles, each freeing less."""
+    return offload_heartbeat_s / MIN_HEARTBEAT_REAL_S
+
+
 def offload_heartbeat_real_s(config: StackConfig) -> int:
     """:func:`heartbeat_real_s` of the stack's ``store.offload_heartbeat_s``."""
     return heartbeat_real_s(config.store.offload_heartbeat_s, config.time_scale)

@@ -2,13 +2,14 @@
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 
 import pytest
 
 from adev.replay import experiment
 from adev.replay.cli import default_stack
-from adev.replay.experiment import ReplayOptions
+from adev.replay.experiment import CONFIGURATIONS, ReplayOptions
 from adev.replay.format import Call, Trace
 from adev.replay.pace import (
     MIN_LOADED,
@@ -150,3 +151,52 @@ def test_the_matrix_runs_each_configuration_at_its_chosen_scale(tmp_path, monkey
                            log=lambda *a: None, pace=pace))
     assert seen == [("recompute-s0", 10.0, 10.0), ("store-ram-s0", 3.5, 3.5),
                     ("recompute-s1", 10.0, 10.0), ("store-ram-s1", 3.5, 3.5)]
+
+
+def test_a_disk_tier_runs_at_most_at_the_offload_heartbeats_scale(tmp_path, monkeypatch):
+    """Mooncake's heartbeat is whole seconds, at least 1: with the default 10 model s heartbeat
+    a configuration with a disk tier runs at S <= 10 (at S = 40 the heartbeat would be 40 model
+    s); the others keep the given scale. Pilots of a disk tier start at that scale too."""
+    from adev.replay.experiment import run_matrix, scale_for
+    from adev.stack.commands import heartbeat_max_scale
+    assert heartbeat_max_scale(10.0) == 10.0 and heartbeat_max_scale(25.0) == 25.0
+    at40 = default_stack(time_scale=40.0)
+    assert [scale_for(at40, n) for n in CONFIGURATIONS] == [40.0, 40.0, 40.0, 10.0, 10.0, 10.0]
+    slow = dataclasses.replace(at40, store=dataclasses.replace(at40.store, offload_heartbeat_s=20.0))
+    assert scale_for(slow, "disk-only") == 20.0
+    assert scale_for(default_stack(time_scale=4.0), "disk-only") == 4.0
+    seen, lines = [], []
+
+    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None,
+                           configuration=None):
+        seen.append((label, stack.time_scale))
+        return out_dir / label
+    monkeypatch.setattr(experiment, "run_one", fake_run_one)
+    asyncio.run(run_matrix(Trace(16, []), [[Call("s", 0, 10, 1)]], at40,
+                           ["store-ram", "store-ram+raid0", "disk-only"], [0], ReplayOptions(),
+                           tmp_path, log=lines.append))
+    assert seen == [("store-ram-s0", 40.0), ("store-ram+raid0-s0", 10.0), ("disk-only-s0", 10.0)]
+    assert ("replay store-ram+raid0-s0: time scale 10, not 40: Mooncake's offload heartbeat "
+            "(whole seconds, at least 1) keeps its 10 model s only up to that scale") in lines
+
+
+def test_pilots_of_a_disk_tier_start_at_the_heartbeats_scale(tmp_path, monkeypatch):
+    seen = []
+
+    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None,
+                           configuration=None):
+        seen.append((stack.configuration, stack.time_scale))
+        run = out_dir / label
+        run.mkdir(parents=True)
+        (run / "summary.json").write_text(json.dumps({
+            "ok_calls": 64, "store_read_calls": 30, "store_read_over_profile_p50": 0.5,
+            "store_read_over_profile_p99": 1.5}))
+        return run
+    monkeypatch.setattr(experiment, "run_one", fake_run_one)
+    sessions = [[Call(f"s{i}", k, 10, 1) for k in range(6)] for i in range(20)]
+    got = asyncio.run(choose_time_scales(Trace(16, []), sessions, default_stack(time_scale=40.0),
+                                         ["store-ram", "store-ram+nvmeof"], ReplayOptions(),
+                                         tmp_path, log=lambda *a: None))
+    assert seen == [("store-ram", 40.0), ("store-ram+disk", 10.0)]
+    assert {k: (v.start_scale, v.time_scale) for k, v in got.items()} == {
+        "store-ram": (40.0, 40.0), "store-ram+nvmeof": (10.0, 10.0)}

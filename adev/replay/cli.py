@@ -20,9 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import dataclasses
+import signal
 import sys
+from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, cast
+from typing import Any, TypeVar, cast
 
 from ..config import (
     ROOT,
@@ -54,6 +56,8 @@ from .experiment import (
 from .format import Call, TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
+
+T = TypeVar("T")
 
 
 def default_stack(**overrides: Any) -> StackConfig:
@@ -169,13 +173,18 @@ def _main(args: argparse.Namespace) -> int:
     pace = None
     if scale is None and base.mode != "external":
         from .pace import choose_time_scales
-        pace = asyncio.run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
-                                              min_scale=min_scale))
+        pace = _run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
+                                       min_scale=min_scale))
+        if pace is None:
+            return _stopped(out)
     runs = []
     for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
-        runs += asyncio.run(run_matrix(trace, sessions, base, names, seeds,
-                                       dataclasses.replace(opts, experiment=exp), out, log=log,
-                                       pace=pace, tag=exp if len(exps) > 1 else ""))
+        got = _run(run_matrix(trace, sessions, base, names, seeds,
+                              dataclasses.replace(opts, experiment=exp), out, log=log,
+                              pace=pace, tag=exp if len(exps) > 1 else ""))
+        if got is None:
+            return _stopped(out)
+        runs += got
     from ..analysis.render import md_table
     from ..analysis.render import write as write_doc
     from .report import HEADLINE, build
@@ -186,6 +195,37 @@ def _main(args: argparse.Namespace) -> int:
     print(doc.blocks[0])
     print(f"report: {html} (and {html.with_suffix('.md')})")
     return 0
+
+
+STOPPED = 130
+"""``adev replay``'s exit status when SIGINT or SIGTERM stopped it (128 + SIGINT, as a shell
+reports a Ctrl-C)."""
+
+
+def _run(coro: Coroutine[Any, Any, T]) -> T | None:
+    """``asyncio.run(coro)``, where SIGINT or SIGTERM cancels it (None then): the run in progress
+    stops its stack on the way out, and the runs already written stay as they are."""
+    async def main() -> T:
+        loop = asyncio.get_running_loop()
+        task = asyncio.current_task()
+        assert task is not None
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            loop.add_signal_handler(sig, task.cancel)
+        try:
+            return await coro
+        finally:
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.remove_signal_handler(sig)
+    try:
+        return asyncio.run(main())
+    except asyncio.CancelledError:
+        return None
+
+
+def _stopped(out: Path) -> int:
+    print(f"adev replay: stopped by a signal; the runs finished before it are in {out}",
+          file=sys.stderr)
+    return STOPPED
 
 
 def _with_gpu_pool(base: StackConfig, sessions: list[list[Call]], given: int | None) -> StackConfig:

@@ -172,3 +172,26 @@ def test_the_gpu_pool_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_
     assert [b.gpu_pool_tokens for b in bases] == [333_977, 200_000, 65_536,
                                                   100_000]
     assert bases[0].model_profile().gpu_pool_blocks == bases[0].gpu_pool_tokens // 16
+
+
+@pytest.mark.parametrize("sig", ["SIGTERM", "SIGINT"])
+def test_a_signal_stops_the_replay_and_what_it_was_running_cleans_up(tmp_path, capsys, monkeypatch, sig):
+    import asyncio
+    import os
+    import signal
+    events = []
+
+    async def slow_matrix(trace, sessions, base, names, seeds, opts, out, **kw):
+        events.append("started")
+        asyncio.get_running_loop().call_later(0.05, os.kill, os.getpid(), getattr(signal, sig))
+        try:
+            await asyncio.sleep(30)
+        finally:
+            events.append("cleaned up")   # where a run stops its stack
+        return []
+    monkeypatch.setattr("adev.replay.cli.run_matrix", slow_matrix)
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
+    assert main(["replay", str(p), "--time-scale", "10", "--out", str(tmp_path / "o")]) == 130
+    assert events == ["started", "cleaned up"]
+    assert "adev replay: stopped by a signal; the runs finished before it are in" in capsys.readouterr().err
+    assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL     # handlers gone with the loop

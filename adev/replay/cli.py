@@ -354,8 +354,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")
     p.add_argument("--skip", type=int, default=0, help="skip the first M matching sessions")
     p.add_argument("--order", choices=SESSION_ORDERS, default="trace",
-                   help="rank the matching sessions in trace order, or by their mean prompt "
-                        "tokens, longest first")
+                   help="pick the matching sessions in trace order, or by their mean prompt "
+                        "tokens, longest first (replayed in trace order either way)")
     p.add_argument("--max-context", type=int, default=None,
                    help="cut a session before a call longer than this (default: the model's)")
     p.add_argument("--routing", choices=POLICIES, default="soft-sticky")

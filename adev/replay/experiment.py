@@ -237,7 +237,10 @@ def select_sessions(trace: Trace, *, sessions: int | None = None, min_turns: int
     ``order``: ``trace`` keeps the trace's order; ``longest`` ranks the sessions by the mean
     prompt tokens of their calls (after the cut), longest first, ties in trace order, so a
     slice of a trace with many short conversations can be taken at the prompt lengths a study
-    needs."""
+    needs. The ranking only picks the sessions: they are returned, and replayed, in trace order,
+    so the sessions active together are a mix of the slice's lengths, as in the trace, and not
+    its longest first (whose 16 active sessions would hold several times the mean working set
+    the store is sized for, :func:`scaled_ram_gb`)."""
     if order not in SESSION_ORDERS:
         raise ValueError(f"order: {order!r} not allowed; allowed values: "
                          + ", ".join(SESSION_ORDERS))
@@ -249,10 +252,12 @@ def select_sessions(trace: Trace, *, sessions: int | None = None, min_turns: int
             cs = cs[:k]
         if len(cs) >= max(1, min_turns):
             kept.append(cs)
+    index = {id(cs): i for i, cs in enumerate(kept)}
     if order == "longest":
         kept.sort(key=lambda cs: -sum(c.prompt_tokens for c in cs) / len(cs))
     out = kept[max(0, skip):]
-    return out if sessions is None else out[:max(0, sessions)]
+    out = out if sessions is None else out[:max(0, sessions)]
+    return sorted(out, key=lambda cs: index[id(cs)])
 
 
 class Replayer:

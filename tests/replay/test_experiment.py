@@ -42,13 +42,21 @@ def test_select_sessions_longest_first():
     t = _trace()                                  # s0..s2: prompts 64, 128, 192 (mean 128 each)
     t.calls += [Call("big", 0, 300, 1), Call("big", 1, 500, 1),       # mean 400
                 Call("mid", 0, 150, 1), Call("mid", 1, 160, 1)]       # mean 155
-    ranked = [cs[0].session for cs in select_sessions(t, min_turns=2, order="longest")]
-    # by mean prompt tokens, longest first; the three 128-token sessions keep trace order
-    assert ranked == ["big", "mid", "s0", "s1", "s2"]
+    # ranked by mean prompt tokens, longest first ("big", "mid", then the three 128-token
+    # sessions in trace order): the two longest, replayed in trace order
+    got = select_sessions(t, min_turns=2, order="longest", sessions=2)
+    assert [cs[0].session for cs in got] == ["big", "mid"]
+    got = select_sessions(t, min_turns=2, order="longest", sessions=3)
+    assert [cs[0].session for cs in got] == ["s0", "big", "mid"]
+    assert [cs[0].session for cs in select_sessions(t, min_turns=2, order="longest")] == [
+        "s0", "s1", "s2", "big", "mid"]
     # the mean is taken after the cut: at 195 "big" keeps no turn (300 + 1 > 195); "mid" (155)
-    # leads the sessions cut to turns 0-1 (mean (64 + 128) / 2 = 96), which keep trace order
+    # leads the sessions cut to turns 0-1 (mean (64 + 128) / 2 = 96), which keep trace order;
+    # skipping "mid", the next two are s0 and s1
     got = select_sessions(t, min_turns=2, max_context=195, order="longest", skip=1, sessions=2)
     assert [cs[0].session for cs in got] == ["s0", "s1"]
+    got = select_sessions(t, min_turns=2, max_context=195, order="longest", sessions=2)
+    assert [cs[0].session for cs in got] == ["s0", "mid"]
     with pytest.raises(ValueError, match="order: 'random' not allowed; allowed values: trace, "
                                          "longest"):
         select_sessions(t, order="random")

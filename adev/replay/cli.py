@@ -44,6 +44,7 @@ from .experiment import (
     SESSION_ORDERS,
     Experiment,
     ReplayOptions,
+    mean_prompt,
     replay_payload_scale,
     run_matrix,
     scaled_gpu_pool,
@@ -238,8 +239,7 @@ def _with_gpu_pool(base: StackConfig, sessions: list[list[Call]], given: int | N
             raise ConfigError(f"--gpu-pool-tokens: {given} is not allowed; allowed values: at least "
                               f"the model's context, {prof.max_model_len} tokens ({base.profile})")
         return dataclasses.replace(base, gpu_pool_tokens=given)
-    calls = [c for cs in sessions for c in cs]
-    mean = sum(c.prompt_tokens for c in calls) / len(calls) if calls else 0.0
+    mean = mean_prompt(sessions)
     pool = scaled_gpu_pool(mean, prof.bytes_per_token, prof.max_model_len)
     src = source_pool_tokens(prof.bytes_per_token)
     floor = " (the model's context: the floor)" if pool == prof.max_model_len else ""

@@ -79,9 +79,14 @@ def scaled_ram_gb(sessions: Sequence[Sequence[Call]]) -> tuple[float, float]:
     16 active sessions (short gap) and 128 calls between a session's turns (long gap), the
     short gap's working set fits it and the long gap's does not, in the same proportions as in
     the source. Nothing of the source's results goes in."""
-    calls = [c for cs in sessions for c in cs]
-    mean = sum(c.prompt_tokens for c in calls) / len(calls) if calls else 0.0
+    mean = mean_prompt(sessions)
     return SOURCE_RAM_GB * mean / source_mean_prompt(), mean
+
+
+def mean_prompt(sessions: Sequence[Sequence[Call]]) -> float:
+    """The replayed calls' mean prompt tokens (0 without calls)."""
+    calls = [c for cs in sessions for c in cs]
+    return sum(c.prompt_tokens for c in calls) / len(calls) if calls else 0.0
 
 
 SOURCE_PARAMETERS = 30.5e9

@@ -131,8 +131,6 @@ def _main(args: argparse.Namespace) -> int:
     if args.payload_scale is not None and args.payload_scale < 1:
         raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed values: "
                           "an integer >= 1 (real store bytes = model bytes / N)")
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs: {args.jobs!r} is not allowed; allowed values: an integer >= 1")
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
@@ -184,7 +182,7 @@ def _main(args: argparse.Namespace) -> int:
     for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
         got = _run(run_matrix(trace, sessions, base, names, seeds,
                               dataclasses.replace(opts, experiment=exp), out, log=log,
-                              pace=pace, tag=exp if len(exps) > 1 else "", jobs=args.jobs))
+                              pace=pace, tag=exp if len(exps) > 1 else ""))
         if got is None:
             return _stopped(out)
         runs += got
@@ -367,7 +365,5 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gap", type=int, default=128, help="long gap: other calls between turns")
     p.add_argument("--max-in-flight", type=int, default=16)
     p.add_argument("--speed", type=float, default=1.0, help="timestamps: speed factor")
-    p.add_argument("--jobs", type=int, default=1, metavar="N",
-                   help="embedded runs at once, each on its own stack and held clock (default 1)")
     p.add_argument("--out", help="output directory (default results/replays/<id>)")
     p.set_defaults(func=_main)

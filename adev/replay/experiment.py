@@ -504,59 +504,34 @@ def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
 async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig,
                      names: Sequence[str], seeds: Sequence[int], opts: ReplayOptions,
                      out_dir: Path, *, log=print, pace: dict[str, Any] | None = None,
-                     tag: str = "", jobs: int = 1) -> list[Path]:
-    """Every configuration x seed, each on a fresh stack (embedded); external mode runs once per
-    seed, labelled with the stack's configuration. ``pace``: configuration ->
-    :class:`adev.replay.pace.PaceChoice` (:func:`adev.replay.pace.choose_time_scales`), each
+                     tag: str = "") -> list[Path]:
+    """Every configuration x seed, each on a fresh stack (embedded), in that order; external
+    mode runs once per seed, labelled with the stack's configuration. ``pace``: configuration
+    -> :class:`adev.replay.pace.PaceChoice` (:func:`adev.replay.pace.choose_time_scales`), each
     configuration's stack at its chosen scale and the choice in its runs' manifests. A run is
     labelled ``<configuration>-s<seed>``, after ``<tag>-`` when ``tag`` is given (the
-    experiment, where one folder holds the runs of several).
-
-    ``jobs``: embedded runs at once (external: always one). Each has its own stack (processes,
-    ports, state directory) and held clock, which keeps the host time one run takes from
-    another out of its model time (the run's user TTFT over the model says if it did not).
-    With more than one, the runs at the lowest time scale (the longest in wall time) start
-    first. The runs are returned in matrix order (seed, then ``names``) either way."""
-    if jobs < 1:
-        raise ConfigError(f"--jobs: {jobs!r} is not allowed; allowed values: an integer >= 1")
+    experiment, where one folder holds the runs of several)."""
+    runs = []
     external = base.mode == "external"
     todo = [base.configuration] if external else list(names)
-    plan = []
     for seed in seeds:
         for name in todo:
             choice = (pace or {}).get(name)
             at = dataclasses.replace(base, time_scale=choice.time_scale) if choice else base
             stack = at if external else stack_for(at, name, out_dir / ".stacks" / f"s{seed}")
             label = f"{tag}-{name}-s{seed}" if tag else f"{name}-s{seed}"
-            plan.append((seed, name, choice, at, stack, label))
-    runs: list[Path | None] = [None] * len(plan)
-    gate = asyncio.Semaphore(1 if external else jobs)
-
-    async def one(i: int) -> None:
-        seed, name, choice, at, stack, label = plan[i]
-        async with gate:
             if stack.time_scale != at.time_scale:
                 log(f"replay {label}: time scale {stack.time_scale:g}, not {at.time_scale:g}: "
                     f"Mooncake's offload heartbeat (whole seconds, at least 1) keeps its "
                     f"{stack.store.offload_heartbeat_s:g} model s only up to that scale")
             log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
                 f"{sum(map(len, sessions))} calls")
-            runs[i] = await run_one(trace, sessions, stack, dataclasses.replace(opts, seed=seed),
-                                    out_dir, label, log=log,
-                                    pace=choice.to_dict() if choice else None,
-                                    configuration=name)
+            runs.append(await run_one(trace, sessions, stack,
+                                      dataclasses.replace(opts, seed=seed), out_dir, label,
+                                      log=log, pace=choice.to_dict() if choice else None,
+                                      configuration=name))
             if not external:
                 shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
-
-    starts = list(range(len(plan)))
-    if jobs > 1 and not external:
-        starts.sort(key=lambda i: plan[i][4].time_scale)   # stable: matrix order within a scale
-    try:
-        async with asyncio.TaskGroup() as tg:   # a failed run cancels the others (stacks stop)
-            for i in starts:
-                tg.create_task(one(i))
-    except BaseExceptionGroup as group:   # the first failure, as one run at a time raises it
-        raise group.exceptions[0] from None
     if not external:
         shutil.rmtree(out_dir / ".stacks", ignore_errors=True)
-    return [r for r in runs if r is not None]
+    return runs

@@ -7,7 +7,6 @@ import json
 
 import pytest
 
-from adev.config import ConfigError
 from adev.replay import experiment
 from adev.replay.cli import default_stack
 from adev.replay.experiment import CONFIGURATIONS, ReplayOptions
@@ -201,53 +200,3 @@ def test_pilots_of_a_disk_tier_start_at_the_heartbeats_scale(tmp_path, monkeypat
     assert seen == [("store-ram", 40.0), ("store-ram+disk", 10.0)]
     assert {k: (v.start_scale, v.time_scale) for k, v in got.items()} == {
         "store-ram": (40.0, 40.0), "store-ram+nvmeof": (10.0, 10.0)}
-
-
-def test_jobs_run_at_once_lowest_time_scale_first_and_return_in_matrix_order(tmp_path, monkeypatch):
-    """With --jobs 2 two runs are in flight at once (never three); the disk tiers (S = 10, the
-    longest in wall time) start first; the runs come back in matrix order."""
-    from adev.replay.experiment import run_matrix
-    started, live, peak = [], [0], [0]
-
-    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None,
-                           configuration=None):
-        started.append(label)
-        live[0] += 1
-        peak[0] = max(peak[0], live[0])
-        await asyncio.sleep(0.01)
-        live[0] -= 1
-        return out_dir / label
-    monkeypatch.setattr(experiment, "run_one", fake_run_one)
-    names = ["recompute", "store-ram", "store-ram+raid0", "disk-only"]
-    got = asyncio.run(run_matrix(Trace(16, []), [[Call("s", 0, 10, 1)]],
-                                 default_stack(time_scale=40.0), names, [0, 1], ReplayOptions(),
-                                 tmp_path, log=lambda *a: None, jobs=2))
-    assert peak[0] == 2
-    assert started[:4] == ["store-ram+raid0-s0", "disk-only-s0", "store-ram+raid0-s1",
-                           "disk-only-s1"]
-    assert [p.name for p in got] == [f"{n}-s{s}" for s in (0, 1) for n in names]
-
-
-def test_a_failed_run_among_jobs_stops_the_others_and_raises_its_own_error(tmp_path, monkeypatch):
-    from adev.replay.experiment import run_matrix
-    stopped = []
-
-    async def fake_run_one(trace, sessions, stack, opts, out_dir, label, *, log=print, pace=None,
-                           configuration=None):
-        if label == "store-ram-s0":
-            await asyncio.sleep(0.01)
-            raise RuntimeError("endpoint died")
-        try:
-            await asyncio.sleep(30)
-        finally:
-            stopped.append(label)
-        return out_dir / label
-    monkeypatch.setattr(experiment, "run_one", fake_run_one)
-    with pytest.raises(RuntimeError, match="endpoint died"):
-        asyncio.run(run_matrix(Trace(16, []), [[Call("s", 0, 10, 1)]],
-                               default_stack(time_scale=10.0), ["recompute", "store-ram"], [0],
-                               ReplayOptions(), tmp_path, log=lambda *a: None, jobs=2))
-    assert stopped == ["recompute-s0"]
-    with pytest.raises(ConfigError, match="--jobs"):
-        asyncio.run(run_matrix(Trace(16, []), [], default_stack(time_scale=10.0), ["recompute"],
-                               [0], ReplayOptions(), tmp_path, jobs=0))

@@ -131,6 +131,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.payload_scale is not None and args.payload_scale < 1:
         raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed values: "
                           "an integer >= 1 (real store bytes = model bytes / N)")
+    if args.jobs < 1:
+        raise ConfigError(f"--jobs: {args.jobs!r} is not allowed; allowed values: an integer >= 1")
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
@@ -174,15 +176,15 @@ def _main(args: argparse.Namespace) -> int:
     pace = None
     if scale is None and base.mode != "external":
         from .pace import choose_time_scales
-        pace = _run(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
+        pace = run_stoppable(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
                                        min_scale=min_scale))
         if pace is None:
             return _stopped(out)
     runs = []
     for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
-        got = _run(run_matrix(trace, sessions, base, names, seeds,
+        got = run_stoppable(run_matrix(trace, sessions, base, names, seeds,
                               dataclasses.replace(opts, experiment=exp), out, log=log,
-                              pace=pace, tag=exp if len(exps) > 1 else ""))
+                              pace=pace, tag=exp if len(exps) > 1 else "", jobs=args.jobs))
         if got is None:
             return _stopped(out)
         runs += got
@@ -203,7 +205,7 @@ STOPPED = 130
 reports a Ctrl-C)."""
 
 
-def _run(coro: Coroutine[Any, Any, T]) -> T | None:
+def run_stoppable(coro: Coroutine[Any, Any, T]) -> T | None:
     """``asyncio.run(coro)``, where SIGINT or SIGTERM cancels it (None then): the run in progress
     stops its stack on the way out, and the runs already written stay as they are."""
     async def main() -> T:
@@ -365,5 +367,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--gap", type=int, default=128, help="long gap: other calls between turns")
     p.add_argument("--max-in-flight", type=int, default=16)
     p.add_argument("--speed", type=float, default=1.0, help="timestamps: speed factor")
+    p.add_argument("--jobs", type=int, default=1, metavar="N",
+                   help="embedded runs at once, each in a process of its own with its own stack "
+                        "(default 1)")
     p.add_argument("--out", help="output directory (default results/replays/<id>)")
     p.set_defaults(func=_main)

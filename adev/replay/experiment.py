@@ -504,34 +504,93 @@ def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
 async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig,
                      names: Sequence[str], seeds: Sequence[int], opts: ReplayOptions,
                      out_dir: Path, *, log=print, pace: dict[str, Any] | None = None,
-                     tag: str = "") -> list[Path]:
-    """Every configuration x seed, each on a fresh stack (embedded), in that order; external
-    mode runs once per seed, labelled with the stack's configuration. ``pace``: configuration
-    -> :class:`adev.replay.pace.PaceChoice` (:func:`adev.replay.pace.choose_time_scales`), each
+                     tag: str = "", jobs: int = 1) -> list[Path]:
+    """Every configuration x seed, each on a fresh stack (embedded); external mode runs once per
+    seed, labelled with the stack's configuration. ``pace``: configuration ->
+    :class:`adev.replay.pace.PaceChoice` (:func:`adev.replay.pace.choose_time_scales`), each
     configuration's stack at its chosen scale and the choice in its runs' manifests. A run is
     labelled ``<configuration>-s<seed>``, after ``<tag>-`` when ``tag`` is given (the
-    experiment, where one folder holds the runs of several)."""
-    runs = []
+    experiment, where one folder holds the runs of several).
+
+    ``jobs``: embedded runs at once. One runs them here, in matrix order (seed, then ``names``);
+    more run each in a process of its own (:mod:`adev.replay.worker`: the held clock a client
+    stamps with is one per process), each with its own stack, the runs at the lowest time scale
+    (the longest on the wall) first. A failed run stops the others (their stacks stop) and its
+    error is raised. External mode runs one at a time. The runs are returned in matrix order."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs: {jobs!r} is not allowed; allowed values: an integer >= 1")
     external = base.mode == "external"
+    jobs = 1 if external else jobs
     todo = [base.configuration] if external else list(names)
+    plan: list[tuple[StackConfig, StackConfig, str, dict[str, Any]]] = []
     for seed in seeds:
         for name in todo:
             choice = (pace or {}).get(name)
             at = dataclasses.replace(base, time_scale=choice.time_scale) if choice else base
             stack = at if external else stack_for(at, name, out_dir / ".stacks" / f"s{seed}")
             label = f"{tag}-{name}-s{seed}" if tag else f"{name}-s{seed}"
+            plan.append((at, stack, label, dict(
+                trace=trace, sessions=sessions, stack=stack,
+                opts=dataclasses.replace(opts, seed=seed), out_dir=out_dir, label=label,
+                pace=choice.to_dict() if choice else None, configuration=name)))
+    runs: list[Path] = [out_dir] * len(plan)
+    gate = asyncio.Semaphore(jobs)
+
+    async def one(i: int) -> None:
+        at, stack, label, job = plan[i]
+        async with gate:
             if stack.time_scale != at.time_scale:
                 log(f"replay {label}: time scale {stack.time_scale:g}, not {at.time_scale:g}: "
                     f"Mooncake's offload heartbeat (whole seconds, at least 1) keeps its "
                     f"{stack.store.offload_heartbeat_s:g} model s only up to that scale")
             log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
                 f"{sum(map(len, sessions))} calls")
-            runs.append(await run_one(trace, sessions, stack,
-                                      dataclasses.replace(opts, seed=seed), out_dir, label,
-                                      log=log, pace=choice.to_dict() if choice else None,
-                                      configuration=name))
+            runs[i] = await (run_one(**job, log=log) if jobs == 1 else run_in_process(job))
             if not external:
                 shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
+
+    starts = list(range(len(plan)))
+    if jobs > 1:
+        starts.sort(key=lambda i: plan[i][1].time_scale)   # stable: matrix order within a scale
+    try:
+        async with asyncio.TaskGroup() as tg:   # the semaphore lets them start in this order
+            for i in starts:
+                tg.create_task(one(i))
+    except BaseExceptionGroup as group:        # the first failure, as one run at a time raises it
+        raise group.exceptions[0] from None
     if not external:
         shutil.rmtree(out_dir / ".stacks", ignore_errors=True)
     return runs
+
+
+class RunFailed(RuntimeError):
+    """A run in a process of its own (:func:`run_in_process`) exited with an error."""
+
+
+async def run_in_process(job: dict[str, Any]) -> Path:
+    """:func:`run_one` with the keyword arguments ``job`` in a process of its own
+    (:mod:`adev.replay.worker`); returns its run directory. Cancelled, it sends the process
+    SIGTERM and waits for it to stop its stack."""
+    import pickle
+    import signal
+    import sys
+    out_dir, label = Path(job["out_dir"]), job["label"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f".{label}.job.pkl"
+    path.write_bytes(pickle.dumps(job))
+    try:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "adev.replay.worker",
+                                                    str(path))
+        try:
+            rc = await proc.wait()
+        except asyncio.CancelledError:
+            if proc.returncode is None:
+                proc.send_signal(signal.SIGTERM)
+                await asyncio.shield(proc.wait())
+            raise
+    finally:
+        path.unlink(missing_ok=True)
+    if rc != 0:
+        raise RunFailed(f"replay {label}: its process exited with status {rc} (its output is "
+                        "above)")
+    return out_dir / label

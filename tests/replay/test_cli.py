@@ -42,6 +42,7 @@ def test_stack_for_each_configuration(tmp_path):
     (["--min-time-scale", "-1"], "--min-time-scale: -1.0 is not allowed; allowed values: a number > 0"),
     (["--stream-interval", "-1"], "--stream-interval: -1 is not allowed; allowed values: an integer >= 0"),
     (["--payload-scale", "0"], "--payload-scale: 0 is not allowed; allowed values: an integer >= 1"),
+    (["--jobs", "0"], "--jobs: 0 is not allowed; allowed values: an integer >= 1"),
     # the default profile's context is 65,536 tokens: a smaller pool cannot hold one request
     (["--gpu-pool-tokens", "65535"], "--gpu-pool-tokens: 65535 is not allowed; allowed values: at "
                                      "least the model's context, 65536 tokens"),

@@ -7,6 +7,7 @@ import json
 
 import pytest
 
+from adev.config import ConfigError
 from adev.replay import experiment
 from adev.replay.cli import default_stack
 from adev.replay.experiment import CONFIGURATIONS, ReplayOptions
@@ -200,3 +201,72 @@ def test_pilots_of_a_disk_tier_start_at_the_heartbeats_scale(tmp_path, monkeypat
     assert seen == [("store-ram", 40.0), ("store-ram+disk", 10.0)]
     assert {k: (v.start_scale, v.time_scale) for k, v in got.items()} == {
         "store-ram": (40.0, 40.0), "store-ram+nvmeof": (10.0, 10.0)}
+
+
+def test_jobs_run_in_processes_at_once_lowest_time_scale_first(tmp_path, monkeypatch):
+    """--jobs 2: two runs at once (never three), each through run_in_process (a process of its
+    own); the disk tiers (S = 10, the longest on the wall) start first; the runs come back in
+    matrix order. One job runs in this process, in matrix order."""
+    from adev.replay.experiment import run_matrix
+    started, live, peak = [], [0], [0]
+
+    async def fake_in_process(job):
+        started.append(job["label"])
+        live[0] += 1
+        peak[0] = max(peak[0], live[0])
+        await asyncio.sleep(0.01)
+        live[0] -= 1
+        return job["out_dir"] / job["label"]
+
+    async def not_here(*a, **kw):
+        raise AssertionError("with --jobs 2 no run is made in this process")
+    monkeypatch.setattr(experiment, "run_in_process", fake_in_process)
+    monkeypatch.setattr(experiment, "run_one", not_here)
+    names = ["recompute", "store-ram", "store-ram+raid0", "disk-only"]
+    got = asyncio.run(run_matrix(Trace(16, []), [[Call("s", 0, 10, 1)]],
+                                 default_stack(time_scale=40.0), names, [0, 1], ReplayOptions(),
+                                 tmp_path, log=lambda *a: None, jobs=2))
+    assert peak[0] == 2
+    assert started == ["store-ram+raid0-s0", "disk-only-s0", "store-ram+raid0-s1", "disk-only-s1",
+                       "recompute-s0", "store-ram-s0", "recompute-s1", "store-ram-s1"]
+    assert [p.name for p in got] == [f"{n}-s{s}" for s in (0, 1) for n in names]
+
+
+def test_a_failed_job_stops_the_others_and_raises_its_own_error(tmp_path, monkeypatch):
+    from adev.replay.experiment import run_matrix
+    stopped = []
+
+    async def fake_in_process(job):
+        if job["label"] == "store-ram-s0":
+            await asyncio.sleep(0.01)
+            raise experiment.RunFailed("replay store-ram-s0: its process exited with status 1")
+        try:
+            await asyncio.sleep(30)
+        finally:
+            stopped.append(job["label"])
+        return job["out_dir"] / job["label"]
+    monkeypatch.setattr(experiment, "run_in_process", fake_in_process)
+    with pytest.raises(experiment.RunFailed, match="store-ram-s0: its process exited"):
+        asyncio.run(run_matrix(Trace(16, []), [[Call("s", 0, 10, 1)]],
+                               default_stack(time_scale=10.0), ["recompute", "store-ram"], [0],
+                               ReplayOptions(), tmp_path, log=lambda *a: None, jobs=2))
+    assert stopped == ["recompute-s0"]
+    with pytest.raises(ConfigError, match="--jobs: 0 is not allowed"):
+        asyncio.run(run_matrix(Trace(16, []), [], default_stack(time_scale=10.0), ["recompute"],
+                               [0], ReplayOptions(), tmp_path, jobs=0))
+
+
+def test_a_run_in_a_process_of_its_own_reports_its_failure(tmp_path):
+    """The worker process really runs: a stack it cannot start (a state directory that is a
+    file) ends it with an error status, which comes back as RunFailed naming the run; its job
+    file is removed."""
+    from adev.replay.experiment import run_in_process
+    blocker = tmp_path / "not-a-dir"
+    blocker.write_text("")
+    stack = dataclasses.replace(default_stack(time_scale=10.0), state_dir=str(blocker / "x"))
+    job = dict(trace=Trace(16, [Call("s", 0, 10, 1)]), sessions=[[Call("s", 0, 10, 1)]],
+               stack=stack, opts=ReplayOptions(), out_dir=tmp_path, label="recompute-s0",
+               pace=None, configuration="recompute")
+    with pytest.raises(experiment.RunFailed, match="replay recompute-s0: its process exited"):
+        asyncio.run(run_in_process(job))
+    assert not list(tmp_path.glob(".*.job.pkl"))

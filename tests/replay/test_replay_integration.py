@@ -26,14 +26,16 @@ def _trace() -> Trace:
     return Trace(block_tokens=512, calls=calls)
 
 
-def test_tiny_replay_two_configurations(tmp_path):
+@pytest.mark.parametrize("jobs", [1, 2])
+def test_tiny_replay_two_configurations(tmp_path, jobs):
+    """jobs=2: the two runs at once, each in a process of its own with its own stack."""
     trace = _trace()
     sessions = select_sessions(trace, min_turns=2)
     base = default_stack(time_scale=10.0, state_dir=str(tmp_path / "stack"),
                          store=dataclasses.asdict(default_stack().store) | {"ram_gb": 2.0})
     opts = ReplayOptions(experiment="short", active=4, stagger_s=2.0, scrape_s=2.0)
     runs = asyncio.run(run_matrix(trace, sessions, base, ["recompute", "store-ram"], [0], opts,
-                                  tmp_path / "out", log=lambda *a, **k: None))
+                                  tmp_path / "out", log=lambda *a, **k: None, jobs=jobs))
     s = {p.name: json.loads((p / "summary.json").read_text()) for p in runs}
     assert set(s) == {"recompute-s0", "store-ram-s0"}
     for v in s.values():

@@ -206,14 +206,22 @@ reports a Ctrl-C)."""
 
 
 def run_stoppable(coro: Coroutine[Any, Any, T]) -> T | None:
-    """``asyncio.run(coro)``, where SIGINT or SIGTERM cancels it (None then): the run in progress
-    stops its stack on the way out, and the runs already written stay as they are."""
+    """``asyncio.run(coro)``, where SIGINT or SIGTERM cancels it (None then): the runs in
+    progress stop their stacks on the way out, and the runs already written stay as they are.
+    After a signal, an error on the way out (a run in a process of its own that the same signal
+    ended first, :func:`adev.replay.experiment.run_in_process`) also counts as stopped."""
+    signalled: list[int] = []
+
     async def main() -> T:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
+
+        def stop(sig: int) -> None:
+            signalled.append(sig)
+            task.cancel()
         for sig in (signal.SIGINT, signal.SIGTERM):
-            loop.add_signal_handler(sig, task.cancel)
+            loop.add_signal_handler(sig, stop, sig)
         try:
             return await coro
         finally:
@@ -223,6 +231,10 @@ def run_stoppable(coro: Coroutine[Any, Any, T]) -> T | None:
         return asyncio.run(main())
     except asyncio.CancelledError:
         return None
+    except Exception:
+        if signalled:
+            return None
+        raise
 
 
 def _stopped(out: Path) -> int:

@@ -196,3 +196,28 @@ def test_a_signal_stops_the_replay_and_what_it_was_running_cleans_up(tmp_path, c
     assert events == ["started", "cleaned up"]
     assert "adev replay: stopped by a signal; the runs finished before it are in" in capsys.readouterr().err
     assert signal.getsignal(signal.SIGTERM) == signal.SIG_DFL     # handlers gone with the loop
+
+
+def test_an_error_on_the_way_out_after_a_signal_counts_as_stopped():
+    """With --jobs, a worker the same SIGINT ended first makes its run fail (status 130) while
+    the matrix is being cancelled: that is a stop, not an error. Without a signal an error
+    stays an error."""
+    import asyncio
+    import os
+    import signal
+
+    from adev.replay.cli import run_stoppable
+    from adev.replay.experiment import RunFailed
+
+    async def failing_after_signal():
+        asyncio.get_running_loop().call_later(0.02, os.kill, os.getpid(), signal.SIGTERM)
+        try:
+            await asyncio.sleep(30)
+        except asyncio.CancelledError:
+            raise RunFailed("replay x-s0: its process exited with status 130") from None
+
+    async def failing():
+        raise RunFailed("replay x-s0: its process exited with status 1")
+    assert run_stoppable(failing_after_signal()) is None
+    with pytest.raises(RunFailed, match="status 1"):
+        run_stoppable(failing())

@@ -176,15 +176,16 @@ def _main(args: argparse.Namespace) -> int:
     pace = None
     if scale is None and base.mode != "external":
         from .pace import choose_time_scales
-        pace = run_stoppable(choose_time_scales(trace, sessions, base, names, opts, out, log=log,
-                                       min_scale=min_scale))
+        pace = run_stoppable(choose_time_scales(trace, sessions, base, names, opts, out,
+                                                log=log, min_scale=min_scale))
         if pace is None:
             return _stopped(out)
     runs = []
     for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
         got = run_stoppable(run_matrix(trace, sessions, base, names, seeds,
-                              dataclasses.replace(opts, experiment=exp), out, log=log,
-                              pace=pace, tag=exp if len(exps) > 1 else "", jobs=args.jobs))
+                                       dataclasses.replace(opts, experiment=exp), out, log=log,
+                                       pace=pace, tag=exp if len(exps) > 1 else "",
+                                       jobs=args.jobs))
         if got is None:
             return _stopped(out)
         runs += got

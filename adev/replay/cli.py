@@ -44,6 +44,7 @@ from .experiment import (
     SESSION_ORDERS,
     Experiment,
     ReplayOptions,
+    check_jobs,
     mean_prompt,
     replay_payload_scale,
     run_matrix,
@@ -131,8 +132,7 @@ def _main(args: argparse.Namespace) -> int:
     if args.payload_scale is not None and args.payload_scale < 1:
         raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed values: "
                           "an integer >= 1 (real store bytes = model bytes / N)")
-    if args.jobs < 1:
-        raise ConfigError(f"--jobs: {args.jobs!r} is not allowed; allowed values: an integer >= 1")
+    check_jobs(args.jobs)   # before the pilots, not after them
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:

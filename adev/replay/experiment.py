@@ -517,10 +517,16 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
     stamps with is one per process), each with its own stack, the runs at the lowest time scale
     (the longest on the wall) first. A failed run stops the others (their stacks stop) and its
     error is raised. External mode runs one at a time. The runs are returned in matrix order."""
-    if jobs < 1:
-        raise ConfigError(f"--jobs: {jobs!r} is not allowed; allowed values: an integer >= 1")
+    check_jobs(jobs)
     external = base.mode == "external"
     jobs = 1 if external else jobs
+    common: dict[str, Any] = dict(trace=trace, sessions=sessions)
+    inputs = None
+    if jobs > 1:   # the trace and the slice go to the workers once, not once per run
+        import pickle
+        out_dir.mkdir(parents=True, exist_ok=True)
+        inputs = out_dir / f".{tag or 'matrix'}.inputs.pkl"
+        inputs.write_bytes(pickle.dumps(common))
     todo = [base.configuration] if external else list(names)
     plan: list[tuple[StackConfig, StackConfig, str, dict[str, Any]]] = []
     for seed in seeds:
@@ -530,9 +536,8 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
             stack = at if external else stack_for(at, name, out_dir / ".stacks" / f"s{seed}")
             label = f"{tag}-{name}-s{seed}" if tag else f"{name}-s{seed}"
             plan.append((at, stack, label, dict(
-                trace=trace, sessions=sessions, stack=stack,
-                opts=dataclasses.replace(opts, seed=seed), out_dir=out_dir, label=label,
-                pace=choice.to_dict() if choice else None, configuration=name)))
+                stack=stack, opts=dataclasses.replace(opts, seed=seed), out_dir=out_dir,
+                label=label, pace=choice.to_dict() if choice else None, configuration=name)))
     runs: list[Path] = [out_dir] * len(plan)
     gate = asyncio.Semaphore(jobs)
 
@@ -545,7 +550,8 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
                     f"{stack.store.offload_heartbeat_s:g} model s only up to that scale")
             log(f"replay {label}: {opts.experiment} gap, {len(sessions)} sessions, "
                 f"{sum(map(len, sessions))} calls")
-            runs[i] = await (run_one(**job, log=log) if jobs == 1 else run_in_process(job))
+            runs[i] = await (run_one(**common, **job, log=log) if jobs == 1
+                             else run_in_process({**job, "inputs": inputs}))
             if not external:
                 shutil.rmtree(stack.state_dir, ignore_errors=True)  # stopped: nothing to keep
 
@@ -558,9 +564,18 @@ async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig
                 tg.create_task(one(i))
     except BaseExceptionGroup as group:        # the first failure, as one run at a time raises it
         raise group.exceptions[0] from None
+    finally:
+        if inputs is not None:
+            inputs.unlink(missing_ok=True)
     if not external:
         shutil.rmtree(out_dir / ".stacks", ignore_errors=True)
     return runs
+
+
+def check_jobs(jobs: int) -> None:
+    """``--jobs`` must be at least 1 (:class:`ConfigError` naming it otherwise)."""
+    if jobs < 1:
+        raise ConfigError(f"--jobs: {jobs!r} is not allowed; allowed values: an integer >= 1")
 
 
 class RunFailed(RuntimeError):
@@ -569,7 +584,9 @@ class RunFailed(RuntimeError):
 
 async def run_in_process(job: dict[str, Any]) -> Path:
     """:func:`run_one` with the keyword arguments ``job`` in a process of its own
-    (:mod:`adev.replay.worker`); returns its run directory. Cancelled, it sends the process
+    (:mod:`adev.replay.worker`); returns its run directory. ``job["inputs"]``, where given, is a
+    pickle file of further keyword arguments that every run of a matrix shares (the trace and the
+    sessions), written once by :func:`run_matrix`. Cancelled, it sends the process
     SIGTERM and waits for it to stop its stack."""
     import pickle
     import signal

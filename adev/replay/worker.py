@@ -3,7 +3,8 @@
 The held clock a client stamps its requests with is one per process (:mod:`adev.clock`'s stamp
 source), so runs made at once each need their own process. The parent
 (:func:`adev.replay.experiment.run_matrix`) writes the arguments of
-:func:`adev.replay.experiment.run_one` to a pickle file in the output folder and starts
+:func:`adev.replay.experiment.run_one` to a pickle file in the output folder (the trace and the
+sessions once per matrix, in a second file the job names as ``inputs``) and starts
 
     python -m adev.replay.worker JOB.pkl
 
@@ -23,6 +24,9 @@ def main(argv: list[str]) -> int:
     from .cli import STOPPED, run_stoppable
     from .experiment import run_one
     job: dict[str, Any] = pickle.loads(Path(argv[0]).read_bytes())
+    inputs = job.pop("inputs", None)   # the arguments every run of the matrix shares
+    if inputs is not None:
+        job.update(pickle.loads(Path(inputs).read_bytes()))
 
     def log(*a: Any, **kw: Any) -> None:
         print(*a, file=sys.stderr, flush=True)

@@ -205,11 +205,43 @@ def resolve(name_or_path: str, folder: str | Path, suffix: str = ".toml") -> Pat
 
 
 @dataclass(frozen=True)
+class PrefillTime:
+    """Modelled prefill time of the prompt tokens at positions ``start .. start + n - 1``:
+
+        t(n, start) = n * per_token_s + per_token_pos_s * (n * start + n * (n - 1) / 2)
+
+    the weights' cost, the same for every token, plus attention's, which grows with the number
+    of earlier tokens each one attends to (cached ones included). ``per_token_pos_s = 0``: a flat
+    rate of ``1 / per_token_s`` tokens per second.
+    """
+
+    per_token_s: float
+    per_token_pos_s: float = 0.0
+
+    def chunk_s(self, n: int, start: int = 0) -> float:
+        if n <= 0:
+            return 0.0
+        return n * self.per_token_s + self.per_token_pos_s * (n * start + n * (n - 1) / 2)
+
+
+@dataclass(frozen=True)
 class ModelProfile:
     """A served model as the emulator's timing model and the storage planner see it.
 
     bytes per token = 2 * num_layers * (num_kv_heads / tp) * head_dim * kv_dtype_bytes
     (K and V, per layer); bytes per block = bytes per token * block_size.
+
+    Prefill time (:attr:`prefill_time`): a flat ``prefill_tokens_per_s`` when any of
+    ``num_attention_heads``, ``active_params`` and ``prefill_reference_tokens`` is 0; else the
+    FLOPs of a token at position p (p earlier tokens in its sequence),
+
+        F(p) = 2 * active_params + 4 * num_layers * num_attention_heads * head_dim * p
+
+    (the weights' multiply-adds, and per layer Q.K and the weighted sum of V over p tokens),
+    run at the one effective FLOP rate R at which a prompt of ``prefill_reference_tokens``
+    tokens, prefilled from position 0, takes ``prefill_reference_tokens / prefill_tokens_per_s``
+    seconds: the measured rate holds at the reference length, shorter prompts run faster and
+    longer ones slower.
     """
 
     name: str
@@ -228,7 +260,22 @@ class ModelProfile:
     max_num_seqs: int = field(default=256, metadata={"positive": True})
     max_num_batched_tokens: int = field(default=8192, metadata={"positive": True})
     vocab_size: int = field(default=151936, metadata={"positive": True})
+    num_attention_heads: int = field(default=0, metadata={"min": 0})
+    active_params: float = field(default=0.0, metadata={"min": 0})
+    prefill_reference_tokens: int = field(default=0, metadata={"min": 0})
     source: str = ""
+
+    @property
+    def prefill_time(self) -> PrefillTime:
+        """The prefill model (see the class docstring): per token ``2 N / R``, per token and
+        earlier token ``4 L H_q d / R``."""
+        ref = self.prefill_reference_tokens
+        if not (self.num_attention_heads and self.active_params and ref):
+            return PrefillTime(1.0 / self.prefill_tokens_per_s)
+        f_lin = 2.0 * self.active_params
+        f_att = 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
+        rate = (ref * f_lin + f_att * ref * (ref - 1) / 2) / (ref / self.prefill_tokens_per_s)
+        return PrefillTime(f_lin / rate, f_att / rate)
 
     @property
     def bytes_per_token(self) -> int:

@@ -72,7 +72,7 @@ async def idle_ttft(S: float, sizes: list[int], base: Path) -> list[tuple[int, f
                 p = rec.prompt_tokens
                 srv = rec.server
                 uncached = srv["tokens"]["computed"]
-                modelled = (0.0005 + uncached / prof.prefill_tokens_per_s + prof.decode_step_base_s
+                modelled = (0.0005 + prof.prefill_time.chunk_s(uncached, p - uncached) + prof.decode_step_base_s
                             + prof.decode_step_per_seq_s + prof.decode_step_per_ktoken_s * p / 1000)
                 out.append((p, observed(rec.__dict__), srv["ttft_s"], modelled))
                 await asyncio.sleep(0.3)

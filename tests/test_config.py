@@ -10,6 +10,7 @@ import adev.config as config_mod
 from adev.config import (
     ConfigError,
     ModelProfile,
+    PrefillTime,
     StackConfig,
     StoreSpec,
     check_cpus,
@@ -116,6 +117,27 @@ def test_model_profile_bytes_per_token():
     with pytest.raises(ConfigError, match="tp: 3 must divide num_kv_heads=4"):
         from_dict(ModelProfile, {"name": "m", "num_layers": 1, "num_kv_heads": 4,
                                  "head_dim": 8, "tp": 3}, "profile")
+
+
+def test_prefill_time_by_position_hand_worked():
+    p = load_model_profile("qwen3-coder-30b-a3b")
+    # F(p) = 2 * 2.730491904e9 + 4 * 48 * 32 * 128 * p = 5.460983808e9 + 786,432 p FLOPs.
+    # A 19,200-token prompt from 0: 19200 * 5.460983808e9 + 786432 * 19200 * 19199 / 2
+    # = 1.048508891e14 + 1.449475965e14 = 2.497984856e14 FLOPs in 19200 / 14850 = 1.292929 s,
+    # R = 1.932035e14 FLOP/s: 2.826545e-5 s per token, 4.070485e-9 s per earlier token.
+    t = p.prefill_time
+    assert t.per_token_s == pytest.approx(2.826545e-5, rel=1e-6)
+    assert t.per_token_pos_s == pytest.approx(4.070485e-9, rel=1e-6)
+    assert t.chunk_s(19200) == pytest.approx(19200 / 14850)
+    # 8,192 tokens after 24,000 cached: 8192 * 2.826545e-5 + 4.070485e-9 * (8192 * 24000
+    # + 8192 * 8191 / 2) = 0.231551 + 0.936856 = 1.168407 s
+    assert t.chunk_s(8192, 24000) == pytest.approx(1.168407, rel=1e-5)
+    # chunks add up to the whole prompt
+    assert t.chunk_s(5000) + t.chunk_s(7000, 5000) == pytest.approx(t.chunk_s(12000))
+    assert t.chunk_s(0, 100) == 0.0
+    # any of the three unset: the flat measured rate
+    flat = dataclasses.replace(p, prefill_reference_tokens=0).prefill_time
+    assert flat == PrefillTime(1 / 14850) and flat.chunk_s(30000, 9000) == pytest.approx(30000 / 14850)
 
 
 def test_tier_profiles_load_and_unknown_profile_lists_available():

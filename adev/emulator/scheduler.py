@@ -6,13 +6,17 @@ Everything here is a function of the model time ``t`` the caller passes in; the 
 Per step (vLLM's scheduler): running requests in decode each get one token; the rest of the
 ``max_num_batched_tokens`` budget goes to prefill chunks of admitted requests in admission order.
 
-    step time = prefill tokens / prefill_tokens_per_s
+    step time = sum over prefill chunks of prefill_time.chunk_s(chunk tokens, tokens computed before)
               + [decode present] (decode_step_base_s + decode_step_per_seq_s * n_decode
                                   + decode_step_per_ktoken_s * context tokens of the decodes / 1000)
 
 A request's first token comes out of its first decode step after its prefill, so on an idle engine
 
-    TTFT = read path (lookup + load) + uncached tokens / prefill rate + decode step(1, prompt).
+    TTFT = read path (lookup + load) + prefill_time.chunk_s(uncached tokens, cached tokens)
+           + decode step(1, prompt)
+
+(``prefill_time``: :class:`adev.config.PrefillTime`, a flat rate or one whose tokens cost more the
+more earlier tokens they attend to.)
 
 Admission (FCFS, at step boundaries, :meth:`Scheduler.admit`): local prefix lookup in the pool,
 then blocks for the whole prompt (hits reuse cached blocks, the rest are allocated, evicting LRU
@@ -353,11 +357,11 @@ class Scheduler:
                     if take > 0:
                         chunks.append((r, take))
                         budget -= take
-            ptoks = sum(n for _, n in chunks)
+            pt = c.prefill_time
             ends = []
             tt = t
             if single or not decode:
-                dur = ptoks / c.prefill_tokens_per_s
+                dur = sum(pt.chunk_s(n, r.n_computed) for r, n in chunks)
                 if decode:
                     ctx = sum(len(r.prompt) + r.n_gen for r in decode)
                     dur += self.decode_step_s(len(decode), ctx)

@@ -116,7 +116,8 @@ class Endpoint:
         held = open_held_clock(state_dir_path(stack.state_dir)) if stack.model_clock == "held" else None
         self.engine = Engine(EngineConfig(
             block_size=p.block_size, capacity_blocks=p.gpu_pool_blocks,
-            prefill_tokens_per_s=p.prefill_tokens_per_s, decode_step_base_s=p.decode_step_base_s,
+            prefill_tokens_per_s=p.prefill_tokens_per_s, prefill=p.prefill_time,
+            decode_step_base_s=p.decode_step_base_s,
             decode_step_per_seq_s=p.decode_step_per_seq_s, decode_step_per_ktoken_s=p.decode_step_per_ktoken_s,
             max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens, time_scale=S,
             bytes_per_block=p.bytes_per_block, prefix_caching=conf != "recompute",

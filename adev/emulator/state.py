@@ -10,6 +10,8 @@ import asyncio
 import bisect
 from dataclasses import dataclass, field
 
+from adev.config import PrefillTime
+
 WAITING, LOADING, PREFILL, DECODE, DONE = "waiting", "loading", "prefill", "decode", "done"
 
 
@@ -55,6 +57,12 @@ class EngineConfig:
     # lookup_latency_s + (prompt - local hit) tokens * bytes per token / read_bytes_per_s for
     # its prompt's KV instead of reading the store and prefilling; None = such requests prefill.
     kv_link: TierCost | None = None
+    # prefill time by position (adev.config.PrefillTime); None = a flat prefill_tokens_per_s
+    prefill: PrefillTime | None = None
+
+    @property
+    def prefill_time(self) -> PrefillTime:
+        return self.prefill or PrefillTime(1.0 / self.prefill_tokens_per_s)
 
 
 @dataclass

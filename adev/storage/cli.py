@@ -284,7 +284,8 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     for p in profs:
         lines.append(f"  {p.name:12s} lookup {p.lookup_latency_s * 1e3:.2f} ms, read "
                      f"{_bw(p.read_bytes_per_s)}  ({p.source})")
-    lines.append(f"recompute: {mp.prefill_tokens_per_s:g} tok/s ({mp.name}); TTFT in model "
+    lines.append(f"recompute: {mp.prefill_tokens_per_s:g} tok/s at "
+                 f"{mp.prefill_reference_tokens or 'any':,} tokens ({mp.name}); TTFT in model "
                  "seconds; speed-up = recompute TTFT / read-back TTFT")
     tier_of = {"ram": profs[0], "disk": profs[1], "ram+disk": profs[0]}
     lines.append("columns: speed-up (endpoint TTFT), client (client-side TTFT), predicted (the "
@@ -295,7 +296,7 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     lines += [hdr, "-" * len(hdr)]
     for s in summ:
         for t, v in s.tiers.items():
-            pred = cs.profile_speedup(s.context_tokens, tier_of[t], mp.prefill_tokens_per_s,
+            pred = cs.profile_speedup(s.context_tokens, tier_of[t], mp.prefill_time,
                                       mp.block_size, mp.bytes_per_block) if t in tier_of else None
             sp = f"{v['speedup']:.1f}x" if v["speedup"] else "n/a"
             spc = f"{v['speedup_client']:.1f}x" if v["speedup_client"] else "n/a"

@@ -44,7 +44,7 @@ from typing import Any
 
 import numpy as np
 
-from ..config import STORELESS, StackConfig, TierProfile, load_tier_profile
+from ..config import STORELESS, PrefillTime, StackConfig, TierProfile, load_tier_profile
 
 EMBEDDED_CONFIGS = ("gpu-only", "store-ram", "disk-only")
 TIER_OF = {"recompute": "recompute", "gpu-only": "recompute", "store-ram": "ram",
@@ -247,15 +247,16 @@ class Summary:
     host_read_bw_bytes_per_s, reads_in_flight"""
 
 
-def profile_speedup(L: int, tier: TierProfile, prefill_tokens_per_s: float, block_size: int,
+def profile_speedup(L: int, tier: TierProfile, prefill: PrefillTime, block_size: int,
                     bytes_per_block: int) -> float:
     """What the tier profile predicts for L tokens, before the first decode step:
-    ``(L / rate) / (lookup + n * bytes_per_block / read_rate + (L - n * block_size) / rate)``
-    with ``n = (L - 1) // block_size`` blocks read back (the last token is always computed)."""
+    ``P(L, 0) / (lookup + n * bytes_per_block / read_rate + P(L - n * block_size, n * block_size))``
+    with ``P = prefill.chunk_s`` (tokens, tokens before them) and ``n = (L - 1) // block_size``
+    blocks read back (the last token is always computed)."""
     n = max(0, L - 1) // block_size
-    rec = L / prefill_tokens_per_s
+    rec = prefill.chunk_s(L)
     back = tier.lookup_latency_s + n * bytes_per_block / tier.read_bytes_per_s \
-        + (L - n * block_size) / prefill_tokens_per_s
+        + prefill.chunk_s(L - n * block_size, n * block_size)
     return rec / back
 
 

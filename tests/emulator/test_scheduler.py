@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import pytest
 
+from adev.config import PrefillTime
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import block_hashes
 from adev.emulator.scheduler import Scheduler
@@ -123,6 +124,31 @@ def test_prefill_shares_the_step_budget_with_decodes():
     # budget 64 - 1 decode = 63 prefill tokens; step = 63 ms + decode(1, ctx 31) = 0.063 + 0.01131
     assert out.prefill == {"b": 63} and out.decode == ["a"] and out.tokens == {"a": 1}
     assert out.duration == pytest.approx(0.07431)
+
+
+def test_prefill_chunks_cost_more_the_more_tokens_precede_them():
+    # 1 ms per token + 0.01 ms per token per earlier token
+    s = make(prefill=PrefillTime(0.001, 0.00001))
+    a = request("a", tokens(1000, 100), 1)
+    s.add(a)
+    # step 1: 64 tokens from position 0: 0.064 + 1e-5 * 64 * 63 / 2 = 0.064 + 0.02016 = 0.08416
+    out = s.step(0.0)
+    assert out.prefill == {"a": 64} and out.duration == pytest.approx(0.08416)
+    # step 2: 36 tokens after 64: 0.036 + 1e-5 * (36 * 64 + 36 * 35 / 2) = 0.036 + 0.02934 = 0.06534
+    out = s.step(out.end)
+    assert out.prefill == {"a": 36} and out.duration == pytest.approx(0.06534)
+    t = run_until_done(s, out.end)
+    # c, a fresh 20-token prompt arriving with b, goes first (ties by prompt length): 20 tokens
+    # from position 0, 0.020 + 1e-5 * 20 * 19 / 2 = 0.0219. b shares a's 6 cached blocks (96
+    # tokens) and adds 50: the step's other 44 tokens follow 96,
+    # 0.044 + 1e-5 * (44 * 96 + 44 * 43 / 2) = 0.044 + 0.0517 = 0.0957
+    b = request("b", tokens(1000, 100) + tokens(5000, 50), 1, t)
+    c = request("c", tokens(9000, 20), 1, t)
+    s.add(b)
+    s.add(c)
+    out = s.step(t)
+    assert b.gpu_hit_tokens == 96 and out.prefill == {"c": 20, "b": 44}
+    assert out.duration == pytest.approx(0.0219 + 0.0957)
 
 
 # ---------------------------------------------------------------------------- GPU prefix hits

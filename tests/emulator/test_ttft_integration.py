@@ -56,7 +56,7 @@ def test_idle_ttft_follows_prefill_rate(S, sizes):
             a = last["adev"]
             p = last["usage"]["prompt_tokens"]
             assert a["tokens"]["computed"] == p          # fresh prompt: nothing cached
-            modelled = (a["read_path_s"] + p / prof.prefill_tokens_per_s + prof.decode_step_base_s
+            modelled = (a["read_path_s"] + prof.prefill_time.chunk_s(p) + prof.decode_step_base_s
                         + prof.decode_step_per_seq_s + prof.decode_step_per_ktoken_s * p / 1000)
             assert a["read_path_s"] == pytest.approx(0.0005)  # RAM tier lookup latency, no hits
             server = (a["t_first_token_mono"] - a["t_arrival_mono"]) * S   # the endpoint's own stamps

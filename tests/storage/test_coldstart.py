@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from adev.config import TierProfile
+from adev.config import PrefillTime, TierProfile
 from adev.emulator.pool import PrefixPool
 from adev.emulator.tokenizer import Tokenizer
 from adev.storage.coldstart import Reactivation, make_messages, profile_speedup, summarize
@@ -38,9 +38,17 @@ def test_profile_speedup_hand_worked():
     ram = TierProfile("ram", 0.0005, 20e9, 20e9)
     # L = 16385: 1024 blocks of 1,572,864 B read at 20 GB/s plus the 1 token left to compute
     back = 0.0005 + 1024 * 1_572_864 / 20e9 + 1 / 14850
-    assert profile_speedup(16385, ram, 14850.0, 16, 1_572_864) == pytest.approx(
+    flat = PrefillTime(1 / 14850)
+    assert profile_speedup(16385, ram, flat, 16, 1_572_864) == pytest.approx(
         (16385 / 14850) / back)
-    assert profile_speedup(16385, ram, 14850.0, 16, 1_572_864) == pytest.approx(13.6, abs=0.05)
+    assert profile_speedup(16385, ram, flat, 16, 1_572_864) == pytest.approx(13.6, abs=0.05)
+    # with attention: 1e-5 s per token + 1e-9 s per token per earlier token. Recompute of 16,385
+    # tokens: 0.16385 + 1e-9 * 16385 * 16384 / 2 = 0.16385 + 0.134226 = 0.298076 s; read back
+    # 1,024 blocks (0.0805306 s + lookup 0.0005) and compute the last token after 16,384:
+    # 1e-5 + 1e-9 * 16384 = 2.6384e-5 s
+    att = PrefillTime(1e-5, 1e-9)
+    assert profile_speedup(16385, ram, att, 16, 1_572_864) == pytest.approx(
+        0.298076 / (0.0005 + 0.0805306 + 2.6384e-5), rel=1e-5)
 
 
 def test_messages_have_about_the_asked_tokens_and_differ_by_seed():

@@ -18,8 +18,9 @@ with its reason in ``missing``.
   turns; ``traffic``: calls per ``"prefill>decode"`` pair, and ``traffic_shares``;
 - ``dispatch_delay_p99_s``: :func:`adev.analysis.figures.dispatch_delay` of the first request of
   every call;
-- ``prompt_load`` = (OK calls' prompt tokens / the same span) / (prefill replicas x the model
-  profile's prefill rate): the offered prompt work against the prefill capacity. Under
+- ``prompt_load`` = (sum over OK calls of the model profile's prefill time of the whole prompt
+  from position 0, ``prefill_time.chunk_s(prompt tokens)``, / the same span) / prefill replicas:
+  the offered prompt work against the prefill capacity. Under
   ``recompute`` it is the prefill replicas' utilisation; near or above 1 the replay is
   prefill-bound and the configurations' throughputs can part, well below 1 the schedule, not the
   service, sets the throughput;
@@ -174,9 +175,9 @@ def summarise(path: str | Path) -> dict[str, Any]:
 
     run = load_run(rd.path)
     n_pre = len(((rep.get("topology") or {}).get("prefill")) or [])
-    pre_rate = run.prefill_tokens_per_s
-    if span and n_pre and pre_rate:
-        out["prompt_load"] = sum(r["prompt_tokens"] for r in okr) / span / (n_pre * pre_rate)
+    if span and n_pre and run.profile:
+        pt = run.profile.prefill_time
+        out["prompt_load"] = sum(pt.chunk_s(int(r["prompt_tokens"])) for r in okr) / span / n_pre
     else:
         out["prompt_load"] = None
         missing["prompt_load"] = "no completed call, no prefill replica or no model profile"

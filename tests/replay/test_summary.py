@@ -67,9 +67,11 @@ def test_summary_by_hand(tmp_path):
     assert s["throughput_rps"] == pytest.approx(3 / 10.0)        # 3 OK over [0, 10]
     assert s["calls_in_flight_mean"] == pytest.approx((5 + 8 + 4) / 10.0)  # busy 5, 8 and 4 s
     assert (s["experiment"], s["seed"], s["configuration"]) == ("long", 3, "store-ram")
-    rate = load_model_profile(stack.profile).prefill_tokens_per_s
-    # 1,000 + 40,000 + 1,000 prompt tokens over 10 s, against two prefill replicas
-    assert s["prompt_load"] == pytest.approx(42000 / 10.0 / (2 * rate))
+    # 1,000 + 40,000 + 1,000 prompt tokens over 10 s, against two prefill replicas, at the
+    # profile's 2.826545e-5 s per token + 4.070485e-9 s per token per earlier token:
+    # 1,000 from 0: 0.02826545 + 4.070485e-9 * 1000 * 999 / 2 = 0.03029866 s;
+    # 40,000 from 0: 1.130618 + 4.070485e-9 * 40000 * 39999 / 2 = 1.130618 + 3.256306 = 4.386924 s
+    assert s["prompt_load"] == pytest.approx((2 * 0.03029866 + 4.386924) / 10.0 / 2, rel=1e-5)
     assert s["ttft_p50_s"] == pytest.approx(2.0)
     assert s["ttft_p90_s"] == pytest.approx(2.8)                 # 2 + 0.8 * (3 - 2)
     assert s["ttft_later_p99_s"] == pytest.approx(2.99)          # turns 1 and 2: 2 + 0.99 * 1

@@ -284,8 +284,9 @@ def cmd_coldstart(args: argparse.Namespace) -> int:
     for p in profs:
         lines.append(f"  {p.name:12s} lookup {p.lookup_latency_s * 1e3:.2f} ms, read "
                      f"{_bw(p.read_bytes_per_s)}  ({p.source})")
-    lines.append(f"recompute: {mp.prefill_tokens_per_s:g} tok/s at "
-                 f"{mp.prefill_reference_tokens or 'any':,} tokens ({mp.name}); TTFT in model "
+    at = (f"for a {mp.prefill_reference_tokens:,}-token prompt, attention by position"
+          if mp.prefill_time.per_token_pos_s else "flat")
+    lines.append(f"recompute: {mp.prefill_tokens_per_s:g} tok/s {at} ({mp.name}); TTFT in model "
                  "seconds; speed-up = recompute TTFT / read-back TTFT")
     tier_of = {"ram": profs[0], "disk": profs[1], "ram+disk": profs[0]}
     lines.append("columns: speed-up (endpoint TTFT), client (client-side TTFT), predicted (the "

@@ -19,8 +19,8 @@ Block ids are dense integers (``0 .. n_ids-1``), one per distinct block key. Sou
   ``timestamp`` (ms), ``input_length``, ``output_length``, ``hash_ids`` (512-token blocks, the
   last one possibly partial: only the ``input_length // 512`` full blocks are touched), read and
   validated by the replay's importer (the same rules, the same errors); one
-  endpoint; the prefill takes ``input_length / prefill rate`` and each output token one decode
-  step, both from the model profile;
+  endpoint; the prefill takes the model profile's prefill time of ``input_length`` tokens
+  (:class:`adev.config.PrefillTime`) and each output token one decode step;
 - any other trace through :data:`TRACE_ADAPTERS` (``(detect, load)`` pairs tried in order).
 """
 from __future__ import annotations
@@ -33,6 +33,8 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
+
+from ..config import PrefillTime, load_model_profile, load_stack
 
 MOONCAKE_BLOCK = 512
 
@@ -157,12 +159,18 @@ def _engine_end(r: Any, t_admit: float, scale: float) -> float:
     return float(r["t_end"])
 
 
-def from_mooncake_trace(path: str | Path, prefill_tokens_per_s: float = 14850.0,
-                        decode_step_s: float = 0.012) -> Workload:
+def from_mooncake_trace(path: str | Path, prefill: PrefillTime | None = None,
+                        decode_step_s: float | None = None) -> Workload:
     """The Mooncake trace format (see module doc), read and validated by the replay's importer
-    (:func:`adev.replay.importers.import_mooncake`)."""
+    (:func:`adev.replay.importers.import_mooncake`). A call's prefill takes
+    ``prefill.chunk_s(input_length)`` and each output token ``decode_step_s``; None: the default
+    stack's model profile's prefill model and decode step base."""
     from ..replay.format import TraceError
     from ..replay.importers import import_mooncake
+    if prefill is None or decode_step_s is None:
+        prof = load_model_profile(load_stack().profile)
+        prefill = prefill or prof.prefill_time
+        decode_step_s = prof.decode_step_base_s if decode_step_s is None else decode_step_s
     p = Path(path)
     try:
         trace = import_mooncake(p, MOONCAKE_BLOCK)
@@ -182,7 +190,7 @@ def from_mooncake_trace(path: str | Path, prefill_tokens_per_s: float = 14850.0,
     t_admit = np.asarray(ta, dtype=float)
     ptoks = np.asarray(pt, dtype=np.int64)
     otoks = np.asarray(ot, dtype=np.int64)
-    t_save = t_admit + ptoks / prefill_tokens_per_s
+    t_save = t_admit + np.array([prefill.chunk_s(int(n)) for n in ptoks], dtype=float)
     off = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lens, out=off[1:])
     w = Workload(f"mooncake trace {p}", MOONCAKE_BLOCK, ["trace"], np.zeros(n, dtype=np.int32),

@@ -6,6 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from adev.config import PrefillTime
 from adev.whatif.workload import (
     WorkloadError,
     from_mooncake_trace,
@@ -29,7 +30,7 @@ def test_mooncake_trace_full_blocks_times_and_dense_ids(tmp_path):
         {"timestamp": 1000, "input_length": 1100, "output_length": 10, "hash_ids": [7, 8, 9]},
         {"timestamp": 0, "input_length": 512, "output_length": 2, "hash_ids": [7]},
     ])
-    w = from_mooncake_trace(p, prefill_tokens_per_s=512.0, decode_step_s=0.5)
+    w = from_mooncake_trace(p, prefill=PrefillTime(1 / 512), decode_step_s=0.5)
     assert w.block_size == 512 and w.calls == 2
     # sorted by time: the 512-token request first; 1100 tokens = 2 full blocks (9 is partial)
     assert w.t_admit.tolist() == [0.0, 1.0]
@@ -37,6 +38,10 @@ def test_mooncake_trace_full_blocks_times_and_dense_ids(tmp_path):
     assert w.n_ids == 2 and w.touches == 3
     assert w.t_save.tolist() == pytest.approx([1.0, 1.0 + 1100 / 512])
     assert w.t_end.tolist() == pytest.approx([2.0, 1.0 + 1100 / 512 + 5.0])
+    # by position, 0.001 s per token + 1e-6 s per earlier token: 1,100 tokens take
+    # 1.1 + 1e-6 * 1100 * 1099 / 2 = 1.1 + 0.60445 = 1.70445 s
+    w = from_mooncake_trace(p, prefill=PrefillTime(0.001, 1e-6), decode_step_s=0.5)
+    assert w.t_save.tolist() == pytest.approx([0.512 + 1e-6 * 512 * 511 / 2, 1.0 + 1.70445])
 
 
 @pytest.mark.parametrize("row,field", [

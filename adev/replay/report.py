@@ -1,5 +1,6 @@
 """The replay report: the source's shapes judged against these runs
-(:mod:`adev.replay.shapes`), then one row per configuration and seed, markdown + HTML through
+(:mod:`adev.replay.shapes`) and its levels beside theirs (:mod:`adev.replay.source`), then one
+row per configuration and seed, markdown + HTML through
 :mod:`adev.analysis.report` (``Doc``, ``Figure``, ``md_table``), with the TTFT distribution per
 configuration and throughput relative to recompute.
 
@@ -30,6 +31,7 @@ from ..analysis.render import write as _write
 from ..analysis.shapes import shapes_markdown
 from ..records import RunDir
 from .shapes import judge_replay
+from .source import beside, beside_markdown
 from .summary import READS_AT_PACE, split_label
 from .traces import GROUPS
 
@@ -207,6 +209,7 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
             for p, s in zip(runs, sums, strict=True)]
     doc = Doc(title)
     doc.blocks.append("## Shapes of the source\n\n" + shapes_markdown(judge_replay(sums)))
+    doc.blocks.append("## The source's levels beside these runs\n\n" + beside_markdown(beside(sums)))
     doc.blocks.append("## Configurations\n\n" + md_table(df, HEADLINE))
     doc.blocks.append("## Store loads, disk reads and RAM eviction\n\n" + md_table(df, STORE))
     doc.blocks.append("## Checks of the run: calls, output lengths, host time against the model"

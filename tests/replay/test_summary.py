@@ -144,6 +144,9 @@ def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_pat
     md = html.with_suffix(".md").read_text()
     # p99 of (1, 2, 9) over p99 of (1, 2, 10): (2 + 0.98 * 7) / (2 + 0.98 * 8) = 8.86 / 9.84
     assert "## Shapes of the source" in md and "8.86 → 9.84 (ratio 0.90)" in md
+    # the source's levels beside: recompute's median user TTFT, the median of (1, 2, 10)
+    assert "| short gap, recompute | user TTFT p50 | model s | 27.87 | 2.00 | 1 |" in md
+    assert "| short gap, store-ram | throughput | requests/s | 1.310 | not measured | 0 |" in md
     kept = json.loads((tmp_path / "m" / "gpu-only-s0" / "summary.json").read_text())
     assert kept["schedule"] == {"relaxed_starts": 7} and kept["ttft_p99_s"] == pytest.approx(8.86)
 

@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import itertools
 import math
-import tomllib
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -33,7 +32,16 @@ from typing import Any
 
 from .aggregate import RunSummary, t_interval
 from .render import PCT_COLS, fmt, label
-from .source import POINT_KEYS, SOURCE_FILE, mean_over, ours, point_matches, point_text
+from .source import (
+    POINT_KEYS,
+    SOURCE_FILE,
+    check_point,
+    entries,
+    mean_over,
+    ours,
+    point_matches,
+    point_text,
+)
 
 KINDS = ("rises", "falls", "ratio", "range", "not_above", "overlap")
 N_POINTS = {"rises": None, "falls": None, "ratio": 2, "range": 1, "not_above": 2, "overlap": 2}
@@ -93,13 +101,8 @@ def load(path: Path = SOURCE_FILE, point_keys: Sequence[str] = POINT_KEYS,
          kinds: Sequence[str] = KINDS) -> list[Shape]:
     """The data file's ``[[shape]]`` entries (points keyed by ``point_keys``, of the ``kinds``
     given); a malformed one raises ValueError naming its index and field."""
-    doc = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
-    for i, s in enumerate(doc.get("shape", [])):
-        where = f"{path.name}: shape[{i}]"
-        for k in ("kind", "figure", "points", "says", "where"):
-            if k not in s:
-                raise ValueError(f"{where}: missing field {k!r}")
+    for where, s in entries(path, "shape", ("kind", "figure", "points", "says", "where")):
         kind = s["kind"]
         if kind not in kinds:
             raise ValueError(f"{where}.kind: {kind!r}; allowed: {', '.join(kinds)}")
@@ -111,10 +114,7 @@ def load(path: Path = SOURCE_FILE, point_keys: Sequence[str] = POINT_KEYS,
             raise ValueError(f"{where}.points: kind {kind!r} takes "
                              f"{'two or more' if n is None else n} point(s), got {len(pts)}")
         for j, p in enumerate(pts):
-            bad = set(p) - set(point_keys)
-            if bad:
-                raise ValueError(f"{where}.points[{j}]: unknown key(s) {sorted(bad)}; "
-                                 f"allowed: {tuple(point_keys)}")
+            check_point(f"{where}.points[{j}]", p, point_keys)
         if kind in ("ratio", "range") and s.get("lo") is None and s.get("hi") is None:
             raise ValueError(f"{where}: kind {kind!r} needs 'lo' or 'hi'")
         out.append(Shape(kind, s["figure"], tuple(dict(p) for p in pts), s["says"], s["where"],

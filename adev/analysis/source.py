@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import tomllib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -90,18 +90,31 @@ def point_matches(p: dict[str, Any], s: RunSummary) -> bool:
     return True
 
 
+def entries(path: Path, table: str, required: Sequence[str]) -> Iterator[tuple[str, dict[str, Any]]]:
+    """``(where, entry)`` for each ``[[table]]`` entry of a TOML data file (``where``: the file
+    and the entry's index, for error messages), each checked to have the ``required`` fields
+    (ValueError naming the missing one otherwise)."""
+    doc = tomllib.loads(path.read_text(encoding="utf-8"))
+    for i, e in enumerate(doc.get(table, [])):
+        where = f"{path.name}: {table}[{i}]"
+        for k in required:
+            if k not in e:
+                raise ValueError(f"{where}: missing field {k!r}")
+        yield where, e
+
+
+def check_point(where: str, p: dict[str, Any], keys: Sequence[str]) -> None:
+    """A point table may only use ``keys`` (ValueError naming ``where`` otherwise)."""
+    bad = set(p) - set(keys)
+    if bad:
+        raise ValueError(f"{where}: unknown key(s) {sorted(bad)}; allowed: {tuple(keys)}")
+
+
 def load(path: Path = SOURCE_FILE) -> list[SourceFigure]:
     """Read the data file; a malformed entry raises ValueError naming its index and field."""
-    doc = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
-    for i, f in enumerate(doc.get("figure", [])):
-        where = f"{path.name}: figure[{i}]"
-        for k in ("figure", "point", "where"):
-            if k not in f:
-                raise ValueError(f"{where}: missing field {k!r}")
-        bad = set(f["point"]) - set(POINT_KEYS)
-        if bad:
-            raise ValueError(f"{where}.point: unknown key(s) {sorted(bad)}; allowed: {POINT_KEYS}")
+    for where, f in entries(path, "figure", ("figure", "point", "where")):
+        check_point(f"{where}.point", f["point"], POINT_KEYS)
         if f.get("value") is None and (f.get("lo") is None or f.get("hi") is None):
             raise ValueError(f"{where}: needs 'value' or both 'lo' and 'hi'")
         out.append(SourceFigure(f["figure"], dict(f["point"]), f["where"], f.get("value"),

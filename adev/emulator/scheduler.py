@@ -357,10 +357,10 @@ class Scheduler:
                     if take > 0:
                         chunks.append((r, take))
                         budget -= take
-            pt = c.prefill_time
             ends = []
             tt = t
             if single or not decode:
+                pt = c.prefill_time
                 dur = sum(pt.chunk_s(n, r.n_computed) for r, n in chunks)
                 if decode:
                     ctx = sum(len(r.prompt) + r.n_gen for r in decode)

@@ -9,13 +9,12 @@ replay of another trace serves other prompts and sessions.
 """
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..analysis.source import point_text
+from ..analysis.source import check_point, entries, point_text
 from .shapes import POINT_KEYS, mean_over, point_matches
 from .traces import GROUPS
 
@@ -45,17 +44,10 @@ class SourceLevel:
 
 def load(path: Path = SOURCE_FILE) -> list[SourceLevel]:
     """Read the data file; a malformed entry raises ValueError naming its index and field."""
-    doc = tomllib.loads(path.read_text(encoding="utf-8"))
     out = []
     groups = [g for _, _, g in GROUPS]
-    for i, f in enumerate(doc.get("figure", [])):
-        where = f"{path.name}: figure[{i}]"
-        for k in ("figure", "point", "value", "where"):
-            if k not in f:
-                raise ValueError(f"{where}: missing field {k!r}")
-        bad = set(f["point"]) - set(POINT_KEYS)
-        if bad:
-            raise ValueError(f"{where}.point: unknown key(s) {sorted(bad)}; allowed: {POINT_KEYS}")
+    for where, f in entries(path, "figure", ("figure", "point", "value", "where")):
+        check_point(f"{where}.point", f["point"], POINT_KEYS)
         if (f["figure"] == GROUPED) != ("group" in f) or f.get("group", groups[0]) not in groups:
             raise ValueError(f"{where}.group: {f.get('group')!r}; {GROUPED} needs one of {groups}, "
                              "and no other figure takes one")
@@ -82,11 +74,9 @@ def beside(summaries: Sequence[dict[str, Any]],
         if exps and lv.point.get("experiment") not in exps:
             continue
         at = [s for s in summaries if point_matches(lv.point, s)]
-        if lv.group:
-            at_g = [{"v": (s.get(GROUPED) or {}).get(lv.group)} for s in at]
-            rows.append(Beside(lv, mean_over(at_g, "v"), len(at)))
-        else:
-            rows.append(Beside(lv, mean_over(at, lv.figure), len(at)))
+        ours = (mean_over([s.get(GROUPED) or {} for s in at], lv.group) if lv.group
+                else mean_over(at, lv.figure))
+        rows.append(Beside(lv, ours, len(at)))
     return rows
 
 

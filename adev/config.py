@@ -396,6 +396,16 @@ class StoreSpec:
     # so an evicted object waits about as many model seconds for its offload at every time scale
     # up to this / 1 s.
     offload_heartbeat_s: float = field(default=10.0, metadata={"positive": True})
+    # Mooncake's promotion on hit (master --promotion_on_hit; store-ram+disk only, ignored by the
+    # other configurations): a key held only on the disk tier, once read promotion_threshold
+    # times (the master's count-min sketch), is copied back to RAM by the client that holds it,
+    # on its offload heartbeat, at most promotion_per_heartbeat objects per heartbeat (0: every
+    # queued one; Mooncake's own default is 1) and only while RAM is below the eviction high
+    # watermark. Off, as in Mooncake: a block evicted from RAM is then read from disk on every
+    # later hit, since the save after a prefill skips keys present in any tier.
+    promotion_on_hit: bool = False
+    promotion_threshold: int = field(default=2, metadata={"positive": True})
+    promotion_per_heartbeat: int = field(default=0, metadata={"min": 0})
 
 
 def _default_endpoints() -> list[EndpointSpec]:

@@ -116,6 +116,23 @@ def test_master_flags(configuration, offload):
     assert flags[6:] == offload
 
 
+def test_promotion_on_hit_flags_for_a_ram_and_disk_tier_only():
+    on = {"promotion_on_hit": True, "promotion_threshold": 3}
+    cfg = small_config("/tmp/x", configuration="store-ram+disk", store=on)
+    assert master_flags(cfg, rpc_port=1, metrics_port=2)[6:] == [
+        "--enable_offload=true", "--offload_on_evict=true", "--promotion_on_hit=true",
+        "--promotion_admission_threshold=3", "--promotion_max_per_heartbeat=50000"]
+    capped = small_config("/tmp/x", configuration="store-ram+disk",
+                          store={**on, "promotion_per_heartbeat": 8})
+    assert master_flags(capped, rpc_port=1, metrics_port=2)[-1] == "--promotion_max_per_heartbeat=8"
+    # disk-only writes every object to disk at put time: nothing to promote; RAM-only has no disk
+    for c, tail in (("disk-only", ["--enable_offload=true"]), ("store-ram", [])):
+        assert master_flags(small_config("/tmp/x", configuration=c, store=on),
+                            rpc_port=1, metrics_port=2)[6:] == tail
+    with pytest.raises(ConfigError, match="promotion_threshold"):
+        small_config("/tmp/x", configuration="store-ram+disk", store={"promotion_threshold": 0})
+
+
 def test_endpoint_command_line(tmp_path):
     cmd = endpoint_command("adev.emulator.server", tmp_path / "stack.json", "coder", 8001,
                            "127.0.0.1:5000", tmp_path / "disk")
@@ -181,6 +198,12 @@ def test_plan_vllm_store_ram_disk():
                   "enable_offload": True}
     assert plan.env["PYTHONHASHSEED"] == "7"
     assert set(plan.serve_cmds) == {"coder", "reasoner"}
+    assert not any("promotion" in n for n in plan.notes)
+    promo = small_config("/tmp/x", configuration="store-ram+disk",
+                         store={"promotion_on_hit": True})
+    p2 = vllm_plan(promo)
+    assert "--promotion_on_hit=true" in p2.master_cmd
+    assert any(n.startswith("promotion on hit: ") and "after 2 read(s)" in n for n in p2.notes)
     for cmd in plan.serve_cmds.values():
         assert cmd[:2] == ["vllm", "serve"]
         i = cmd.index("--kv-transfer-config")

@@ -55,6 +55,8 @@ EVICTIONS_OK = ("master_successful_evictions_total",)
 EVICTIONS_TRIED = ("master_attempted_evictions_total",)
 EVICTED_KEYS = ("master_evicted_key_count", "master_evicted_key_count_total")
 EVICTED_BYTES = ("master_evicted_size_bytes", "master_evicted_size_bytes_total")
+PROMOTED_BYTES = ("master_promotion_completed_bytes_total",)   # disk -> RAM copies (promotion on hit)
+PROMOTED = ("master_promotion_completed_total",)
 
 
 def value(samples: dict[str, float], names: Sequence[str],

@@ -66,6 +66,7 @@ LABELS = {
     "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":
     "Inter-token latency p50 (s)", "store_load_bytes": "Store loads (bytes)",
     "physical_read_bytes": "Disk reads (bytes)", "evicted_bytes": "Evicted (bytes)",
+    "promoted_bytes": "Promoted to RAM (bytes)",
     "unsaved_bytes": "Not saved after a refusal (bytes)",
     "disk_read_rate_Bps": "Disk read rate while loading (B/s)",
     "disk_read_avg_Bps": "Disk reads per run second (B/s)",

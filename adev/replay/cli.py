@@ -132,12 +132,22 @@ def _main(args: argparse.Namespace) -> int:
     if args.payload_scale is not None and args.payload_scale < 1:
         raise ConfigError(f"--payload-scale: {args.payload_scale!r} is not allowed; allowed values: "
                           "an integer >= 1 (real store bytes = model bytes / N)")
+    if args.promotion_on_hit is not None and args.promotion_on_hit < 1:
+        raise ConfigError(f"--promotion-on-hit: {args.promotion_on_hit!r} is not allowed; allowed "
+                          "values: an integer >= 1 (reads of a disk-only key before it is "
+                          "copied back to RAM)")
+    if args.promotion_on_hit is not None and args.stack:
+        raise ConfigError("--promotion-on-hit: not with --stack; set [stack.store] "
+                          "promotion_on_hit and promotion_threshold in the stack file")
     check_jobs(args.jobs)   # before the pilots, not after them
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
     else:
-        store = {k: v for k, v in (("ram_gb", args.ram_gb), ("chunk_blocks", args.chunk_blocks))
-                 if v is not None}
+        store: dict[str, Any] = {k: v for k, v in (("ram_gb", args.ram_gb),
+                                                   ("chunk_blocks", args.chunk_blocks))
+                                 if v is not None}
+        if args.promotion_on_hit is not None:
+            store.update(promotion_on_hit=True, promotion_threshold=args.promotion_on_hit)
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None, stream_interval=0)
@@ -343,6 +353,11 @@ def register(subparsers: Any) -> None:
     p.add_argument("--chunk-blocks", type=int, default=None,
                    help="blocks per store object (stack.store.chunk_blocks; default: the stack "
                         "file's 16 = 256 tokens); counts stay per block")
+    p.add_argument("--promotion-on-hit", type=int, default=None, metavar="N",
+                   help="Mooncake's promotion on hit for the RAM + disk configurations: a key "
+                        "held only on the disk tier is copied back to RAM once read N times "
+                        "(stack.store.promotion_on_hit and promotion_threshold; default: off, "
+                        "as in Mooncake)")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale; "
                         "default on the replay's own stack: 1024, or the largest power of two "

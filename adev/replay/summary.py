@@ -29,8 +29,11 @@ with its reason in ``missing``.
   run was made at;
 - store figures, counter deltas between the first and last OK scrape of each target:
   ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
-  bytes per block; ``physical_read_bytes`` = those loaded from the disk tier;
-  ``physical_read_share`` = physical_read_bytes / store_load_bytes (None without loads);
+  bytes per block; ``promoted_bytes`` = the master's completed promotions' bytes x payload scale
+  (disk-only objects copied back to RAM after a hit, ``store.promotion_on_hit``; 0 when off);
+  ``physical_read_bytes`` = the bytes loaded from the disk tier + promoted_bytes (a promotion
+  reads the disk as a load does); ``physical_read_share`` = physical_read_bytes /
+  store_load_bytes (None without loads);
   ``refused_share``: :func:`adev.analysis.figures.refusal_share` of the endpoints' refused and
   accepted blocks; ``unsaved_bytes`` = (refused + skipped blocks: those a request then stopped
   saving) x model bytes per block, the prefilled KV the store never received; ``evictions`` =
@@ -256,14 +259,23 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
                                     "no store put counters scraped (no store, or real vLLM)")
     if not overrun:
         missing["read_overrun_s"] = "no read-path overrun counter scraped (no store, or real vLLM)"
+    master = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in run.scrapes.get("master", [])]
+    pb = _delta(master, K.PROMOTED_BYTES)
+    promoted = pb * run.payload_scale if pb is not None and run.payload_scale else None
+    out["promoted_bytes"] = promoted
+    out["promotions"] = _delta(master, K.PROMOTED)
+    if promoted is None:
+        missing["promoted_bytes"] = ("no master promotion counter scraped (no store, or a "
+                                     "Mooncake master without promotion on hit)")
     if seen and bpb:
         out["store_load_bytes"] = (ram + disk) * bpb
-        out["physical_read_bytes"] = disk * bpb
+        phys = disk * bpb + (promoted or 0.0)
+        out["physical_read_bytes"] = phys
         out["store_load_blocks"] = ram + disk
         out["physical_read_blocks"] = disk
-        out["physical_read_share"] = disk / (ram + disk) if ram + disk > 0 else None
+        out["physical_read_share"] = phys / ((ram + disk) * bpb) if ram + disk > 0 else None
         span = out.get("span_s")
-        out["disk_read_avg_Bps"] = disk * bpb / span if span else None
+        out["disk_read_avg_Bps"] = phys / span if span else None
         if span is None:
             missing["disk_read_avg_Bps"] = "no completed call: the run has no span"
         if out["physical_read_share"] is None:
@@ -272,7 +284,6 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
         out["store_load_bytes"] = out["physical_read_bytes"] = out["physical_read_share"] = None
         out["disk_read_avg_Bps"] = None
         missing["store_loads"] = "no store hit-block counters scraped (no store, or real vLLM)"
-    master = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in run.scrapes.get("master", [])]
     out["evictions"] = _delta(master, K.EVICTIONS_OK)
     eb = _delta(master, K.EVICTED_BYTES)
     out["evicted_bytes"] = eb * run.payload_scale if eb is not None and run.payload_scale \

@@ -80,8 +80,10 @@ def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
     """``mooncake_master`` flags for ``config``.
 
     Disk tier: ``store-ram+disk`` offloads objects to disk when RAM evicts them
-    (``--enable_offload=true --offload_on_evict=true``); ``disk-only`` writes every object through
-    to disk at put time (``--enable_offload=true``), the RAM segment being a staging area only.
+    (``--enable_offload=true --offload_on_evict=true``), and with ``store.promotion_on_hit``
+    copies a disk-only object back to RAM once it has been read ``store.promotion_threshold``
+    times (:func:`promotion_flags`); ``disk-only`` writes every object through to disk at put
+    time (``--enable_offload=true``), the RAM segment being a staging area only.
     """
     host = host or config.host
     flags = [f"--rpc_port={rpc_port}", f"--rpc_address={host}",
@@ -89,10 +91,28 @@ def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
              f"--default_kv_lease_ttl={lease_ms if lease_ms is not None else master_lease_ms(config)}",
              f"--client_ttl={CLIENT_TTL_S}"]
     if config.configuration == "store-ram+disk":
-        flags += ["--enable_offload=true", "--offload_on_evict=true"]
+        flags += ["--enable_offload=true", "--offload_on_evict=true", *promotion_flags(config)]
     elif config.configuration == "disk-only":
         flags += ["--enable_offload=true"]
     return flags
+
+
+PROMOTION_QUEUE_LIMIT = 50_000
+"""Mooncake's default ``--promotion_queue_limit`` (promotions in flight over the whole store): the
+per-heartbeat cap given for ``store.promotion_per_heartbeat = 0``."""
+
+
+def promotion_flags(config: StackConfig) -> list[str]:
+    """The master's promotion-on-hit flags for ``store.promotion_on_hit`` ([] when off):
+    ``--promotion_on_hit=true``, ``--promotion_admission_threshold`` = ``promotion_threshold``
+    and ``--promotion_max_per_heartbeat`` = ``promotion_per_heartbeat``, or
+    :data:`PROMOTION_QUEUE_LIMIT` for 0 (no cap of its own)."""
+    s = config.store
+    if not s.promotion_on_hit:
+        return []
+    cap = s.promotion_per_heartbeat or PROMOTION_QUEUE_LIMIT
+    return ["--promotion_on_hit=true", f"--promotion_admission_threshold={s.promotion_threshold}",
+            f"--promotion_max_per_heartbeat={cap}"]
 
 
 def cpu_pin(cpus: list[int]) -> list[str]:

@@ -91,6 +91,10 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
                 "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": disk_path,
                 "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": "file_per_key_storage_backend",
             })
+            if config.configuration == "store-ram+disk" and config.store.promotion_on_hit:
+                notes.append("promotion on hit: a key held only on disk is copied back to RAM "
+                             f"after {config.store.promotion_threshold} read(s), on the holding "
+                             "instance's offload heartbeat")
             notes.append(f"disk tier: {disk_path} on the local RAID0 or NVMe-oF namespace "
                          "(adev storage plans it); file_per_key_storage_backend because the "
                          "default bucket backend only flushes full 256 MiB buckets")

@@ -65,11 +65,13 @@ def whole_prompt_lookup(store: StoreModel, ids: np.ndarray, h: int, cap: int, cb
     nc = cap // cb
     if nc == 0:
         return 0, 0
-    n, ram = store.leading(ids[np.arange(nc) * cb + cb - 1], now)
+    keys = ids[np.arange(nc) * cb + cb - 1]
+    n, ram = store.leading(keys, now)
     run = n * cb
     if run <= h:
         return 0, 0
     j = np.arange(h // cb, n)
+    store.read(keys[j][~ram[j]], now)
     w = np.minimum((j + 1) * cb, run) - np.maximum(j * cb, h)
     return int(w.sum()), int(w[~ram[j]].sum())
 
@@ -96,6 +98,8 @@ class Params:
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
     lookup: Lookup = "past-gpu"       # which blocks a lookup covers (LOOKUPS)
+    promotion_threshold: int = 0      # Mooncake's promotion on hit: reads before it; 0 = off
+    promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
     def ram_blocks(self) -> int:
         if self.ram_capacity_blocks is not None:
@@ -167,7 +171,9 @@ def simulate(w: Workload, p: Params) -> Result:
         store = StoreModel(StoreRules(p.ram_blocks() // CB, p.lease_s, p.high_watermark,
                                       p.eviction_ratio, p.tick_s, p.disk,
                                       None if disk_cap is None else disk_cap // CB,
-                                      p.offload_delay_s, max(1, p.batch_keys // CB)), n_ids)
+                                      p.offload_delay_s, max(1, p.batch_keys // CB),
+                                      p.promotion_threshold if p.disk else 0,
+                                      p.promotion_per_heartbeat), n_ids)
     gpu_hit = np.zeros(n, dtype=np.int64)
     ext_hit = np.zeros(n, dtype=np.int64)
     disk_hit = np.zeros(n, dtype=np.int64)
@@ -283,6 +289,7 @@ def simulate(w: Workload, p: Params) -> Result:
     if store is not None:
         counters.update(store_evicted_blocks=store.evicted_blocks,
                         store_offloaded_blocks=store.offloaded_blocks,
+                        store_promoted_blocks=store.promoted_blocks,
                         eviction_cycles=store.eviction_cycles)
     return Result(p, [], _window(w, p, per_call, -1, -math.inf, math.inf), per_call, counters)
 

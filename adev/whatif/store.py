@@ -24,6 +24,14 @@ its memory is freed at once. A key with a memory copy is served from RAM, a key 
 from disk; a key in either is never put again. Disk capacity in objects (None: unbounded); when
 full, the oldest offloaded objects are dropped.
 
+Promotion on hit (``promotion_threshold`` > 0: the master's ``--promotion_on_hit``): a served
+read of a key held on disk only counts towards that key (Mooncake's count-min sketch, exact
+here); at ``promotion_threshold`` reads, with RAM at or below the high watermark, the key is
+queued, and the holding client's next heartbeat (``offload_delay_s`` later, at most
+``promotion_per_heartbeat`` keys each, 0 = all) copies it back to RAM where there is room, as a
+put (its lease timeout the copy's time; it keeps its disk copy, so eviction frees it at once).
+Keys that find no room are dropped from the queue (Mooncake counts them as failed).
+
 Per call, a save mirrors the emulator's and vLLM's connector: an existence check over the blocks
 to write (leases on those present), then puts of the missing ones in batches of ``batch_keys``;
 a batch with a refused put ends the save (the batch's refused puts count as refused, later
@@ -31,6 +39,7 @@ batches are never offered).
 """
 from __future__ import annotations
 
+import heapq
 import math
 from collections import deque
 from dataclasses import dataclass
@@ -51,6 +60,8 @@ class StoreRules:
     disk_capacity_blocks: int | None = None
     offload_delay_s: float = 10.0     # offload heartbeat, model seconds
     batch_keys: int = 128
+    promotion_threshold: int = 0      # reads of a disk-only key before promotion; 0 = off
+    promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
 
 class _Log:
@@ -122,6 +133,10 @@ class StoreModel:
         self._back = _Log(np.full(n_ids, -1, dtype=np.int64))
         self._disk = _Log(np.full(n_ids, -1, dtype=np.int64))    # on disk, by offload time
         self._pending: deque[tuple[float, np.ndarray]] = deque()
+        self._reads = np.zeros(n_ids if rules.promotion_threshold else 0, dtype=np.int32)
+        self._queued = np.zeros(n_ids if rules.promotion_threshold else 0, dtype=bool)
+        self._seq = 0
+        self._promote: list[tuple[float, int, np.ndarray]] = []    # heap: (due, seq, ids)
         self.n_ram = 0
         self.n_pinned = 0
         self.n_disk = 0
@@ -133,6 +148,7 @@ class StoreModel:
         self.evicted_blocks = 0
         self.offloaded_blocks = 0
         self.eviction_cycles = 0
+        self.promoted_blocks = 0
 
     # ------------------------------------------------------------------ time
     def advance(self, now: float) -> None:
@@ -140,6 +156,9 @@ class StoreModel:
         while self._pending and self._pending[0][0] <= now:
             _, ids = self._pending.popleft()
             self._offloaded(ids)
+        while self._promote and self._promote[0][0] <= now:
+            t, _, ids = heapq.heappop(self._promote)
+            self._promoted(ids, t)
         if now - self._last_tick >= self.r.tick_s:
             self._last_tick = now
             cap = self.r.capacity_blocks
@@ -206,6 +225,45 @@ class StoreModel:
         self._disk.append(new)
         self._back.append(ids)
 
+    def read(self, ids: np.ndarray, now: float) -> None:
+        """Served reads of keys held on disk only (promotion on hit; nothing when off)."""
+        r = self.r
+        if not r.promotion_threshold or not len(ids):
+            return
+        ids = ids[self.on_disk[ids] & ~self.in_ram[ids]]
+        self._reads[ids] += 1
+        cap = r.capacity_blocks
+        if cap and self.n_ram / cap > r.high_watermark:
+            return
+        due = ids[(self._reads[ids] >= r.promotion_threshold) & ~self._queued[ids]]
+        if len(due):
+            self._queued[due] = True
+            self._queue_promotion(now + r.offload_delay_s, due)
+
+    def _queue_promotion(self, due: float, ids: np.ndarray) -> None:
+        self._seq += 1
+        heapq.heappush(self._promote, (due, self._seq, ids))
+
+    def _promoted(self, ids: np.ndarray, t: float) -> None:
+        """A heartbeat's promotions: still on disk only, copied to RAM where there is room."""
+        r = self.r
+        if r.promotion_per_heartbeat and len(ids) > r.promotion_per_heartbeat:
+            self._queue_promotion(t + r.offload_delay_s, ids[r.promotion_per_heartbeat:])
+            ids = ids[:r.promotion_per_heartbeat]
+        self._queued[ids] = False
+        self._reads[ids] = 0
+        ids = ids[self.on_disk[ids] & ~self.in_ram[ids]]
+        ids = ids[:max(0, r.capacity_blocks - self.n_ram)]
+        if not len(ids):
+            return
+        self.in_ram[ids] = True
+        self.lease_to[ids] = t
+        self._read.stamp[ids] = -1
+        self._back.stamp[ids] = -1
+        self._unread.append(ids)
+        self.n_ram += len(ids)
+        self.promoted_blocks += len(ids)
+
     # ------------------------------------------------------------------ operations
     def _grant(self, ids: np.ndarray, now: float) -> None:
         """Leases on present keys; RAM keys move to the tail of the last-lookup order."""
@@ -235,6 +293,7 @@ class StoreModel:
         """``batch_is_exist`` over ``ids``: (leading hits, of which on disk only); with
         ``weights`` (blocks per object), both summed over the hits' weights."""
         n, ram = self.leading(ids, now)
+        self.read(ids[:n][~ram], now)
         if weights is not None:
             w = weights[:n]
             return int(w.sum()), int(w[~ram].sum())

@@ -3,10 +3,11 @@
 Axes (command-line spelling, unit): ``ram`` (GB of RAM tier at model scale, 0 = no store),
 ``lease`` (s), ``disk`` (on/off), ``gpu_pool`` (tokens per endpoint), ``disk_gb`` (GB, ``inf`` =
 unbounded), ``disk_read`` (GB/s), ``lookup`` (which blocks a store lookup covers:
-:data:`adev.whatif.simulator.LOOKUPS`). The table has one row per point and window plus a whole-run row
-(``window`` = -1); the plot is a heat map of one figure of the whole run over the first two axes
-with several values (one panel per combination of any further ones), or a line over the only
-such axis.
+:data:`adev.whatif.simulator.LOOKUPS`), ``promotion`` (Mooncake's promotion on hit: ``off`` or
+the reads of a disk-only key before it is copied back to RAM). The table has one row per point
+and window plus a whole-run row (``window`` = -1); the plot is a heat map of one figure of the
+whole run over the first two axes with several values (one panel per combination of any further
+ones), or a line over the only such axis.
 """
 from __future__ import annotations
 
@@ -60,6 +61,17 @@ def _lookup(s: str) -> str:
     return v
 
 
+def _promotion(s: str) -> int:
+    """``off`` (0) or the reads of a disk-only key before it is promoted (an integer >= 1)."""
+    v = s.strip().lower()
+    if v == "off":
+        return 0
+    n = int(v)
+    if n < 1:
+        raise ValueError(s)
+    return n
+
+
 def _tokens(s: str) -> int:
     v = s.strip().lower()
     mult = 1000 if v.endswith("k") else 1
@@ -75,6 +87,8 @@ AXES = {a.name: a for a in (
     Axis("disk_read", "disk_read_bytes_per_s", "GB/s", lambda s: _pos_float(s) * 1e9,
          "non-negative numbers (GB/s)"),
     Axis("lookup", "lookup", "", _lookup, ", ".join(LOOKUPS)),
+    Axis("promotion", "promotion_threshold", "reads", _promotion,
+         "off or an integer >= 1 (reads of a disk-only key before Mooncake promotes it to RAM)"),
 )}
 
 
@@ -124,6 +138,8 @@ def _show(name: str, v: Any) -> Any:
         return v / 1e9
     if name == "disk_gb" and v is None:
         return math.inf
+    if name == "promotion":
+        return "off" if v == 0 else str(v)
     return v
 
 

@@ -46,12 +46,13 @@ class Master:
     with ``offload``, store-ram without)."""
 
     def __init__(self, lease_ms: int, offload: bool, workdir: Path,
-                 configuration: str | None = None) -> None:
+                 configuration: str | None = None, store: dict | None = None) -> None:
         self.rpc = free_port()
         self.http = free_port()
         self.lease_ms = lease_ms
         self.configuration = configuration or ("store-ram+disk" if offload else "store-ram")
         self.workdir = workdir
+        self.store = store or {}    # [stack.store] settings the master's flags follow
         self.proc: subprocess.Popen | None = None
 
     @property
@@ -63,7 +64,8 @@ class Master:
         return f"http://127.0.0.1:{self.http}/metrics"
 
     def start(self) -> Master:
-        cfg = from_dict(StackConfig, {"configuration": self.configuration}, "stack")
+        cfg = from_dict(StackConfig, {"configuration": self.configuration, "store": self.store},
+                        "stack")
         cmd = [str(find_master_binary()), *master_flags(
             cfg, rpc_port=self.rpc, metrics_port=self.http, host="127.0.0.1", lease_ms=self.lease_ms)]
         log = open(self.workdir / f"master-{self.rpc}.log", "ab")

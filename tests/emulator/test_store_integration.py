@@ -111,6 +111,41 @@ def test_ram_evicted_then_served_from_disk(workdir):
     assert v(e.metrics(), "adev_emulator_store_hit_blocks_total", tier="disk") > 0
 
 
+def test_promotion_on_hit_brings_a_disk_read_back_to_ram(workdir):
+    """Mooncake's promotion on hit (``store.promotion_on_hit``): a block read from disk is copied
+    back to RAM by the holding client's heartbeat, so its next read is a RAM read."""
+    w, procs = workdir
+    prof = write_profile(w, gpu_pool_tokens=9000)
+    m = Master(lease_ms=200, offload=True, workdir=w,
+               store={"promotion_on_hit": True, "promotion_threshold": 1}).start()
+    procs.append(m)
+    e = Emulator(make_stack(prof, "store-ram+disk", 20.0, ram_gb=1.0), "coder", m, w).start()
+    procs.append(e)
+    A = prompt_messages(8000, "a")
+    chat(e, A)
+    deadline = time.monotonic() + 90
+    i = 0
+    while time.monotonic() < deadline:
+        chat(e, prompt_messages(8000, "bcdefgh"[i % 7]))
+        i += 1
+        time.sleep(1.0)
+        if i >= 2 and v(m.metrics(), "master_evicted_key_count_total") >= 600:
+            break
+    r1 = chat(e, A)
+    assert r1["adev"]["tokens"]["store_disk"] > 0
+    # the client's 1 s heartbeat copies the read objects back; nothing else runs meanwhile
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline and v(m.metrics(), "master_promotion_completed_total") == 0:
+        time.sleep(0.5)
+    time.sleep(1.5)
+    chat(e, prompt_messages(8000, "z"))   # evicts A from the GPU pool (not from RAM: 8K tokens)
+    r2 = chat(e, A)
+    print("A from disk, then after promotion:", r1["adev"]["tokens"], r2["adev"]["tokens"])
+    assert v(m.metrics(), "master_promotion_completed_bytes_total") > 0
+    assert r2["adev"]["tokens"]["store_ram"] > r1["adev"]["tokens"]["store_ram"]
+    assert r2["adev"]["tokens"]["store_disk"] < r1["adev"]["tokens"]["store_disk"]
+
+
 def test_disk_only_charges_every_hit_at_the_disk_tier(workdir):
     w, procs = workdir
     prof = write_profile(w, gpu_pool_tokens=9000)

@@ -43,6 +43,8 @@ def test_stack_for_each_configuration(tmp_path):
     (["--stream-interval", "-1"], "--stream-interval: -1 is not allowed; allowed values: an integer >= 0"),
     (["--payload-scale", "0"], "--payload-scale: 0 is not allowed; allowed values: an integer >= 1"),
     (["--jobs", "0"], "--jobs: 0 is not allowed; allowed values: an integer >= 1"),
+    (["--promotion-on-hit", "0"], "--promotion-on-hit: 0 is not allowed; allowed values: an "
+                                  "integer >= 1"),
     # the default profile's context is 65,536 tokens: a smaller pool cannot hold one request
     (["--gpu-pool-tokens", "65535"], "--gpu-pool-tokens: 65535 is not allowed; allowed values: at "
                                      "least the model's context, 65536 tokens"),
@@ -116,6 +118,18 @@ def test_payload_scale_reaches_the_replay_stack(tmp_path, bases):
     stack.write_text("[stack]\npayload_scale = 64\n")
     _replay(tmp_path, "--stack", str(stack))
     assert [b.payload_scale for b in bases] == [1024, 256, 128, 64]
+
+
+def test_promotion_on_hit_reaches_the_replay_stack(tmp_path, bases, capsys):
+    _replay(tmp_path)
+    _replay(tmp_path, "--promotion-on-hit", "1")
+    assert [(b.store.promotion_on_hit, b.store.promotion_threshold) for b in bases] == [
+        (False, 2), (True, 1)]
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\n")
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
+    assert main(["replay", str(p), "--stack", str(stack), "--promotion-on-hit", "2"]) == 2
+    assert "--promotion-on-hit: not with --stack" in capsys.readouterr().err
 
 
 def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, bases):

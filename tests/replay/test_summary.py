@@ -52,15 +52,18 @@ def test_summary_by_hand(tmp_path):
     hit = 'adev_emulator_store_hit_blocks_total{tier="%s"}'
     over = "adev_emulator_read_path_overrun_seconds_total"
     put = "adev_emulator_store_put_%s_blocks_total"
-    for t, ram, disk, ev, evb, ov, acc, ref, skip in ((0.0, 10, 0, 3, 100, 0.5, 100, 2, 10),
-                                                      (10.0, 30, 5, 7, 600, 0.75, 130, 12, 50)):
+    for t, ram, disk, ev, evb, ov, acc, ref, skip, prom in (
+            (0.0, 10, 0, 3, 100, 0.5, 100, 2, 10, 1000),
+            (10.0, 30, 5, 7, 600, 0.75, 130, 12, 50, 1000 + 3 * 6144)):
         rd.append(ScrapeRecord(run_id="r", target="p0", url="u", t=t, ok=True,
                                samples={hit % "ram": ram, hit % "disk": disk, over: ov,
                                         "adev_emulator_store_put_blocks_total": acc,
                                         put % "refused": ref, put % "skipped": skip}))
         rd.append(ScrapeRecord(run_id="r", target="master", url="m", t=t, ok=True,
                                samples={"master_successful_evictions_total": ev,
-                                        "master_evicted_size_bytes": evb}))
+                                        "master_evicted_size_bytes": evb,
+                                        "master_promotion_completed_bytes_total": prom,
+                                        "master_promotion_completed_total": prom // 6144}))
     rd.close()
     s = summarise(rd.path)
     assert (s["calls"], s["ok_calls"], s["errors"]) == (4, 3, 1)
@@ -92,11 +95,14 @@ def test_summary_by_hand(tmp_path):
     assert s["user_ttft_over_model_p50"] == pytest.approx(0.25)      # 0.0 and 0.5
     assert s["user_ttft_over_model_p99"] == pytest.approx(0.495)
     bpb = load_model_profile(stack.profile).bytes_per_block
-    assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == 5 * bpb
-    assert s["physical_read_share"] == pytest.approx(5 / 25)
-    # 5 disk blocks over the run's span of 10 model seconds (first ready 0, last end 10)
+    # 3 promotions of 6,144 real bytes (a 1.5 MiB block at payload scale 256) read the disk too
+    assert stack.payload_scale * 6144 == bpb
+    assert s["promoted_bytes"] == 3 * bpb and s["promotions"] == 3
+    assert s["store_load_bytes"] == 25 * bpb and s["physical_read_bytes"] == (5 + 3) * bpb
+    assert s["physical_read_share"] == pytest.approx(8 / 25)
+    # 5 disk blocks loaded and 3 promoted over the run's span of 10 model seconds
     assert s["span_s"] == pytest.approx(10.0)
-    assert s["disk_read_avg_Bps"] == pytest.approx(5 * bpb / 10.0)
+    assert s["disk_read_avg_Bps"] == pytest.approx(8 * bpb / 10.0)
     assert s["evictions"] == 4
     assert s["read_overrun_s"] == pytest.approx(0.25)                 # 0.5 -> 0.75
     assert s["evicted_bytes"] == 500 * stack.payload_scale

@@ -60,6 +60,16 @@ def test_the_lookup_rule_is_an_axis(trace, tmp_path):
     assert tot.loc["whole", "store_hit_share"] > 0
 
 
+def test_promotion_on_hit_is_an_axis(trace, tmp_path):
+    out = tmp_path / "o"
+    assert main(["whatif", str(trace), "--ram", "1", "--lease", "1", "--disk", "on",
+                 "--gpu-pool", "1k", "--promotion", "off,1", "--out", str(out)]) == 0
+    tot = pd.read_csv(out / "whatif.csv").query("window == -1").set_index("promotion")
+    assert set(tot.index) == {"off", "1"}
+    assert tot.loc["off", "store_promoted_blocks"] == 0
+    assert tot.loc["1", "store_promoted_blocks"] > 0
+
+
 def test_single_axis_sweep_plots_a_line(trace, tmp_path):
     out = tmp_path / "o"
     assert main(["whatif", str(trace), "--ram", "0.5,1,2", "--out", str(out)]) == 0
@@ -69,7 +79,8 @@ def test_single_axis_sweep_plots_a_line(trace, tmp_path):
 @pytest.mark.parametrize("opt,val,needle", [("--ram", "8,x", "--ram: 'x'"),
                                             ("--disk", "maybe", "allowed values: on, off"),
                                             ("--lease", "-1", "--lease: '-1'"),
-                                            ("--lookup", "all", "allowed values: past-gpu, whole")])
+                                            ("--lookup", "all", "allowed values: past-gpu, whole"),
+                                            ("--promotion", "0", "--promotion: '0'")])
 def test_bad_values_exit_2_with_the_allowed_values(trace, tmp_path, capsys, opt, val, needle):
     assert main(["whatif", str(trace), opt, val, "--out", str(tmp_path / "o")]) == 2
     assert needle in capsys.readouterr().err

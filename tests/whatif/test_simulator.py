@@ -126,6 +126,46 @@ def test_a_whole_prompt_lookup_leases_what_the_gpu_holds_and_serves_the_run_past
     assert s.lease_to[:6].tolist() == [0.0, 0.0] + [6.0] * 4
 
 
+def test_a_whole_prompt_lookup_counts_disk_reads_towards_promotion():
+    """Blocks 0 and 4 on disk only; the GPU holds 0 and 1, so the store serves 2..5, block 4 from
+    disk: with a threshold of 1 the heartbeat 1 s later copies 4 to RAM, and not 0 (not
+    served, so not read)."""
+    s = StoreModel(StoreRules(capacity_blocks=20, lease_s=5.0, tick_s=100.0, disk=True,
+                              offload_delay_s=1.0, promotion_threshold=1), 100)
+    s.save(np.arange(6, dtype=np.int64), 0.0)
+    for b in (0, 4):
+        s.in_ram[b], s.on_disk[b] = False, True
+    s.n_ram -= 2
+    assert whole_prompt_lookup(s, np.arange(8), 2, 7, 1, 1.0) == (4, 1)
+    s.advance(2.0)
+    assert s.promoted_blocks == 1 and s.in_ram[4] and not s.in_ram[0]
+    assert whole_prompt_lookup(s, np.arange(8), 2, 7, 1, 2.5) == (4, 0)
+
+
+def test_promotion_reaches_the_simulated_store():
+    """A 4-block RAM tier (eviction thread every 1 s, ratio 1: every expired object). Call 0
+    puts blocks 0..3 at 0.5; the wake-up at 1.0 queues them for offload (written at 1.2), the
+    one at 3.0 frees them, so call 2 reads them from disk. With a threshold of 1 that read
+    queues them, the heartbeat at 3.2 copies them back, and call 3 (3.7, before the next
+    wake-up) reads them from RAM; without promotion it reads them from disk again."""
+    calls = [("a", 0.0, 0.5, 0.6, 16, 0, [0, 1, 2, 3]),
+             ("a", 1.0, 1.5, 1.6, 4, 0, [10]),
+             ("a", 3.0, 3.5, 3.6, 17, 0, [0, 1, 2, 3, 5]),
+             ("a", 3.7, 3.8, 3.9, 17, 0, [0, 1, 2, 3, 6])]
+    kw = dict(gpu_pool_tokens=0, ram_gb=1.0, ram_capacity_blocks=4, disk=True, lease_s=0.1,
+              offload_delay_s=0.2, tick_s=1.0, eviction_ratio=1.0)
+    off = simulate(workload(calls), params(**kw))
+    on = simulate(workload(calls), params(**kw, promotion_threshold=1))
+    assert off.per_call["store_hit_blocks"].tolist() == [0, 0, 4, 4]
+    assert off.per_call["store_disk_blocks"].tolist() == [0, 0, 4, 4]
+    assert on.per_call["store_hit_blocks"].tolist() == [0, 0, 4, 4]
+    assert on.per_call["store_disk_blocks"].tolist() == [0, 0, 4, 0]
+    assert (on.counters["store_promoted_blocks"], off.counters["store_promoted_blocks"]) == (4, 0)
+    # promotion needs the disk tier
+    nodisk = simulate(workload(calls), params(**{**kw, "disk": False}, promotion_threshold=1))
+    assert nodisk.counters["store_promoted_blocks"] == 0
+
+
 def test_a_whole_prompt_lookup_serves_nothing_when_the_run_ends_before_the_gpu_hit():
     """Block 1 absent: the run from block 0 is 1 block, short of the GPU hit of 2, so the
     connector loads nothing (need_to_allocate <= 0), where a lookup from the GPU hit on finds

@@ -129,3 +129,59 @@ def test_lookup_weights_count_blocks_per_object():
     # leading run: objects 0, 1, 2 -> 1 + 2 + 2 = 5 blocks, of which object 1's 2 on disk
     assert s.lookup(ids(0, 1, 2, 3), 1.0, w) == (5, 2)
     assert s.lookup(ids(0, 1, 2, 3), 1.0) == (3, 1)
+
+
+def test_promotion_on_hit_copies_a_disk_only_key_back_after_the_heartbeat():
+    s = disk_store(promotion_threshold=2)
+    s.advance(0.7)
+    s.advance(1.1)                                   # 0 and 1 freed (on disk only); 8 in RAM
+    assert s.lookup(ids(1), 1.2) == (1, 1)           # first read from disk: counted, not queued
+    assert s.lookup(ids(1), 1.3) == (1, 1)           # second: 8/10 <= 0.9, queued for 1.8
+    s.advance(1.7)
+    assert s.lookup(ids(1), 1.75) == (1, 1)          # the heartbeat has not come yet
+    s.advance(1.8)                                   # copied back as a put at 1.8
+    assert (s.promoted_blocks, s.n_ram) == (1, 9)
+    assert s.lookup(ids(1), 1.9) == (1, 0)           # a RAM read now, still on disk too
+    assert s.on_disk[1]
+
+
+def test_promotion_needs_room_and_ram_below_the_watermark():
+    s = disk_store(promotion_threshold=1)
+    s.advance(0.7)
+    s.advance(1.1)
+    assert s.lookup(ids(1), 1.2) == (1, 1)           # queued for 1.7
+    assert s.save(ids(10, 11), 1.3) == (2, 0)        # the last two free objects: RAM full
+    s.advance(1.7)                                   # no room at the heartbeat: dropped
+    assert (s.promoted_blocks, s.in_ram[1]) == (0, False)
+    assert s.lookup(ids(1), 1.8) == (1, 1)           # 10/10 > 0.9: not queued again
+    s.advance(5.0)
+    assert s.promoted_blocks == 0
+
+
+def test_promotion_per_heartbeat_cap_leaves_the_rest_for_the_next_heartbeat():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=0.1, tick_s=0.1, disk=True,
+                              offload_delay_s=1.0, promotion_threshold=1,
+                              promotion_per_heartbeat=2), 100)
+    s.save(rng(0, 5), 0.0)
+    s.on_disk[rng(0, 5)] = True                      # as if offloaded and evicted
+    s.in_ram[rng(0, 5)] = False
+    s.n_ram = 0
+    assert s.lookup(rng(0, 5), 1.0) == (5, 5)        # five reads from disk, queued for 2.0
+    s.advance(2.0)
+    assert s.promoted_blocks == 2                    # 0, 1; 2..4 wait for 3.0
+    s.advance(2.9)
+    assert s.promoted_blocks == 2
+    s.advance(3.0)
+    assert s.promoted_blocks == 4                    # 2, 3; 4 at 4.0
+    s.advance(4.0)
+    assert s.promoted_blocks == 5 and s.in_ram[rng(0, 5)].all()
+
+
+def test_no_promotion_by_default():
+    s = disk_store()
+    s.advance(0.7)
+    s.advance(1.1)
+    for t in (1.2, 1.3, 1.4):
+        assert s.lookup(ids(1), t) == (1, 1)
+    s.advance(20.0)
+    assert s.promoted_blocks == 0 and not s.in_ram[1]

@@ -49,6 +49,15 @@ def test_configurations():
         stack_params(stack(configuration="disk-only"))
 
 
+def test_promotion_on_hit_from_the_stack_for_a_ram_and_disk_tier_only():
+    assert stack_params(stack()).promotion_threshold == 0
+    on = {"promotion_on_hit": True, "promotion_threshold": 3, "promotion_per_heartbeat": 8}
+    p = stack_params(stack(store=on))
+    assert (p.promotion_threshold, p.promotion_per_heartbeat) == (3, 8)
+    assert stack_params(stack(store={"promotion_on_hit": True})).promotion_threshold == 2
+    assert stack_params(stack(configuration="store-ram", store=on)).promotion_threshold == 0
+
+
 def test_trace_blocks_and_swept_ram():
     p = stack_params(stack(), block_size=512)
     assert p.bytes_per_block == 98304 * 512 and p.ram_capacity_blocks is None

@@ -45,7 +45,8 @@ class TraceStats:
     """Figures of one trace. ``growth_per_turn``: prompt_tokens[k+1] - prompt_tokens[k] within a
     session (tokens, p50 and mean over all consecutive pairs); ``gap``: t[k+1] - t[k] within a
     session (seconds, where both calls have a time); ``interarrival``: consecutive call times
-    over the whole trace (seconds)."""
+    over the whole trace (seconds); ``new_tokens_mean`` and ``new_share``:
+    :func:`new_prompt_tokens` per call (mean) and summed over prompt tokens summed."""
 
     sessions: int
     calls: int
@@ -64,6 +65,36 @@ class TraceStats:
     interarrival_mean_s: float | None
     duration_s: float | None
     block_tokens: int
+    new_tokens_mean: float | None = None
+    new_share: float | None = None
+
+
+def new_prompt_tokens(trace: Trace) -> np.ndarray:
+    """Per call (in the trace's call order), the prompt tokens past the longest block prefix that
+    any earlier call sent: what an unbounded prefix cache could not serve, the new content a
+    store takes in from that call. Earlier = earlier in time (the calls sorted by ``t``, stable;
+    file order when a call has no time). A block counts as sent when the same run of block ids
+    up to it was sent, as prefix caches key a block by its whole prefix:
+
+        new = prompt_tokens - min(prompt_tokens, block_tokens x (leading blocks already sent))
+    """
+    calls = trace.calls
+    order = range(len(calls)) if any(c.t is None for c in calls) else \
+        sorted(range(len(calls)), key=lambda i: calls[i].t or 0.0)
+    seen: set[int] = set()
+    out = np.zeros(len(calls), dtype=float)
+    for i in order:
+        c = calls[i]
+        key, lead, leading = 0, 0, True
+        for b in c.blocks:
+            key = hash((key, b))
+            if leading and key in seen:
+                lead += 1
+            else:
+                leading = False
+                seen.add(key)
+        out[i] = c.prompt_tokens - min(c.prompt_tokens, lead * trace.block_tokens)
+    return out
 
 
 def trace_stats(trace: Trace) -> TraceStats:
@@ -82,6 +113,7 @@ def trace_stats(trace: Trace) -> TraceStats:
     g, gp = np.array(growth, dtype=float), np.array(gaps, dtype=float)
     ts = np.sort(np.array([c.t for c in trace.calls if c.t is not None], dtype=float))
     turns = np.array([len(cs) for cs in sess.values()], dtype=float)
+    new = new_prompt_tokens(trace)
     return TraceStats(
         sessions=len(sess), calls=len(trace.calls), turns_p50=_q(turns, 50),
         turns_max=int(turns.max()) if len(turns) else 0,
@@ -92,7 +124,9 @@ def trace_stats(trace: Trace) -> TraceStats:
         gap_p50_s=_q(gp, 50), gap_p90_s=_q(gp, 90), gap_p99_s=_q(gp, 99),
         interarrival_mean_s=float(np.diff(ts).mean()) if len(ts) > 1 else None,
         duration_s=float(ts[-1] - ts[0]) if len(ts) > 1 else None,
-        block_tokens=trace.block_tokens)
+        block_tokens=trace.block_tokens,
+        new_tokens_mean=float(new.mean()) if len(new) else None,
+        new_share=float(new.sum()) / float(pt.sum()) if pt.sum() > 0 else None)
 
 
 def format_stats(s: TraceStats) -> str:
@@ -107,7 +141,11 @@ def format_stats(s: TraceStats) -> str:
              f"{f(s.growth_per_turn_mean)} tokens",
              f"gap between a session's turns: p50 {f(s.gap_p50_s, 2)} s, p90 {f(s.gap_p90_s, 2)}"
              f" s, p99 {f(s.gap_p99_s, 2)} s; mean inter-arrival {f(s.interarrival_mean_s, 3)} s"
-             f" over {f(s.duration_s, 1)} s"]
+             f" over {f(s.duration_s, 1)} s",
+             f"new prompt tokens (past the longest prefix an earlier call sent): mean "
+             f"{f(s.new_tokens_mean)} per call, "
+             + ("n/a" if s.new_share is None else f"{100 * s.new_share:.1f}%")
+             + " of prompt tokens"]
     return "\n".join(lines)
 
 

@@ -32,10 +32,36 @@ def test_stats_by_hand():
     assert s.output_tokens_mean == 25.0
 
 
+def test_new_prompt_tokens_past_the_longest_prefix_sent_before():
+    from adev.replay.traces import new_prompt_tokens
+    tr = Trace(block_tokens=4, calls=[
+        Call("a", 0, 12, 1, blocks=[1, 2, 3], t=0.0),      # nothing sent before: 12 new
+        Call("b", 0, 14, 1, blocks=[1, 2, 9], t=5.0),      # 1, 2 sent by a: 14 - 8 = 6
+        Call("a", 1, 16, 1, blocks=[1, 2, 3, 4], t=10.0),  # 1, 2, 3 sent: 16 - 12 = 4
+        # sent at 2.0, before b: blocks 2, 3 were sent by a, but after block 1, not first
+        Call("c", 0, 8, 1, blocks=[2, 3], t=2.0),
+        Call("d", 0, 6, 1, blocks=[1, 2], t=11.0)])        # 2 blocks (8 tokens) sent: 0 new
+    assert new_prompt_tokens(tr).tolist() == [12, 6, 4, 8, 0]
+    s = trace_stats(tr)
+    assert s.new_tokens_mean == pytest.approx(30 / 5)
+    assert s.new_share == pytest.approx(30 / 56)
+    # without times the file order decides: c's blocks 2, 3 are then new either way, and b
+    # still follows a
+    untimed = Trace(4, [Call(c.session, c.turn, c.prompt_tokens, 1, blocks=c.blocks)
+                        for c in tr.calls])
+    assert new_prompt_tokens(untimed).tolist() == [12, 6, 4, 8, 0]
+    d_first = Trace(4, [Call("d", 0, 6, 1, blocks=[1, 2], t=-1.0), *tr.calls[:1]])
+    assert new_prompt_tokens(d_first).tolist() == [6, 4]   # a finds d's 1, 2: 12 - 8
+
+
 def test_cli_stats_and_import(tmp_path, capsys):
     p = write_trace(_trace(), tmp_path / "t.jsonl")
     assert main(["trace", "stats", str(p)]) == 0
-    assert "sessions 2, calls 4" in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert "sessions 2, calls 4" in out
+    # no call has block ids: every prompt token is new
+    assert "new prompt tokens (past the longest prefix an earlier call sent): mean 52,525 per " \
+           "call, 100.0% of prompt tokens" in out
     src = tmp_path / "mc.jsonl"
     src.write_bytes(orjson.dumps({"timestamp": 0, "input_length": 10, "output_length": 1,
                                   "hash_ids": [3]}) + b"\n")

@@ -55,9 +55,10 @@ from .experiment import (
     source_mean_prompt,
     source_pool_tokens,
 )
-from .format import Call, TraceError, read_trace
+from .format import Call, Trace, TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
+from .traces import new_prompt_tokens
 
 T = TypeVar("T")
 
@@ -173,6 +174,11 @@ def _main(args: argparse.Namespace) -> int:
         if args.gpu_pool_tokens is None:
             base = _with_gpu_pool(base, sessions, None)
         base = _with_payload_scale(base, args.payload_scale)
+    new = new_prompt_tokens(Trace(trace.block_tokens, [c for cs in sessions for c in cs]))
+    prompt = sum(c.prompt_tokens for cs in sessions for c in cs)
+    print(f"new prompt tokens: {new.mean():,.0f} per call, {new.sum() / max(1, prompt):.1%} of "
+          "prompt tokens (past the longest prefix an earlier call sent: the KV the store takes "
+          "in per call)", file=sys.stderr)
     opts = ReplayOptions(experiment=exps[0], routing=args.routing,
                          threshold_tokens=args.threshold_tokens, active=args.active,
                          gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,

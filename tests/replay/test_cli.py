@@ -120,6 +120,16 @@ def test_payload_scale_reaches_the_replay_stack(tmp_path, bases):
     assert [b.payload_scale for b in bases] == [1024, 256, 128, 64]
 
 
+def test_the_replay_prints_the_slices_new_prompt_tokens(tmp_path, bases, capsys):
+    # turn 0 (blocks 1, 2: 10 tokens of 16-token blocks, so 10 new), turn 1 (blocks 1, 2, 3: the
+    # first two were sent, 40 - 32 = 8 new): 9 per call, 18 of 50 prompt tokens
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1, blocks=[1, 2]),
+                               Call("s", 1, 40, 1, blocks=[1, 2, 3])]), tmp_path / "t.jsonl")
+    with pytest.raises(_Stop):
+        main(["replay", str(p), "--time-scale", "10", "--out", str(tmp_path / "o")])
+    assert "new prompt tokens: 9 per call, 36.0% of prompt tokens" in capsys.readouterr().err
+
+
 def test_promotion_on_hit_reaches_the_replay_stack(tmp_path, bases, capsys):
     _replay(tmp_path)
     _replay(tmp_path, "--promotion-on-hit", "1")

@@ -396,6 +396,12 @@ class StoreSpec:
     # so an evicted object waits about as many model seconds for its offload at every time scale
     # up to this / 1 s.
     offload_heartbeat_s: float = field(default=10.0, metadata={"positive": True})
+    # When store-ram+disk writes a block to the disk tier: "evict" (master --offload_on_evict:
+    # when RAM evicts it; until its client's offload heartbeat has written it, it stays in RAM,
+    # readable, not evictable) or "put" (every object is written to disk on the heartbeat after
+    # its put, and stays in RAM until then; a RAM eviction then frees memory at once). disk-only
+    # always writes at put.
+    disk_writes: Literal["evict", "put"] = "evict"
     # Mooncake's promotion on hit (master --promotion_on_hit; store-ram+disk only, ignored by the
     # other configurations): a key held only on the disk tier, once read promotion_threshold
     # times (the master's count-min sketch), is copied back to RAM by the client that holds it,

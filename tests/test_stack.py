@@ -116,7 +116,7 @@ def test_master_flags(configuration, offload):
     assert flags[6:] == offload
 
 
-def test_promotion_on_hit_flags_for_a_ram_and_disk_tier_only():
+def test_promotion_on_hit_and_disk_writes_flags_for_a_ram_and_disk_tier_only():
     on = {"promotion_on_hit": True, "promotion_threshold": 3}
     cfg = small_config("/tmp/x", configuration="store-ram+disk", store=on)
     assert master_flags(cfg, rpc_port=1, metrics_port=2)[6:] == [
@@ -129,6 +129,12 @@ def test_promotion_on_hit_flags_for_a_ram_and_disk_tier_only():
     for c, tail in (("disk-only", ["--enable_offload=true"]), ("store-ram", [])):
         assert master_flags(small_config("/tmp/x", configuration=c, store=on),
                             rpc_port=1, metrics_port=2)[6:] == tail
+    put = small_config("/tmp/x", configuration="store-ram+disk", store={"disk_writes": "put"})
+    assert master_flags(put, rpc_port=1, metrics_port=2)[6:] == ["--enable_offload=true"]
+    assert any(n.startswith("disk writes at put") for n in vllm_plan(put).notes)
+    with pytest.raises(ConfigError, match="disk_writes: 'never' is not allowed; allowed values: "
+                                          "'evict', 'put'"):
+        small_config("/tmp/x", store={"disk_writes": "never"})
     with pytest.raises(ConfigError, match="promotion_threshold"):
         small_config("/tmp/x", configuration="store-ram+disk", store={"promotion_threshold": 0})
 

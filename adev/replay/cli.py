@@ -140,6 +140,9 @@ def _main(args: argparse.Namespace) -> int:
     if args.promotion_on_hit is not None and args.stack:
         raise ConfigError("--promotion-on-hit: not with --stack; set [stack.store] "
                           "promotion_on_hit and promotion_threshold in the stack file")
+    if args.disk_writes is not None and args.stack:
+        raise ConfigError("--disk-writes: not with --stack; set [stack.store] disk_writes in the "
+                          "stack file")
     check_jobs(args.jobs)   # before the pilots, not after them
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
@@ -149,6 +152,8 @@ def _main(args: argparse.Namespace) -> int:
                                  if v is not None}
         if args.promotion_on_hit is not None:
             store.update(promotion_on_hit=True, promotion_threshold=args.promotion_on_hit)
+        if args.disk_writes is not None:
+            store["disk_writes"] = args.disk_writes
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None, stream_interval=0)
@@ -364,6 +369,10 @@ def register(subparsers: Any) -> None:
                         "held only on the disk tier is copied back to RAM once read N times "
                         "(stack.store.promotion_on_hit and promotion_threshold; default: off, "
                         "as in Mooncake)")
+    p.add_argument("--disk-writes", choices=("evict", "put"), default=None,
+                   help="when the RAM + disk configurations write a block to disk: evict (when "
+                        "RAM evicts it, Mooncake's --offload_on_evict) or put (every object "
+                        "after its put); stack.store.disk_writes, default: the stack's, evict")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale; "
                         "default on the replay's own stack: 1024, or the largest power of two "

@@ -80,7 +80,8 @@ def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
     """``mooncake_master`` flags for ``config``.
 
     Disk tier: ``store-ram+disk`` offloads objects to disk when RAM evicts them
-    (``--enable_offload=true --offload_on_evict=true``), and with ``store.promotion_on_hit``
+    (``--enable_offload=true --offload_on_evict=true``), or with ``store.disk_writes = "put"``
+    every object after its put (``--enable_offload=true``), and with ``store.promotion_on_hit``
     copies a disk-only object back to RAM once it has been read ``store.promotion_threshold``
     times (:func:`promotion_flags`); ``disk-only`` writes every object through to disk at put
     time (``--enable_offload=true``), the RAM segment being a staging area only.
@@ -91,7 +92,8 @@ def master_flags(config: StackConfig, *, rpc_port: int, metrics_port: int,
              f"--default_kv_lease_ttl={lease_ms if lease_ms is not None else master_lease_ms(config)}",
              f"--client_ttl={CLIENT_TTL_S}"]
     if config.configuration == "store-ram+disk":
-        flags += ["--enable_offload=true", "--offload_on_evict=true", *promotion_flags(config)]
+        on_evict = ["--offload_on_evict=true"] if config.store.disk_writes == "evict" else []
+        flags += ["--enable_offload=true", *on_evict, *promotion_flags(config)]
     elif config.configuration == "disk-only":
         flags += ["--enable_offload=true"]
     return flags

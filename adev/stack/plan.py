@@ -91,6 +91,9 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
                 "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": disk_path,
                 "MOONCAKE_OFFLOAD_STORAGE_BACKEND_DESCRIPTOR": "file_per_key_storage_backend",
             })
+            if config.configuration == "store-ram+disk" and config.store.disk_writes == "put":
+                notes.append("disk writes at put: every object is written to disk after its put "
+                             "(no --offload_on_evict), so a RAM eviction frees memory at once")
             if config.configuration == "store-ram+disk" and config.store.promotion_on_hit:
                 notes.append("promotion on hit: a key held only on disk is copied back to RAM "
                              f"after {config.store.promotion_threshold} read(s), on the holding "

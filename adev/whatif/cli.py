@@ -1,7 +1,8 @@
 """``adev whatif``: replay a run's reuse ledger (or a trace) through other tier configurations.
 
     adev whatif RUN|TRACE [--ram 8,16,32] [--lease 5,300] [--disk on,off] [--gpu-pool ...]
-                          [--lookup past-gpu,whole] [--promotion off,2]
+                          [--lookup past-gpu,whole] [--disk-writes evict,put]
+                          [--promotion off,2]
     adev whatif validate RUN [RUN ...]
 
 Parameters not given are the run's own configuration (for a trace: the default stack's).
@@ -39,6 +40,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--lookup", help="blocks a store lookup covers: past-gpu (the emulator's: "
                                     "past the GPU hit), whole (vLLM's Mooncake store connector: "
                                     "every block from the first)")
+    p.add_argument("--disk-writes", help="when the disk tier is written: evict (when RAM evicts a "
+                                         "block, Mooncake's offload_on_evict), put (every block "
+                                         "after its put)")
     p.add_argument("--promotion", help="Mooncake's promotion on hit (disk tier on): off, or the "
                                        "reads of a disk-only key before it is copied back to RAM")
     p.add_argument("--metric", default="store_hit_share",

@@ -98,6 +98,7 @@ class Params:
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
     lookup: Lookup = "past-gpu"       # which blocks a lookup covers (LOOKUPS)
+    disk_writes: str = "evict"        # when a block reaches the disk tier: "evict" or "put"
     promotion_threshold: int = 0      # Mooncake's promotion on hit: reads before it; 0 = off
     promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
@@ -172,7 +173,7 @@ def simulate(w: Workload, p: Params) -> Result:
                                       p.eviction_ratio, p.tick_s, p.disk,
                                       None if disk_cap is None else disk_cap // CB,
                                       p.offload_delay_s, max(1, p.batch_keys // CB),
-                                      p.promotion_threshold if p.disk else 0,
+                                      p.disk_writes, p.promotion_threshold if p.disk else 0,
                                       p.promotion_per_heartbeat), n_ids)
     gpu_hit = np.zeros(n, dtype=np.int64)
     ext_hit = np.zeros(n, dtype=np.int64)

@@ -16,13 +16,17 @@ RAM tier, as ``mooncake_master`` (``mooncake-store/src/master_service.cpp``) run
   looked up: their put time; others: last lookup + TTL). Leased objects count in the evictable
   base but are skipped, so a store full of leased objects evicts nothing and refuses puts.
 
-Disk tier (``offload_on_evict``): an object chosen for eviction with no disk copy is queued for
+Disk tier, ``disk_writes = "evict"`` (``offload_on_evict``): an object chosen for eviction with
+no disk copy is queued for
 offload and stays in RAM (pinned, still readable, not evictable) until the endpoint's offload
 heartbeat writes it (``offload_delay_s`` later). It then has a disk copy and is evictable again
 by the same rule: an object leased meanwhile keeps its memory until its lease ends; chosen again,
 its memory is freed at once. A key with a memory copy is served from RAM, a key on disk only
 from disk; a key in either is never put again. Disk capacity in objects (None: unbounded); when
-full, the oldest offloaded objects are dropped.
+full, the oldest offloaded objects are dropped. With ``disk_writes = "put"`` (``enable_offload``
+alone) every put object is queued for offload at its put, pinned in RAM (readable, not
+evictable) until the heartbeat writes it; eviction then only meets objects with a disk copy and
+frees their memory at once.
 
 Promotion on hit (``promotion_threshold`` > 0: the master's ``--promotion_on_hit``): a served
 read of a key held on disk only counts towards that key (Mooncake's count-min sketch, exact
@@ -60,6 +64,7 @@ class StoreRules:
     disk_capacity_blocks: int | None = None
     offload_delay_s: float = 10.0     # offload heartbeat, model seconds
     batch_keys: int = 128
+    disk_writes: str = "evict"        # "evict": offload when chosen; "put": offload every put
     promotion_threshold: int = 0      # reads of a disk-only key before promotion; 0 = off
     promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
@@ -319,8 +324,13 @@ class StoreModel:
             self.in_ram[put] = True
             self.lease_to[put] = now
             self._read.stamp[put] = -1
-            self._unread.append(put)
             self.n_ram += len(put)
+            if self.r.disk and self.r.disk_writes == "put":   # pinned until written to disk
+                self.pinned[put] = True
+                self.n_pinned += len(put)
+                self._pending.append((now + self.r.offload_delay_s, put))
+            else:
+                self._unread.append(put)
         self.put_blocks += len(put)
         self.refused_blocks += refused
         return len(put), refused

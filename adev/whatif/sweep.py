@@ -4,7 +4,8 @@ Axes (command-line spelling, unit): ``ram`` (GB of RAM tier at model scale, 0 = 
 ``lease`` (s), ``disk`` (on/off), ``gpu_pool`` (tokens per endpoint), ``disk_gb`` (GB, ``inf`` =
 unbounded), ``disk_read`` (GB/s), ``lookup`` (which blocks a store lookup covers:
 :data:`adev.whatif.simulator.LOOKUPS`), ``promotion`` (Mooncake's promotion on hit: ``off`` or
-the reads of a disk-only key before it is copied back to RAM). The table has one row per point
+the reads of a disk-only key before it is copied back to RAM), ``disk_writes`` (when a block
+reaches the disk tier: ``evict`` or ``put``). The table has one row per point
 and window plus a whole-run row (``window`` = -1); the plot is a heat map of one figure of the
 whole run over the first two axes with several values (one panel per combination of any further
 ones), or a line over the only such axis.
@@ -72,6 +73,13 @@ def _promotion(s: str) -> int:
     return n
 
 
+def _disk_writes(s: str) -> str:
+    v = s.strip().lower()
+    if v not in ("evict", "put"):
+        raise ValueError(s)
+    return v
+
+
 def _tokens(s: str) -> int:
     v = s.strip().lower()
     mult = 1000 if v.endswith("k") else 1
@@ -87,6 +95,7 @@ AXES = {a.name: a for a in (
     Axis("disk_read", "disk_read_bytes_per_s", "GB/s", lambda s: _pos_float(s) * 1e9,
          "non-negative numbers (GB/s)"),
     Axis("lookup", "lookup", "", _lookup, ", ".join(LOOKUPS)),
+    Axis("disk_writes", "disk_writes", "", _disk_writes, "evict, put"),
     Axis("promotion", "promotion_threshold", "reads", _promotion,
          "off or an integer >= 1 (reads of a disk-only key before Mooncake promotes it to RAM)"),
 )}

@@ -77,7 +77,8 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   chunk_blocks=int(store.get("chunk_blocks", 1)) if bs == prof.block_size else 1,
                   promotion_threshold=int(store.get("promotion_threshold", 2))
                   if store.get("promotion_on_hit") and conf == "store-ram+disk" else 0,
-                  promotion_per_heartbeat=int(store.get("promotion_per_heartbeat", 0)))
+                  promotion_per_heartbeat=int(store.get("promotion_per_heartbeat", 0)),
+                  disk_writes=str(store.get("disk_writes", "evict")))
 
 
 def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:

@@ -146,6 +146,31 @@ def test_promotion_on_hit_brings_a_disk_read_back_to_ram(workdir):
     assert r2["adev"]["tokens"]["store_disk"] < r1["adev"]["tokens"]["store_disk"]
 
 
+def test_disk_writes_at_put_give_every_object_a_disk_copy_while_it_stays_in_ram(workdir):
+    """``store.disk_writes = "put"``: the master without ``--offload_on_evict`` has the client's
+    heartbeat write every put object to disk; nothing was evicted, and each key has both a
+    memory and a local-disk replica."""
+    w, procs = workdir
+    prof = write_profile(w, gpu_pool_tokens=9000)
+    m = Master(lease_ms=200, offload=True, workdir=w, store={"disk_writes": "put"}).start()
+    procs.append(m)
+    e = Emulator(make_stack(prof, "store-ram+disk", 20.0, ram_gb=1.0), "coder", m, w).start()
+    procs.append(e)
+    chat(e, prompt_messages(2000, "a"))
+    base = f"http://127.0.0.1:{m.http}"
+    keys = [k for k in httpx.get(base + "/get_all_keys", timeout=5).text.split() if "@" in k]
+    assert keys
+    deadline = time.monotonic() + 30
+    while True:     # the 1 s heartbeat writes them (slow on a loaded machine)
+        data = httpx.get(base + "/batch_query_keys?keys=" + ",".join(keys[:8]), timeout=5).json()
+        reps = [data["data"][k] for k in keys[:8]]
+        if all(r["local_disk_values"] for r in reps) or time.monotonic() > deadline:
+            break
+        time.sleep(0.5)
+    assert all(r["values"] and r["local_disk_values"] for r in reps)
+    assert v(m.metrics(), "master_evicted_key_count_total") == 0
+
+
 def test_disk_only_charges_every_hit_at_the_disk_tier(workdir):
     w, procs = workdir
     prof = write_profile(w, gpu_pool_tokens=9000)

@@ -130,16 +130,20 @@ def test_the_replay_prints_the_slices_new_prompt_tokens(tmp_path, bases, capsys)
     assert "new prompt tokens: 9 per call, 36.0% of prompt tokens" in capsys.readouterr().err
 
 
-def test_promotion_on_hit_reaches_the_replay_stack(tmp_path, bases, capsys):
+def test_promotion_on_hit_and_disk_writes_reach_the_replay_stack(tmp_path, bases, capsys):
     _replay(tmp_path)
     _replay(tmp_path, "--promotion-on-hit", "1")
     assert [(b.store.promotion_on_hit, b.store.promotion_threshold) for b in bases] == [
         (False, 2), (True, 1)]
+    _replay(tmp_path, "--disk-writes", "put")
+    assert [b.store.disk_writes for b in bases] == ["evict", "evict", "put"]
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\n")
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
     assert main(["replay", str(p), "--stack", str(stack), "--promotion-on-hit", "2"]) == 2
     assert "--promotion-on-hit: not with --stack" in capsys.readouterr().err
+    assert main(["replay", str(p), "--stack", str(stack), "--disk-writes", "put"]) == 2
+    assert "--disk-writes: not with --stack" in capsys.readouterr().err
 
 
 def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, bases):

@@ -80,7 +80,8 @@ def test_single_axis_sweep_plots_a_line(trace, tmp_path):
                                             ("--disk", "maybe", "allowed values: on, off"),
                                             ("--lease", "-1", "--lease: '-1'"),
                                             ("--lookup", "all", "allowed values: past-gpu, whole"),
-                                            ("--promotion", "0", "--promotion: '0'")])
+                                            ("--promotion", "0", "--promotion: '0'"),
+                                            ("--disk-writes", "never", "allowed values: evict, put")])
 def test_bad_values_exit_2_with_the_allowed_values(trace, tmp_path, capsys, opt, val, needle):
     assert main(["whatif", str(trace), opt, val, "--out", str(tmp_path / "o")]) == 2
     assert needle in capsys.readouterr().err

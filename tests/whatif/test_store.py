@@ -185,3 +185,20 @@ def test_no_promotion_by_default():
         assert s.lookup(ids(1), t) == (1, 1)
     s.advance(20.0)
     assert s.promoted_blocks == 0 and not s.in_ram[1]
+
+
+def test_disk_writes_at_put_pin_each_put_until_the_heartbeat_then_evict_at_once():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=1.0, disk=True,
+                              offload_delay_s=0.5, disk_writes="put"), 100)
+    s.save(ids(0, 1), 0.0)
+    s.save(rng(2, 10), 0.05)                        # every put queued for offload, pinned
+    assert (s.n_ram, s.n_pinned) == (10, 10)
+    s.advance(0.1)                                  # full, but nothing evictable: no victim
+    assert (s.evicted_blocks, s.n_disk) == (0, 0)
+    assert s.save(ids(10), 0.2) == (0, 1)           # refused: RAM full of pinned objects
+    s.advance(0.5)                                  # 0, 1 written (due 0.5); 2..9 due 0.55
+    assert (s.n_disk, s.n_pinned) == (2, 8)
+    s.advance(1.2)                                  # 2..9 written; the wake-up at 1.2 (full,
+    assert (s.n_disk, s.n_pinned) == (10, 0)        # a refused put): ceil(10 x 0.15) = 2,
+    assert (s.evicted_blocks, s.n_ram) == (2, 8)    # the oldest puts 0, 1, freed at once
+    assert s.lookup(ids(0, 1, 2), 1.3) == (3, 2)    # 0, 1 from disk, 2 from RAM

@@ -56,6 +56,8 @@ def test_promotion_on_hit_from_the_stack_for_a_ram_and_disk_tier_only():
     assert (p.promotion_threshold, p.promotion_per_heartbeat) == (3, 8)
     assert stack_params(stack(store={"promotion_on_hit": True})).promotion_threshold == 2
     assert stack_params(stack(configuration="store-ram", store=on)).promotion_threshold == 0
+    assert stack_params(stack()).disk_writes == "evict"
+    assert stack_params(stack(store={"disk_writes": "put"})).disk_writes == "put"
 
 
 def test_trace_blocks_and_swept_ram():

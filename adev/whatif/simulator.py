@@ -99,6 +99,7 @@ class Params:
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
     lookup: Lookup = "past-gpu"       # which blocks a lookup covers (LOOKUPS)
     disk_writes: str = "evict"        # when a block reaches the disk tier: "evict" or "put"
+    disk_only: bool = False           # disk-only: every store hit is charged at the disk tier
     promotion_threshold: int = 0      # Mooncake's promotion on hit: reads before it; 0 = off
     promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
@@ -283,6 +284,8 @@ def simulate(w: Workload, p: Params) -> Result:
                 pool.admit(jids, hj, int(tail[j]))
                 pool.register(jids[hj:])
                 held[j] = jids
+    if p.disk_only:   # the staging RAM may serve it; the direct path it stands for reads disk
+        disk_hit = ext_hit.copy()
     per_call = {"gpu_hit_blocks": gpu_hit, "store_hit_blocks": ext_hit,
                 "store_disk_blocks": disk_hit, "put_blocks": put, "refused_blocks": refused}
     counters = {"gpu_evicted_blocks": sum(q.evicted_blocks for q in pools),

@@ -54,13 +54,12 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
     ram_t = load_tier_profile(store.get("ram_tier", "ram"))
     disk_t = load_tier_profile(store.get("disk_tier", "local-raid0"))
     conf = cfg.get("configuration", "store-ram+disk")
-    if conf == "disk-only":
-        raise ConfigError("stack.configuration: 'disk-only' is not modelled by the simulator; "
-                          "allowed values: recompute, gpu-only, store-ram, store-ram+disk")
     s = float(time_scale or cfg.get("time_scale") or 1.0)
     bs = block_size or prof.block_size
     bpb = prof.bytes_per_token * bs
-    ram_gb = float(store.get("ram_gb", 32.0)) if conf in ("store-ram", "store-ram+disk") else 0.0
+    disk_only = conf == "disk-only"   # the RAM segments are a staging area of ram_gb
+    ram_gb = float(store.get("ram_gb", 32.0)) if conf in ("store-ram", "store-ram+disk") \
+        or disk_only else 0.0
     cap = None
     if ram_gb > 0 and bs == prof.block_size:
         n_eps = max(1, len(cfg.get("endpoints") or [1, 2]))
@@ -69,7 +68,8 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
         cap = n_eps * (seg // max(1, prof.bytes_per_block // scale))
     return Params(gpu_pool_tokens=0 if conf == "recompute" else prof.gpu_pool_tokens,
                   ram_gb=ram_gb, lease_s=float(store.get("lease_ttl_s", 5.0)),
-                  disk=conf == "store-ram+disk", bytes_per_block=bpb,
+                  disk=conf in ("store-ram+disk", "disk-only"), disk_only=disk_only,
+                  bytes_per_block=bpb,
                   ram_read_bytes_per_s=ram_t.read_bytes_per_s,
                   disk_read_bytes_per_s=disk_t.read_bytes_per_s,
                   tick_s=EVICT_PERIOD_REAL_S * s, offload_delay_s=_heartbeat_real_s(store, s) * s,
@@ -78,7 +78,7 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   promotion_threshold=int(store.get("promotion_threshold", 2))
                   if store.get("promotion_on_hit") and conf == "store-ram+disk" else 0,
                   promotion_per_heartbeat=int(store.get("promotion_per_heartbeat", 0)),
-                  disk_writes=str(store.get("disk_writes", "evict")))
+                  disk_writes="put" if disk_only else str(store.get("disk_writes", "evict")))
 
 
 def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:

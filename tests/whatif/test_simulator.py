@@ -166,6 +166,19 @@ def test_promotion_reaches_the_simulated_store():
     assert nodisk.counters["store_promoted_blocks"] == 0
 
 
+def test_disk_only_charges_every_store_hit_at_the_disk_tier():
+    w = workload(TWO_TURNS)
+    kw = dict(gpu_pool_tokens=0, ram_capacity_blocks=100, ram_gb=1.0, disk=True,
+              disk_writes="put")
+    ram = simulate(w, params(**kw))
+    direct = simulate(w, params(**kw, disk_only=True))
+    # turn 2 finds blocks 0..3 in the staging RAM: a RAM hit with a RAM + disk store, a disk hit
+    # on the direct path
+    assert ram.per_call["store_disk_blocks"].tolist() == [0, 0]
+    assert direct.per_call["store_hit_blocks"].tolist() == [0, 4]
+    assert direct.per_call["store_disk_blocks"].tolist() == [0, 4]
+
+
 def test_a_whole_prompt_lookup_serves_nothing_when_the_run_ends_before_the_gpu_hit():
     """Block 1 absent: the run from block 0 is 1 block, short of the GPU hit of 2, so the
     connector loads nothing (need_to_allocate <= 0), where a lookup from the GPU hit on finds

@@ -5,7 +5,6 @@ import math
 import pandas as pd
 import pytest
 
-from adev.config import ConfigError
 from adev.whatif.validate import Validation, lease_ranking, stack_params, with_overrides
 from adev.whatif.workload import _engine_end
 
@@ -45,8 +44,10 @@ def test_configurations():
     assert stack_params(stack(configuration="gpu-only")).ram_gb == 0.0
     r = stack_params(stack(configuration="recompute"))
     assert r.ram_gb == 0.0 and r.gpu_pool_tokens == 0
-    with pytest.raises(ConfigError, match="disk-only"):
-        stack_params(stack(configuration="disk-only"))
+    d = stack_params(stack(configuration="disk-only"))
+    # a staging segment of the RAM store's size, written through at put, hits charged at disk
+    assert (d.disk, d.disk_only, d.disk_writes, d.ram_capacity_blocks) == (True, True, "put", 20344)
+    assert not stack_params(stack()).disk_only
 
 
 def test_promotion_on_hit_from_the_stack_for_a_ram_and_disk_tier_only():

@@ -13,7 +13,8 @@ where the emulator has it, and they stream once per decode macro step (``--strea
 default 0; no replay figure depends on it). A stack file in external mode runs the same replay
 against its endpoints, unchanged (one run per seed, labelled with its ``configuration``). On
 the embedded stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
-(:mod:`adev.replay.pace`).
+(:mod:`adev.replay.pace`). The replay's own stack writes the disk tier at put
+(:data:`REPLAY_DISK_WRITES`; ``--disk-writes evict`` for the stack's default).
 """
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ import signal
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, TypeVar, cast
+from typing import Any, Literal, TypeVar, cast
 
 from ..config import (
     ROOT,
@@ -63,8 +64,20 @@ from .traces import new_prompt_tokens
 T = TypeVar("T")
 
 
+REPLAY_DISK_WRITES: Literal["evict", "put"] = "put"
+"""When the replay's own stack writes the RAM + disk configurations' disk tier: at put (every
+object on the offload heartbeat after its put), not at eviction. The source describes its replay
+study's disk tiers so: in the short gap "the local and remote storage replicas are written, but
+almost no physical reads occur because useful data is still in RAM" (written while the data is
+in RAM), and in the long gap they "need only about 75 cycles and about 1.7 TB of eviction because
+the NVMe copy remains available after the RAM copy is removed" (the copy exists before the
+removal). Its fleet study writes at eviction ("Eviction can move expired-lease objects from RAM
+to disk"), the stack's default. ``--disk-writes evict`` replays with that."""
+
+
 def default_stack(**overrides: Any) -> StackConfig:
-    """The replay's embedded stack (see the module docstring)."""
+    """The replay's embedded stack (see the module docstring), its disk tier written at put
+    (:data:`REPLAY_DISK_WRITES`)."""
     base = load_stack()
     has_role = "kv_role" in {f.name for f in dataclasses.fields(EndpointSpec)}
     if has_role:
@@ -78,7 +91,8 @@ def default_stack(**overrides: Any) -> StackConfig:
         policy = "replay" if "replay" in EMU_POLICIES else "length"
     except ImportError:
         policy = "length"
-    cfg = dataclasses.replace(base, endpoints=eps, policy=policy, state_dir=".adev/replay")
+    cfg = dataclasses.replace(base, endpoints=eps, policy=policy, state_dir=".adev/replay",
+                              store=dataclasses.replace(base.store, disk_writes=REPLAY_DISK_WRITES))
     store = overrides.pop("store", None)
     if store:  # validated as a stack file's [stack.store] would be
         cfg = dataclasses.replace(cfg, store=from_dict(
@@ -372,7 +386,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--disk-writes", choices=("evict", "put"), default=None,
                    help="when the RAM + disk configurations write a block to disk: evict (when "
                         "RAM evicts it, Mooncake's --offload_on_evict) or put (every object "
-                        "after its put); stack.store.disk_writes, default: the stack's, evict")
+                        "after its put); default on the replay's own stack: put, as the "
+                        "source's replay study describes its disk tiers; with --stack: the file's")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale; "
                         "default on the replay's own stack: 1024, or the largest power of two "

@@ -135,8 +135,12 @@ def test_promotion_on_hit_and_disk_writes_reach_the_replay_stack(tmp_path, bases
     _replay(tmp_path, "--promotion-on-hit", "1")
     assert [(b.store.promotion_on_hit, b.store.promotion_threshold) for b in bases] == [
         (False, 2), (True, 1)]
-    _replay(tmp_path, "--disk-writes", "put")
-    assert [b.store.disk_writes for b in bases] == ["evict", "evict", "put"]
+    _replay(tmp_path, "--disk-writes", "evict")
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\n")
+    _replay(tmp_path, "--stack", str(stack))
+    # the replay's own stack writes its disk tier at put; a stack file keeps the stack's default
+    assert [b.store.disk_writes for b in bases] == ["put", "put", "evict", "evict"]
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\n")
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")

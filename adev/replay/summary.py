@@ -30,7 +30,8 @@ with its reason in ``missing``.
 - store figures, counter deltas between the first and last OK scrape of each target:
   ``store_load_bytes`` = blocks the endpoints loaded from the store (RAM + disk tiers) x model
   bytes per block; ``promoted_bytes`` = the master's completed promotions' bytes x payload scale
-  (disk-only objects copied back to RAM after a hit, ``store.promotion_on_hit``; 0 when off);
+  (disk-only objects copied back to RAM after a hit, ``store.promotion_on_hit``; 0 when off),
+  ``promotions`` their count;
   ``physical_read_bytes`` = the bytes loaded from the disk tier + promoted_bytes (a promotion
   reads the disk as a load does); ``physical_read_share`` = physical_read_bytes /
   store_load_bytes (None without loads);

@@ -17,16 +17,15 @@ RAM tier, as ``mooncake_master`` (``mooncake-store/src/master_service.cpp``) run
   base but are skipped, so a store full of leased objects evicts nothing and refuses puts.
 
 Disk tier, ``disk_writes = "evict"`` (``offload_on_evict``): an object chosen for eviction with
-no disk copy is queued for
-offload and stays in RAM (pinned, still readable, not evictable) until the endpoint's offload
-heartbeat writes it (``offload_delay_s`` later). It then has a disk copy and is evictable again
-by the same rule: an object leased meanwhile keeps its memory until its lease ends; chosen again,
-its memory is freed at once. A key with a memory copy is served from RAM, a key on disk only
-from disk; a key in either is never put again. Disk capacity in objects (None: unbounded); when
-full, the oldest offloaded objects are dropped. With ``disk_writes = "put"`` (``enable_offload``
-alone) every put object is queued for offload at its put, pinned in RAM (readable, not
-evictable) until the heartbeat writes it; eviction then only meets objects with a disk copy and
-frees their memory at once.
+no disk copy is queued for offload and stays in RAM (pinned, still readable, not evictable)
+until the endpoint's offload heartbeat writes it (``offload_delay_s`` later). It then has a disk
+copy and is evictable again by the same rule: an object leased meanwhile keeps its memory until
+its lease ends; chosen again, its memory is freed at once. A key with a memory copy is served
+from RAM, a key on disk only from disk; a key in either is never put again. Disk capacity in
+objects (None: unbounded); when full, the oldest offloaded objects are dropped. With
+``disk_writes = "put"`` (``enable_offload`` alone) every put object is queued for offload at its
+put, pinned in RAM (readable, not evictable) until the heartbeat writes it; eviction then only
+meets objects with a disk copy and frees their memory at once.
 
 Promotion on hit (``promotion_threshold`` > 0: the master's ``--promotion_on_hit``): a served
 read of a key held on disk only counts towards that key (Mooncake's count-min sketch, exact

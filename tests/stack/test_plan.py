@@ -26,6 +26,9 @@ def test_2p2d_plan_connectors_per_role():
     text = render(plan)
     assert "2 prefill x 2 decode" in text and 'kv_role = "consumer"' in text
     assert plan.master_cmd is not None               # the prefill replicas share one store
+    # the replay study's disk tier is written at put: no --offload_on_evict
+    assert "--enable_offload=true" in plan.master_cmd
+    assert "--offload_on_evict=true" not in plan.master_cmd
 
 
 def test_kv_transfer_config_rules():

@@ -81,12 +81,13 @@ def test_gpu_hit_then_store_ram_and_pool_refusal(workdir):
     assert r.status_code == 400 and "KV cache" in r.json()["error"]["message"]
 
 
-def test_ram_evicted_then_served_from_disk(workdir):
+def _a_evicted_from_ram(workdir, store=None):
+    """A RAM + disk stack with prompt A written to disk and out of RAM: (master, emulator, A).
+    RAM = Mooncake's 16 MiB minimum segment (~680 blocks of 24 KiB); prompts of 8K tokens (500
+    blocks); a small GPU pool so that A must come back from the store."""
     w, procs = workdir
-    # RAM = Mooncake's 16 MiB minimum segment (~680 blocks of 24 KiB); prompts of 8K tokens (500
-    # blocks); a small GPU pool so that A must come back from the store.
     prof = write_profile(w, gpu_pool_tokens=9000)
-    m = Master(lease_ms=200, offload=True, workdir=w).start()
+    m = Master(lease_ms=200, offload=True, workdir=w, store=store).start()
     procs.append(m)
     e = Emulator(make_stack(prof, "store-ram+disk", 20.0, ram_gb=1.0), "coder", m, w).start()
     procs.append(e)
@@ -102,6 +103,11 @@ def test_ram_evicted_then_served_from_disk(workdir):
         time.sleep(1.0)
         if i >= 2 and v(m.metrics(), "master_evicted_key_count_total") >= 600:
             break
+    return m, e, A
+
+
+def test_ram_evicted_then_served_from_disk(workdir):
+    m, e, A = _a_evicted_from_ram(workdir)
     mm0 = m.metrics()
     r = chat(e, A)
     mm1 = m.metrics()
@@ -114,23 +120,7 @@ def test_ram_evicted_then_served_from_disk(workdir):
 def test_promotion_on_hit_brings_a_disk_read_back_to_ram(workdir):
     """Mooncake's promotion on hit (``store.promotion_on_hit``): a block read from disk is copied
     back to RAM by the holding client's heartbeat, so its next read is a RAM read."""
-    w, procs = workdir
-    prof = write_profile(w, gpu_pool_tokens=9000)
-    m = Master(lease_ms=200, offload=True, workdir=w,
-               store={"promotion_on_hit": True, "promotion_threshold": 1}).start()
-    procs.append(m)
-    e = Emulator(make_stack(prof, "store-ram+disk", 20.0, ram_gb=1.0), "coder", m, w).start()
-    procs.append(e)
-    A = prompt_messages(8000, "a")
-    chat(e, A)
-    deadline = time.monotonic() + 90
-    i = 0
-    while time.monotonic() < deadline:
-        chat(e, prompt_messages(8000, "bcdefgh"[i % 7]))
-        i += 1
-        time.sleep(1.0)
-        if i >= 2 and v(m.metrics(), "master_evicted_key_count_total") >= 600:
-            break
+    m, e, A = _a_evicted_from_ram(workdir, {"promotion_on_hit": True, "promotion_threshold": 1})
     r1 = chat(e, A)
     assert r1["adev"]["tokens"]["store_disk"] > 0
     # the client's 1 s heartbeat copies the read objects back; nothing else runs meanwhile

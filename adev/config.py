@@ -237,11 +237,13 @@ class ModelProfile:
 
         F(p) = 2 * active_params + 4 * num_layers * num_attention_heads * head_dim * p
 
-    (the weights' multiply-adds, and per layer Q.K and the weighted sum of V over p tokens),
-    run at the one effective FLOP rate R at which a prompt of ``prefill_reference_tokens``
-    tokens, prefilled from position 0, takes ``prefill_reference_tokens / prefill_tokens_per_s``
-    seconds: the measured rate holds at the reference length, shorter prompts run faster and
-    longer ones slower.
+    (the weights' multiply-adds, and per layer Q.K and the weighted sum of V over p tokens).
+    Attention runs at ``attention_flops_per_s``; the weights at the rate at which a prompt of
+    ``prefill_reference_tokens`` tokens, prefilled from position 0, takes
+    ``prefill_reference_tokens / prefill_tokens_per_s`` seconds (the measured rate holds at the
+    reference length), times ``weights_rate_factor`` (a served variant whose weights run faster
+    than the measured one's). ``attention_flops_per_s = 0``: attention at the weights' rate, one
+    effective FLOP rate for both.
     """
 
     name: str
@@ -263,19 +265,34 @@ class ModelProfile:
     num_attention_heads: int = field(default=0, metadata={"min": 0})
     active_params: float = field(default=0.0, metadata={"min": 0})
     prefill_reference_tokens: int = field(default=0, metadata={"min": 0})
+    attention_flops_per_s: float = field(default=0.0, metadata={"min": 0})
+    weights_rate_factor: float = field(default=1.0, metadata={"positive": True})
     source: str = ""
 
     @property
     def prefill_time(self) -> PrefillTime:
-        """The prefill model (see the class docstring): per token ``2 N / R``, per token and
-        earlier token ``4 L H_q d / R``."""
+        """The prefill model (see the class docstring). With ``T = ref / prefill_tokens_per_s``
+        and ``P = ref (ref - 1) / 2`` token pairs at the reference length ``ref``:
+
+            per earlier token  b = 4 L H_q d / attention_flops_per_s
+            per token          a = (T - b P) / ref / weights_rate_factor
+
+        and with ``attention_flops_per_s = 0`` one rate ``R = (ref 2 N + 4 L H_q d P) / T``:
+        ``a = 2 N / R / weights_rate_factor``, ``b = 4 L H_q d / R``."""
         ref = self.prefill_reference_tokens
         if not (self.num_attention_heads and self.active_params and ref):
-            return PrefillTime(1.0 / self.prefill_tokens_per_s)
+            return PrefillTime(1.0 / self.prefill_tokens_per_s / self.weights_rate_factor)
         f_lin = 2.0 * self.active_params
         f_att = 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
-        rate = (ref * f_lin + f_att * ref * (ref - 1) / 2) / (ref / self.prefill_tokens_per_s)
-        return PrefillTime(f_lin / rate, f_att / rate)
+        t_ref = ref / self.prefill_tokens_per_s
+        pairs = ref * (ref - 1) / 2
+        if self.attention_flops_per_s:
+            b = f_att / self.attention_flops_per_s
+            a = (t_ref - b * pairs) / ref
+        else:
+            rate = (ref * f_lin + f_att * pairs) / t_ref
+            a, b = f_lin / rate, f_att / rate
+        return PrefillTime(a / self.weights_rate_factor, b)
 
     @property
     def bytes_per_token(self) -> int:
@@ -296,6 +313,17 @@ class ModelProfile:
             raise ConfigError(f"{where}.tp: {self.tp} must divide num_kv_heads={self.num_kv_heads}")
         if self.gpu_pool_tokens < self.block_size:
             raise ConfigError(f"{where}.gpu_pool_tokens: must hold at least one block")
+        ref = self.prefill_reference_tokens
+        if self.attention_flops_per_s and self.num_attention_heads and self.active_params and ref:
+            f_att = 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
+            t_att = f_att * ref * (ref - 1) / 2 / self.attention_flops_per_s
+            if t_att >= ref / self.prefill_tokens_per_s:
+                raise ConfigError(
+                    f"{where}.attention_flops_per_s: {self.attention_flops_per_s:g} leaves no time "
+                    f"for the weights: attention alone takes {t_att:.4g} s of the "
+                    f"{ref / self.prefill_tokens_per_s:.4g} s a {ref}-token prompt takes at "
+                    f"prefill_tokens_per_s; allowed values: above "
+                    f"{f_att * ref * (ref - 1) / 2 / (ref / self.prefill_tokens_per_s):.4g}, or 0")
 
 
 @dataclass(frozen=True)

@@ -74,7 +74,7 @@ def main() -> None:
         return
     rng = random.Random(1)
 
-    m = Metrics("Qwen3-Coder-30B-A3B-Instruct-FP8", 16, 10407, True, 65536)
+    m = Metrics("Qwen3-Coder-30B-A3B-Instruct", 16, 10407, True, 65536)
     for _ in range(5000):  # a served endpoint's histograms and counters
         m.ttft.observe(rng.random() * 30)
         observe_n(m.itl, rng.random() * 0.1, 50)

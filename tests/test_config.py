@@ -122,22 +122,53 @@ def test_model_profile_bytes_per_token():
 def test_prefill_time_by_position_hand_worked():
     p = load_model_profile("qwen3-coder-30b-a3b")
     # F(p) = 2 * 2.730491904e9 + 4 * 48 * 32 * 128 * p = 5.460983808e9 + 786,432 p FLOPs.
-    # A 19,200-token prompt from 0: 19200 * 5.460983808e9 + 786432 * 19200 * 19199 / 2
-    # = 1.048508891e14 + 1.449475965e14 = 2.497984856e14 FLOPs in 19200 / 14850 = 1.292929 s,
-    # R = 1.932035e14 FLOP/s: 2.826545e-5 s per token, 4.070485e-9 s per earlier token.
+    # Attention at 7.4e14 FLOP/s: 786432 / 7.4e14 = 1.062746e-9 s per earlier token. A 19,200-token
+    # prompt from 0 has 19200 * 19199 / 2 = 184,310,400 pairs: 0.195875 s of attention in
+    # 19200 / 14850 = 1.292929 s, so the weights take 1.097054 s: 5.713824e-5 s per token.
     t = p.prefill_time
-    assert t.per_token_s == pytest.approx(2.826545e-5, rel=1e-6)
-    assert t.per_token_pos_s == pytest.approx(4.070485e-9, rel=1e-6)
+    assert t.per_token_s == pytest.approx(5.713824e-5, rel=1e-6)
+    assert t.per_token_pos_s == pytest.approx(1.062746e-9, rel=1e-6)
     assert t.chunk_s(19200) == pytest.approx(19200 / 14850)
-    # 8,192 tokens after 24,000 cached: 8192 * 2.826545e-5 + 4.070485e-9 * (8192 * 24000
-    # + 8192 * 8191 / 2) = 0.231551 + 0.936856 = 1.168407 s
-    assert t.chunk_s(8192, 24000) == pytest.approx(1.168407, rel=1e-5)
+    # 8,192 tokens after 24,000 cached: 8192 * 5.713824e-5 + 1.062746e-9 * (8192 * 24000
+    # + 8192 * 8191 / 2) = 0.468076 + 0.244600 = 0.712676 s
+    assert t.chunk_s(8192, 24000) == pytest.approx(0.712676, rel=1e-5)
     # chunks add up to the whole prompt
     assert t.chunk_s(5000) + t.chunk_s(7000, 5000) == pytest.approx(t.chunk_s(12000))
     assert t.chunk_s(0, 100) == 0.0
+    # one effective FLOP rate for both (attention_flops_per_s = 0): 19200 * 5.460983808e9
+    # + 786432 * 184,310,400 = 2.497984856e14 FLOPs in 1.292929 s, R = 1.932035e14 FLOP/s:
+    # 2.826545e-5 s per token, 4.070485e-9 s per earlier token
+    one = dataclasses.replace(p, attention_flops_per_s=0.0).prefill_time
+    assert one.per_token_s == pytest.approx(2.826545e-5, rel=1e-6)
+    assert one.per_token_pos_s == pytest.approx(4.070485e-9, rel=1e-6)
+    assert one.chunk_s(19200) == pytest.approx(19200 / 14850)
     # any of the three unset: the flat measured rate
     flat = dataclasses.replace(p, prefill_reference_tokens=0).prefill_time
     assert flat == PrefillTime(1 / 14850) and flat.chunk_s(30000, 9000) == pytest.approx(30000 / 14850)
+
+
+def test_prefill_time_weights_rate_factor_speeds_the_weights_only():
+    # the replay profile: FP8 weights at twice the measured BF16 weights' rate, attention as it was
+    base, fp8 = load_model_profile("qwen3-coder-30b-a3b"), load_model_profile("qwen3-coder-30b-a3b-128k")
+    assert fp8.name == "Qwen3-Coder-30B-A3B-Instruct-FP8" and base.name == "Qwen3-Coder-30B-A3B-Instruct"
+    t = fp8.prefill_time
+    assert t.per_token_s == pytest.approx(5.713824e-5 / 2, rel=1e-6)
+    assert t.per_token_pos_s == base.prefill_time.per_token_pos_s
+    # 8,192 tokens after 24,000: 0.468076 / 2 + 0.244600 = 0.478638 s
+    assert t.chunk_s(8192, 24000) == pytest.approx(0.478638, rel=1e-5)
+    flat = dataclasses.replace(fp8, prefill_reference_tokens=0).prefill_time
+    assert flat == PrefillTime(1 / 14850 / 2)
+
+
+def test_attention_rate_that_leaves_the_weights_no_time_is_refused():
+    # attention alone at the reference: 786432 * 184,310,400 / R >= 1.292929 s for R <= 1.121079e14
+    data = {"name": "m", "num_layers": 48, "num_kv_heads": 4, "head_dim": 128,
+            "num_attention_heads": 32, "active_params": 2.730491904e9,
+            "prefill_reference_tokens": 19200, "attention_flops_per_s": 1.1e14}
+    with pytest.raises(ConfigError, match=r"profile.attention_flops_per_s: 1.1e\+14 leaves no time for "
+                                          r"the weights.*allowed values: above 1.121e\+14, or 0"):
+        from_dict(ModelProfile, data, "profile")
+    assert from_dict(ModelProfile, {**data, "attention_flops_per_s": 1.2e14}, "profile").prefill_time.per_token_s > 0
 
 
 def test_tier_profiles_load_and_unknown_profile_lists_available():
@@ -290,7 +321,9 @@ def test_a_model_profile_extends_another(tmp_path):
     long = load_model_profile("qwen3-coder-30b-a3b-128k")
     base = load_model_profile("qwen3-coder-30b-a3b")
     assert long.max_model_len == 131072 and base.max_model_len == 65536
-    assert dataclasses.replace(long, max_model_len=65536, source=base.source) == base
+    assert long.name == "Qwen3-Coder-30B-A3B-Instruct-FP8" and long.weights_rate_factor == 2.0
+    assert dataclasses.replace(long, name=base.name, max_model_len=65536, weights_rate_factor=1.0,
+                               source=base.source) == base
     mine = tmp_path / "mine.toml"
     mine.write_text(f'extends = "{tmp_path / "base.toml"}"\nhead_dim = 8\n')
     (tmp_path / "base.toml").write_text(

@@ -173,7 +173,7 @@ def test_external_info_starts_nothing():
                                  "reasoner": "http://gpu2:8000/metrics"}
     assert info.master_metrics_url == "http://master:9003/metrics"
     assert info.time_scale == 1.0 and not info.started_here
-    assert info.model == "Qwen3-Coder-30B-A3B-Instruct-FP8"
+    assert info.model == "Qwen3-Coder-30B-A3B-Instruct"
     assert info.model_for("coder") == info.model and info.model_for("reasoner") == "qc"
     assert start_stack(cfg).endpoints == info.endpoints  # external: start_stack starts nothing
 

@@ -12,7 +12,7 @@ from adev.emulator.server import Endpoint
 from adev.emulator.tokenizer import IM_END
 from tests.emulator.helpers import free_port, make_stack, prompt_messages, tmpdir, write_profile
 
-MODEL = "Qwen3-Coder-30B-A3B-Instruct-FP8"
+MODEL = "Qwen3-Coder-30B-A3B-Instruct"
 
 
 @pytest.fixture

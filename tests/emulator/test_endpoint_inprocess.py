@@ -15,7 +15,7 @@ from adev.emulator.server import Endpoint
 from adev.emulator.tokenizer import IM_END, Tokenizer
 from tests.emulator.helpers import free_port, make_stack, prompt_messages, tmpdir, write_profile
 
-MODEL = "Qwen3-Coder-30B-A3B-Instruct-FP8"
+MODEL = "Qwen3-Coder-30B-A3B-Instruct"
 
 
 class ToolPolicy:

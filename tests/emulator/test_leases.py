@@ -13,7 +13,7 @@ from adev.stack.commands import master_lease_ms
 from adev.stack.configs import small_config
 from tests.emulator.helpers import Master, tmpdir
 
-MODEL = "Qwen3-Coder-30B-A3B-Instruct-FP8"
+MODEL = "Qwen3-Coder-30B-A3B-Instruct"
 
 
 @pytest.mark.parametrize("lease,scale,k", [

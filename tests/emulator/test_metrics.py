@@ -7,7 +7,7 @@ from adev.emulator.metrics import Exposition, Metrics, observe_n
 
 
 def _metrics() -> Metrics:
-    return Metrics("Qwen3-Coder-30B-A3B-Instruct-FP8", 16, 10407, True, 65536)
+    return Metrics("Qwen3-Coder-30B-A3B-Instruct", 16, 10407, True, 65536)
 
 
 def test_render_equals_generate_latest_as_values_and_children_change():

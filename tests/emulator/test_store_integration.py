@@ -12,7 +12,7 @@ from adev.client.scrape import total
 from tests.emulator.helpers import Emulator, Master, make_stack, prompt_messages, tmpdir, write_profile
 
 pytestmark = pytest.mark.integration
-MODEL = "Qwen3-Coder-30B-A3B-Instruct-FP8"
+MODEL = "Qwen3-Coder-30B-A3B-Instruct"
 
 
 def v(samples, name, **lab):

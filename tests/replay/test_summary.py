@@ -71,10 +71,10 @@ def test_summary_by_hand(tmp_path):
     assert s["calls_in_flight_mean"] == pytest.approx((5 + 8 + 4) / 10.0)  # busy 5, 8 and 4 s
     assert (s["experiment"], s["seed"], s["configuration"]) == ("long", 3, "store-ram")
     # 1,000 + 40,000 + 1,000 prompt tokens over 10 s, against two prefill replicas, at the
-    # profile's 2.826545e-5 s per token + 4.070485e-9 s per token per earlier token:
-    # 1,000 from 0: 0.02826545 + 4.070485e-9 * 1000 * 999 / 2 = 0.03029866 s;
-    # 40,000 from 0: 1.130618 + 4.070485e-9 * 40000 * 39999 / 2 = 1.130618 + 3.256306 = 4.386924 s
-    assert s["prompt_load"] == pytest.approx((2 * 0.03029866 + 4.386924) / 10.0 / 2, rel=1e-5)
+    # profile's 5.713824e-5 s per token + 1.062746e-9 s per token per earlier token:
+    # 1,000 from 0: 0.05713824 + 1.062746e-9 * 1000 * 999 / 2 = 0.05766908 s;
+    # 40,000 from 0: 2.285530 + 1.062746e-9 * 40000 * 39999 / 2 = 2.285530 + 0.850176 = 3.135706 s
+    assert s["prompt_load"] == pytest.approx((2 * 0.05766908 + 3.135706) / 10.0 / 2, rel=1e-5)
     assert s["ttft_p50_s"] == pytest.approx(2.0)
     assert s["ttft_p90_s"] == pytest.approx(2.8)                 # 2 + 0.8 * (3 - 2)
     assert s["ttft_later_p99_s"] == pytest.approx(2.99)          # turns 1 and 2: 2 + 0.99 * 1

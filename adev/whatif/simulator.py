@@ -87,7 +87,7 @@ class Params:
     disk_gb: float | None = None      # None: unbounded
     bytes_per_block: int = 1572864    # model-scale KV bytes of one block
     ram_read_bytes_per_s: float = 20e9
-    disk_read_bytes_per_s: float = 12e9
+    disk_read_bytes_per_s: float = 7.49e9   # stacks/profiles/tiers/local-raid0.toml
     high_watermark: float = 0.90
     eviction_ratio: float = 0.05
     tick_s: float = 0.1

@@ -13,7 +13,8 @@ where the emulator has it, and they stream once per decode macro step (``--strea
 default 0; no replay figure depends on it). A stack file in external mode runs the same replay
 against its endpoints, unchanged (one run per seed, labelled with its ``configuration``). On
 the embedded stack the time scale is chosen by pilot runs unless ``--time-scale S`` is given
-(:mod:`adev.replay.pace`). The replay's own stack writes the disk tier at put
+(:mod:`adev.replay.pace`). The replay's own stack serves the replay study's model variant
+(:data:`REPLAY_PROFILE`; ``--profile`` for another) and writes the disk tier at put
 (:data:`REPLAY_DISK_WRITES`; ``--disk-writes evict`` for the stack's default).
 """
 from __future__ import annotations
@@ -75,9 +76,16 @@ removal). Its fleet study writes at eviction ("Eviction can move expired-lease o
 to disk"), the stack's default. ``--disk-writes evict`` replays with that."""
 
 
+REPLAY_PROFILE = "qwen3-coder-30b-a3b-128k"
+"""The model profile of the replay's own stack: the source's replay study served
+Qwen3-Coder-30B-A3B-Instruct-FP8 (FP8 weights, BF16 KV) with prompts above 96K tokens, where its
+fleet study (``stacks/embedded.toml``'s profile) served the BF16 variant with a 65,536-token
+context."""
+
+
 def default_stack(**overrides: Any) -> StackConfig:
-    """The replay's embedded stack (see the module docstring), its disk tier written at put
-    (:data:`REPLAY_DISK_WRITES`)."""
+    """The replay's embedded stack (see the module docstring): the replay study's model variant
+    (:data:`REPLAY_PROFILE`), its disk tier written at put (:data:`REPLAY_DISK_WRITES`)."""
     base = load_stack()
     has_role = "kv_role" in {f.name for f in dataclasses.fields(EndpointSpec)}
     if has_role:
@@ -92,6 +100,7 @@ def default_stack(**overrides: Any) -> StackConfig:
     except ImportError:
         policy = "length"
     cfg = dataclasses.replace(base, endpoints=eps, policy=policy, state_dir=".adev/replay",
+                              profile=REPLAY_PROFILE,
                               store=dataclasses.replace(base.store, disk_writes=REPLAY_DISK_WRITES))
     store = overrides.pop("store", None)
     if store:  # validated as a stack file's [stack.store] would be
@@ -154,6 +163,8 @@ def _main(args: argparse.Namespace) -> int:
     if args.promotion_on_hit is not None and args.stack:
         raise ConfigError("--promotion-on-hit: not with --stack; set [stack.store] "
                           "promotion_on_hit and promotion_threshold in the stack file")
+    if args.profile is not None and args.stack:
+        raise ConfigError("--profile: not with --stack; set [stack] profile in the stack file")
     if args.disk_writes is not None and args.stack:
         raise ConfigError("--disk-writes: not with --stack; set [stack.store] disk_writes in the "
                           "stack file")
@@ -401,7 +412,8 @@ def register(subparsers: Any) -> None:
                         "file's)")
     p.add_argument("--profile", default=None,
                    help="model profile of the embedded stack (stacks/profiles/models/<name>; "
-                        "default: the stack file's)")
+                        f"default: {REPLAY_PROFILE}, the replay study's FP8 variant; not with "
+                        "--stack)")
     p.add_argument("--stack-cpus", default=None, help="cores of the stack's processes")
     p.add_argument("--stream-interval", type=int, default=None,
                    help="tokens per stream event of the embedded endpoints (vLLM's "

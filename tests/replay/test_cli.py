@@ -45,11 +45,11 @@ def test_stack_for_each_configuration(tmp_path):
     (["--jobs", "0"], "--jobs: 0 is not allowed; allowed values: an integer >= 1"),
     (["--promotion-on-hit", "0"], "--promotion-on-hit: 0 is not allowed; allowed values: an "
                                   "integer >= 1"),
-    # the default profile's context is 65,536 tokens: a smaller pool cannot hold one request
-    (["--gpu-pool-tokens", "65535"], "--gpu-pool-tokens: 65535 is not allowed; allowed values: at "
-                                     "least the model's context, 65536 tokens"),
+    # the replay profile's context is 131,072 tokens: a smaller pool cannot hold one request
+    (["--gpu-pool-tokens", "131071"], "--gpu-pool-tokens: 131071 is not allowed; allowed values: at "
+                                      "least the model's context, 131072 tokens"),
     # 32 GB over 4 endpoints at 1/1024: 7.45 MiB segments; 1/256 gives 29.8 MiB
-    (["--ram-gb", "32", "--gpu-pool-tokens", "65536", "--payload-scale", "1024", "--time-scale", "10"],
+    (["--ram-gb", "32", "--gpu-pool-tokens", "131072", "--payload-scale", "1024", "--time-scale", "10"],
      "--payload-scale: 1024 is not allowed for a RAM store of 32.0 GB over 4 endpoints (segments "
      "of 7.5 MiB, below Mooncake's 16 MiB minimum); allowed values: at most 256"),
 ])
@@ -150,6 +150,22 @@ def test_promotion_on_hit_and_disk_writes_reach_the_replay_stack(tmp_path, bases
     assert "--disk-writes: not with --stack" in capsys.readouterr().err
 
 
+def test_the_replay_stack_serves_the_replay_studys_model_variant(tmp_path, bases, capsys):
+    _replay(tmp_path)
+    _replay(tmp_path, "--profile", "qwen3-coder-30b-a3b")
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\n")
+    _replay(tmp_path, "--stack", str(stack))
+    # the replay's own stack: the FP8 variant with a 131,072-token context; a stack file: its own
+    assert [b.profile for b in bases] == ["qwen3-coder-30b-a3b-128k", "qwen3-coder-30b-a3b",
+                                          "qwen3-coder-30b-a3b"]
+    prof = bases[0].model_profile()
+    assert (prof.name, prof.max_model_len) == ("Qwen3-Coder-30B-A3B-Instruct-FP8", 131072)
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
+    assert main(["replay", str(p), "--stack", str(stack), "--profile", "qwen3-coder-30b-a3b"]) == 2
+    assert "--profile: not with --stack; set [stack] profile in the stack file" in capsys.readouterr().err
+
+
 def test_stream_interval_with_a_stack_file_is_the_files_unless_given(tmp_path, bases):
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\nstream_interval = 4\n")
@@ -202,7 +218,7 @@ def test_the_gpu_pool_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_
     stack.write_text("[stack]\ngpu_pool_tokens = 100000\n")
     _replay(tmp_path, "--stack", str(stack))
     # 476,774.04 x 45,000 / 64,240.3 = 333,977.7
-    assert [b.gpu_pool_tokens for b in bases] == [333_977, 200_000, 65_536,
+    assert [b.gpu_pool_tokens for b in bases] == [333_977, 200_000, 131_072,
                                                   100_000]
     assert bases[0].model_profile().gpu_pool_blocks == bases[0].gpu_pool_tokens // 16
 

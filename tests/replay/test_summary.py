@@ -71,10 +71,10 @@ def test_summary_by_hand(tmp_path):
     assert s["calls_in_flight_mean"] == pytest.approx((5 + 8 + 4) / 10.0)  # busy 5, 8 and 4 s
     assert (s["experiment"], s["seed"], s["configuration"]) == ("long", 3, "store-ram")
     # 1,000 + 40,000 + 1,000 prompt tokens over 10 s, against two prefill replicas, at the
-    # profile's 5.713824e-5 s per token + 1.062746e-9 s per token per earlier token:
-    # 1,000 from 0: 0.05713824 + 1.062746e-9 * 1000 * 999 / 2 = 0.05766908 s;
-    # 40,000 from 0: 2.285530 + 1.062746e-9 * 40000 * 39999 / 2 = 2.285530 + 0.850176 = 3.135706 s
-    assert s["prompt_load"] == pytest.approx((2 * 0.05766908 + 3.135706) / 10.0 / 2, rel=1e-5)
+    # replay profile's (FP8 weights) 2.856912e-5 s per token + 1.062746e-9 s per token per
+    # earlier token: 1,000 from 0: 0.02856912 + 1.062746e-9 * 1000 * 999 / 2 = 0.02909996 s;
+    # 40,000 from 0: 1.142765 + 1.062746e-9 * 40000 * 39999 / 2 = 1.142765 + 0.850176 = 1.992940 s
+    assert s["prompt_load"] == pytest.approx((2 * 0.02909996 + 1.992940) / 10.0 / 2, rel=1e-5)
     assert s["ttft_p50_s"] == pytest.approx(2.0)
     assert s["ttft_p90_s"] == pytest.approx(2.8)                 # 2 + 0.8 * (3 - 2)
     assert s["ttft_later_p99_s"] == pytest.approx(2.99)          # turns 1 and 2: 2 + 0.99 * 1

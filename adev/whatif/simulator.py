@@ -122,7 +122,8 @@ class Window:
     (summed over endpoints, each the union of its calls' intervals); read_s = modelled store read
     time: every store-served block at the RAM tier's rate (a disk block is staged through CPU
     memory and then travels as a RAM hit, as the emulator charges it) plus the disk blocks at the
-    disk tier's rate.
+    disk tier's rate; with ``disk_only`` (the direct path) the disk blocks at the disk tier's rate
+    alone.
     """
 
     window: int
@@ -312,7 +313,8 @@ def _window(w: Workload, p: Params, pc: dict[str, np.ndarray], index: int, t0: f
     f.store_ram_tokens = f.store_tokens - f.store_disk_tokens
     f.offered_blocks = float(pc["put_blocks"][sel].sum() + pc["refused_blocks"][sel].sum())
     f.refused_blocks = float(pc["refused_blocks"][sel].sum())
-    f.read_s = (ext * p.bytes_per_block / p.ram_read_bytes_per_s
+    staged = 0.0 if p.disk_only else ext   # direct disk reads into the GPU with no staging hop
+    f.read_s = (staged * p.bytes_per_block / p.ram_read_bytes_per_s
                 + disk * p.bytes_per_block / p.disk_read_bytes_per_s)
     if f.prompt_tokens > 0:
         f.gpu_hit_share = hit_share(f.gpu_tokens, f.prompt_tokens)

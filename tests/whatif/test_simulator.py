@@ -249,6 +249,11 @@ def test_read_time_stages_disk_blocks_through_the_ram_path():
     # blocks' disk read (3 x 10 / 10 = 3 s) = 5 s; without the staging hop it would be 3.5 s
     assert (f.store_ram_tokens, f.store_disk_tokens) == (4.0, 12.0)
     assert f.read_s == pytest.approx(5.0)
+    # direct disk (every store hit from disk, no staging hop): 4 x 10 / 10 = 4 s, not 4 + 2
+    pc = {**pc, "store_disk_blocks": np.array([0, 4])}
+    f = _window(w, params(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=10.0,
+                          disk_only=True), pc, -1, -math.inf, math.inf)
+    assert f.read_s == pytest.approx(4.0)
 
 
 def test_empty_window_is_nan_with_a_reason():

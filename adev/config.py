@@ -279,13 +279,11 @@ class ModelProfile:
 
         and with ``attention_flops_per_s = 0`` one rate ``R = (ref 2 N + 4 L H_q d P) / T``:
         ``a = 2 N / R / weights_rate_factor``, ``b = 4 L H_q d / R``."""
-        ref = self.prefill_reference_tokens
-        if not (self.num_attention_heads and self.active_params and ref):
+        if not self._positional():
             return PrefillTime(1.0 / self.prefill_tokens_per_s / self.weights_rate_factor)
+        ref = self.prefill_reference_tokens
         f_lin = 2.0 * self.active_params
-        f_att = 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
-        t_ref = ref / self.prefill_tokens_per_s
-        pairs = ref * (ref - 1) / 2
+        f_att, t_ref, pairs = self._reference()
         if self.attention_flops_per_s:
             b = f_att / self.attention_flops_per_s
             a = (t_ref - b * pairs) / ref
@@ -293,6 +291,17 @@ class ModelProfile:
             rate = (ref * f_lin + f_att * pairs) / t_ref
             a, b = f_lin / rate, f_att / rate
         return PrefillTime(a / self.weights_rate_factor, b)
+
+    def _positional(self) -> bool:
+        """Whether prefill time depends on position (else the flat measured rate)."""
+        return bool(self.num_attention_heads and self.active_params and self.prefill_reference_tokens)
+
+    def _reference(self) -> tuple[float, float, float]:
+        """Attention FLOPs per token pair ``4 L H_q d``, the reference prompt's time
+        ``ref / prefill_tokens_per_s`` and its token pairs ``ref (ref - 1) / 2``."""
+        ref = self.prefill_reference_tokens
+        return (4.0 * self.num_layers * self.num_attention_heads * self.head_dim,
+                ref / self.prefill_tokens_per_s, ref * (ref - 1) / 2)
 
     @property
     def bytes_per_token(self) -> int:
@@ -313,18 +322,15 @@ class ModelProfile:
             raise ConfigError(f"{where}.tp: {self.tp} must divide num_kv_heads={self.num_kv_heads}")
         if self.gpu_pool_tokens < self.block_size:
             raise ConfigError(f"{where}.gpu_pool_tokens: must hold at least one block")
-        ref = self.prefill_reference_tokens
-        if self.attention_flops_per_s and self.num_attention_heads and self.active_params and ref:
-            f_att = 4.0 * self.num_layers * self.num_attention_heads * self.head_dim
-            t_att = f_att * ref * (ref - 1) / 2 / self.attention_flops_per_s
-            if t_att >= ref / self.prefill_tokens_per_s:
+        if self.attention_flops_per_s and self._positional():
+            f_att, t_ref, pairs = self._reference()
+            t_att = f_att * pairs / self.attention_flops_per_s
+            if t_att >= t_ref:
                 raise ConfigError(
                     f"{where}.attention_flops_per_s: {self.attention_flops_per_s:g} leaves no time "
-                    f"for the weights: attention alone takes {t_att:.4g} s of the "
-                    f"{ref / self.prefill_tokens_per_s:.4g} s a {ref}-token prompt takes at "
-                    f"prefill_tokens_per_s; allowed values: above "
-                    f"{f_att * ref * (ref - 1) / 2 / (ref / self.prefill_tokens_per_s):.4g}, or 0")
-
+                    f"for the weights: attention alone takes {t_att:.4g} s of the {t_ref:.4g} s a "
+                    f"{self.prefill_reference_tokens}-token prompt takes at prefill_tokens_per_s; "
+                    f"allowed values: above {f_att * pairs / t_ref:.4g}, or 0")
 
 @dataclass(frozen=True)
 class TierProfile:
@@ -384,6 +390,9 @@ STORELESS: tuple[Configuration, ...] = ("recompute", "gpu-only")
 
 
 KvRole = Literal["producer", "consumer", "both"]
+DiskWrites = Literal["evict", "put"]
+DISK_WRITES: tuple[str, ...] = get_args(DiskWrites)
+"""When the disk tier is written (:attr:`StoreSpec.disk_writes`)."""
 """An endpoint's part in disaggregated prefill (vLLM's ``kv_role`` kv_producer | kv_consumer |
 kv_both): a producer prefills requests marked ``kv_transfer_params.do_remote_decode`` and hands
 their KV over; a consumer takes requests marked ``do_remote_prefill`` and decodes them from the
@@ -429,7 +438,7 @@ class StoreSpec:
     # readable, not evictable) or "put" (every object is written to disk on the heartbeat after
     # its put, and stays in RAM until then; a RAM eviction then frees memory at once). disk-only
     # always writes at put.
-    disk_writes: Literal["evict", "put"] = "evict"
+    disk_writes: DiskWrites = "evict"
     # Mooncake's promotion on hit (master --promotion_on_hit; store-ram+disk only, ignored by the
     # other configurations): a key held only on the disk tier, once read promotion_threshold
     # times (the master's count-min sketch), is copied back to RAM by the client that holds it,

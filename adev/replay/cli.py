@@ -26,11 +26,13 @@ import signal
 import sys
 from collections.abc import Coroutine
 from pathlib import Path
-from typing import Any, Literal, TypeVar, cast
+from typing import Any, TypeVar, cast
 
 from ..config import (
+    DISK_WRITES,
     ROOT,
     ConfigError,
+    DiskWrites,
     EndpointSpec,
     KvRole,
     StackConfig,
@@ -65,7 +67,7 @@ from .traces import new_prompt_tokens
 T = TypeVar("T")
 
 
-REPLAY_DISK_WRITES: Literal["evict", "put"] = "put"
+REPLAY_DISK_WRITES: DiskWrites = "put"
 """When the replay's own stack writes the RAM + disk configurations' disk tier: at put (every
 object on the offload heartbeat after its put), not at eviction. The source describes its replay
 study's disk tiers so: in the short gap "the local and remote storage replicas are written, but
@@ -394,7 +396,7 @@ def register(subparsers: Any) -> None:
                         "held only on the disk tier is copied back to RAM once read N times "
                         "(stack.store.promotion_on_hit and promotion_threshold; default: off, "
                         "as in Mooncake)")
-    p.add_argument("--disk-writes", choices=("evict", "put"), default=None,
+    p.add_argument("--disk-writes", choices=DISK_WRITES, default=None,
                    help="when the RAM + disk configurations write a block to disk: evict (when "
                         "RAM evicts it, Mooncake's --offload_on_evict) or put (every object "
                         "after its put); default on the replay's own stack: put, as the "

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError
+from ..config import DISK_WRITES, ConfigError
 from .simulator import LOOKUPS, Params, Result, figures, simulate
 from .validate import with_overrides
 from .workload import Workload
@@ -75,7 +75,7 @@ def _promotion(s: str) -> int:
 
 def _disk_writes(s: str) -> str:
     v = s.strip().lower()
-    if v not in ("evict", "put"):
+    if v not in DISK_WRITES:
         raise ValueError(s)
     return v
 
@@ -95,7 +95,7 @@ AXES = {a.name: a for a in (
     Axis("disk_read", "disk_read_bytes_per_s", "GB/s", lambda s: _pos_float(s) * 1e9,
          "non-negative numbers (GB/s)"),
     Axis("lookup", "lookup", "", _lookup, ", ".join(LOOKUPS)),
-    Axis("disk_writes", "disk_writes", "", _disk_writes, "evict, put"),
+    Axis("disk_writes", "disk_writes", "", _disk_writes, ", ".join(DISK_WRITES)),
     Axis("promotion", "promotion_threshold", "reads", _promotion,
          "off or an integer >= 1 (reads of a disk-only key before Mooncake promotes it to RAM)"),
 )}

@@ -50,8 +50,9 @@ import time
 from collections import deque
 from collections.abc import Callable, Iterator
 
-from adev.clock import HeldClock, Holds, arrival_from_header
+from adev.clock import WAKE_TOLERANCE_S, HeldClock, Holds, arrival_from_header
 from adev.emulator.chunks import lookup_span, save_chunks
+from adev.emulator.disk_device import DiskDevice
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
 from adev.emulator.scheduler import Scheduler
@@ -90,7 +91,8 @@ class Engine:
     this engine's hold slot in it)."""
 
     def __init__(self, cfg: EngineConfig, metrics: Metrics, store=None,
-                 clock: Callable[[], float] = time.monotonic, slot: int = 0) -> None:
+                 clock: Callable[[], float] = time.monotonic, slot: int = 0,
+                 device: DiskDevice | None = None) -> None:
         if cfg.stream_interval < 0:
             raise ValueError(f"stream_interval: expected an integer >= 0 (tokens per stream event, "
                              f"0 = one event per macro step), got {cfg.stream_interval!r}")
@@ -101,7 +103,10 @@ class Engine:
         self.held = clock if isinstance(clock, HeldClock) else None
         self.real: Callable[[], float] = self.held.source if self.held else clock
         self.slot = slot
+        # the disk tier's device, shared with the stack's other endpoints (None: the engine's own)
+        self.device = device if device is not None else DiskDevice()
         self._holds = Holds(self.held, slot) if self.held is not None else None
+        self._turns = Turns()
         self.spin_wall_s = SPIN_WALL_S
         self.sched = Scheduler(cfg, metrics, has_store=store is not None)
         self.sched.on_load = self._start_read
@@ -393,7 +398,7 @@ class Engine:
         admission on: the task first runs at a later turn of the loop, and model time that passes
         the lookup's end before it does would pass unheld through the real lookup."""
         self._hold(id(r), t_admit + self.sched.read_path_s(0, 0)[0])
-        self._spawn(self._read_path(r, t_admit, hit))
+        self._spawn(self._read_path(r, t_admit, hit, self._turns.ticket()))
 
     def _start_save(self, r: Request, hashes: list[int]) -> None:
         """Put the complete chunks holding a block of ``hashes`` (the blocks the store did not
@@ -421,11 +426,13 @@ class Engine:
         finally:
             self._hold(id(key), None)
 
-    async def _read_path(self, r: Request, t_admit: float, hit: int) -> None:
+    async def _read_path(self, r: Request, t_admit: float, hit: int, turn: int) -> None:
         """Store lookup + load of one request (first admission only): the real I/O here, the
         model's accounting in the scheduler. With a held clock, model time does not pass the
         read's modelled end before the real read has ended (see the module's doc); the hold at
-        the lookup's end is taken at admission (:meth:`_start_read`)."""
+        the lookup's end is taken at admission (:meth:`_start_read`). ``turn``: the read's place
+        at the disk device (:class:`Turns`): its disk part is queued there after those of the
+        reads admitted before it, whichever tier query answers first."""
         s, c = self.sched, self.cfg
         key = id(r)
         try:
@@ -436,6 +443,7 @@ class Engine:
             ex = await self.store.exists(span.keys) if span.keys else []
             n_ext = s.lookup_done(r, span.blocks, None if ex is None else span.per_block(ex))
             tiers: list[str] = []
+            disk_wait = 0.0
             got = span.keys[:span.chunks_for(n_ext)]
             load = asyncio.create_task(self.store.load(got, granted_at)) if n_ext else None
             if n_ext:  # which tier holds each hit (queried while the load runs)
@@ -444,7 +452,11 @@ class Engine:
                          else span.per_block(await self.store.tiers(got))[:n_ext])
                 disk = tiers.count("disk")
                 lookup_m, load_m = s.read_path_s(n_ext - disk, disk)
-                self._hold(key, t_admit + lookup_m + load_m)
+                if disk:
+                    await self._turns.wait(turn)
+                    disk_wait = self._queue_disk_read(t_admit + lookup_m, n_ext - disk, disk)
+                self._turns.done(turn)
+                self._hold(key, t_admit + lookup_m + load_m + disk_wait)
             s.hits_found(r, hit, tiers)
             loaded, error = 0, False
             if load is not None:
@@ -453,11 +465,35 @@ class Engine:
                     self.m.store_lease_retries.inc(res.lease_retries)
                 loaded, error = min(n_ext, span.blocks_of(res.loaded)), res.error
             r.read_host_s = (self.real() - started) * c.time_scale
-            ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now())
+            ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now(), disk_wait)
             if ready is not None:
                 self._event(ready)
         finally:
+            self._turns.done(turn)
             self._hold(key, None)
+
+    def _queue_disk_read(self, t_load: float, ram: int, disk: int) -> float:
+        """Queue the disk part of a load that starts at model time ``t_load`` (after the lookup)
+        on the shared disk device; returns its wait in model seconds (0 without disk blocks).
+
+            arrival = t_load + RAM tier load_s(ram) + disk tier lookup_latency_s
+            busy    = disk * bytes_per_block / disk tier read_bytes_per_s
+            wait    = device end - busy - arrival     (DiskDevice.reserve, FIFO on busy time)
+        """
+        c = self.cfg
+        if not disk or c.disk_tier is None:
+            return 0.0
+        arrival = t_load + c.disk_tier.lookup_latency_s
+        if ram and c.ram_tier is not None:
+            arrival += c.ram_tier.load_s(ram, c.bytes_per_block)
+        busy = c.disk_tier.transfer_s(disk, c.bytes_per_block)
+        start = self.wall(arrival)
+        end = self.device.reserve(start, busy / c.time_scale)
+        wait = (end - start) * c.time_scale - busy
+        if wait <= WAKE_TOLERANCE_S:   # a rounding error of the wall-time round trip: no wait
+            return 0.0
+        self.m.disk_wait.inc(wait)
+        return wait
 
     async def _save(self, r: Request, keys: list[str], chunk: int = 1) -> None:
         """Put ``keys`` (objects of ``chunk`` blocks each); counted per block."""
@@ -473,6 +509,43 @@ class Engine:
             self.m.store_put_refused_bytes.inc(refused * self.cfg.bytes_per_block)
         if skipped:
             self.m.store_put_skipped_blocks.inc(skipped)
+
+
+class Turns:
+    """Turns in admission order: :meth:`ticket` hands out 0, 1, 2 ...; :meth:`wait` returns once
+    every earlier ticket is :meth:`done`. The engine's reads queue their disk parts at the disk
+    device in the order they were admitted, so the model does not depend on which of their real
+    tier queries answers first."""
+
+    def __init__(self) -> None:
+        self._next = 0                   # the next ticket handed out
+        self._turn = 0                   # the lowest ticket not done
+        self._done: set[int] = set()
+        self._waiting: dict[int, asyncio.Future] = {}
+
+    def ticket(self) -> int:
+        self._next += 1
+        return self._next - 1
+
+    async def wait(self, n: int) -> None:
+        if self._turn < n:
+            fut = self._waiting[n] = asyncio.get_running_loop().create_future()
+            try:
+                await fut
+            finally:
+                self._waiting.pop(n, None)
+
+    def done(self, n: int) -> None:
+        """Ticket ``n`` has had its turn (or needs none); idempotent."""
+        if n < self._turn:
+            return
+        self._done.add(n)
+        while self._turn in self._done:
+            self._done.discard(self._turn)
+            self._turn += 1
+        fut = self._waiting.get(self._turn)
+        if fut is not None and not fut.done():
+            fut.set_result(None)
 
 
 async def _spin_until(deadline: float, clock: Callable[[], float] = time.monotonic,

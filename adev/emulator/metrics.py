@@ -169,6 +169,9 @@ class Metrics:
                            "Per-request store read path (lookup + load), model seconds.", READ_PATH_BUCKETS)
         self.read_path_overrun = c("adev_emulator_read_path_overrun_seconds",
                                    "Model seconds the real store I/O took beyond the modelled read path.")
+        self.disk_wait = c("adev_emulator_disk_queue_seconds",
+                           "Model seconds disk-tier reads waited for the disk device, shared by the "
+                           "stack's endpoints, behind other reads (part of the modelled load).")
 
     def by_source(self, source: str):
         return self._by_source.labels(**self.labels, source=source)

@@ -254,15 +254,18 @@ class Scheduler:
         return lookup, load
 
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
-                  error: bool, now: float) -> float | None:
+                  error: bool, now: float, disk_wait: float = 0.0) -> float | None:
         """The load ended: the first ``loaded`` hit blocks arrived (``error``: the rest failed and
         is recomputed). Charges the modelled read path and returns the time the request is ready
         to prefill (None if it was aborted meanwhile: then it is finished). ``now``: the model
         time the real read path ended (lateness is counted in ``read_path_overrun``).
+        ``disk_wait``: model seconds its disk read waited for the shared disk device behind other
+        endpoints' and requests' reads (:mod:`adev.emulator.disk_device`).
 
             lookup_s = the RAM tier's lookup latency (the disk tier's when disk_only)
             load_s   = sum over tiers with loaded blocks of TierCost.load_s(blocks)
                        + RAM tier transfer_s(disk blocks) unless disk_only (CPU staging)
+                       + disk_wait
             ready    = t_admit + lookup_s + load_s
         """
         c = self.cfg
@@ -275,6 +278,8 @@ class Scheduler:
         disk = tiers[:loaded].count("disk")
         ram = loaded - disk
         lookup_m, load_m = self.read_path_s(ram, disk)
+        r.disk_wait_s = disk_wait if disk else 0.0   # none of its disk blocks arrived: no read
+        load_m += r.disk_wait_s
         r.ram_blocks, r.disk_blocks = ram, disk
         r.lookup_s, r.load_s = lookup_m, load_m
         ready = t_admit + lookup_m + load_m

@@ -93,6 +93,9 @@ class EndpointExtension(msgspec.Struct, gc=False):
     """The endpoint's part in disaggregated prefill."""
     transfer: Transfer
     """What the request asked of this endpoint through ``kv_transfer_params``."""
+    disk_wait_s: float = 0.0
+    """The part of ``load_s`` its disk read waited for the disk device, which the stack's
+    endpoints share (:mod:`adev.emulator.disk_device`); 0 without a disk read."""
 
 
 def _numeric(tp: object) -> bool:

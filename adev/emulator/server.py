@@ -114,6 +114,12 @@ class Endpoint:
         from adev.clock import open_held_clock
         from adev.stack.state import state_dir_path
         held = open_held_clock(state_dir_path(stack.state_dir)) if stack.model_clock == "held" else None
+        # the disk tier's device, shared by the stack's endpoints through its state directory
+        from adev.emulator.disk_device import DEVICE_FILE, DiskDevice
+        device = None
+        if conf in DISK_CONFIGS and stack.mode == "embedded":
+            sdir = state_dir_path(stack.state_dir)
+            device = DiskDevice(sdir / DEVICE_FILE) if sdir.is_dir() else None
         self.engine = Engine(EngineConfig(
             block_size=p.block_size, capacity_blocks=p.gpu_pool_blocks,
             prefill_tokens_per_s=p.prefill_tokens_per_s, prefill=p.prefill_time,
@@ -127,7 +133,8 @@ class Endpoint:
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
             stream_interval=stack.stream_interval), self.metrics, self.store,
             clock=held if held is not None else time.monotonic,
-            slot=[e.name for e in stack.endpoints].index(name) if held is not None else 0)
+            slot=[e.name for e in stack.endpoints].index(name) if held is not None else 0,
+            device=device)
         if self.store is not None:
             from adev.emulator.leases import ModelLeases, lease_split
             if lease_split(stack.store.lease_ttl_s, S, stack.model_clock) > 1:  # model-time leases
@@ -237,7 +244,7 @@ class Endpoint:
                        len(r.prompt) - r.gpu_hit_tokens - ram - disk - kv),
             r.store_keys_looked_up, r.store_hit_blocks, r.put_blocks, r.put_refused_blocks,
             r.store_errors, r.preemptions, self.stack.configuration, self.stack.time_scale,
-            self.kv_role, transfer)
+            self.kv_role, transfer, r.disk_wait_s)
 
     def usage(self, rs: list[Request], completion: list[int] | None = None) -> dict[str, Any]:
         """``usage`` over the requests of one response; ``completion`` overrides the tokens

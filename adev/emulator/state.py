@@ -104,6 +104,7 @@ class Request:
     preemptions: int = 0
     lookup_s: float = 0.0
     load_s: float = 0.0
+    disk_wait_s: float = 0.0           # part of load_s spent queued for the shared disk device
     kv_transfer_tokens: int = 0        # prompt tokens whose KV came over the prefill-decode link
     transfer_s: float = 0.0            # modelled time of that transfer
     read_host_s: float | None = None   # the real read path on this host, wall x time scale

@@ -30,6 +30,7 @@ from typing import Any
 
 from ..clock import CLOCK_FILE, HeldClock, leave_held_clock
 from ..config import ROOT, StackConfig, load_stack
+from ..emulator.disk_device import reset_device
 from ..net import NoFreePortError, free_port
 from .commands import (
     CLIENT_TTL_S,
@@ -203,6 +204,7 @@ def _start(config: StackConfig, sdir: Path, *, endpoint_module: str | None,
         HeldClock.create(sdir / CLOCK_FILE).close()
     else:
         (sdir / CLOCK_FILE).unlink(missing_ok=True)
+    reset_device(sdir)  # the disk tier's shared device starts idle
     for old in logs.glob("*.log"):  # keep the previous stack's logs once, start fresh ones
         os.replace(old, old.with_suffix(".log.prev"))
     disk = config.configuration in DISK_CONFIGURATIONS

@@ -59,14 +59,18 @@ class Store(FakeStore):
         return LoadResult(loaded=res.loaded, error=res.error, lease_retries=self.lease_retries)
 
 
-def read(store: Store, prompt: list[int], tiers: dict[int, str], **over):
+def read(store: Store, prompt: list[int], tiers: dict[int, str], busy_until: float | None = None,
+         **over):
     """Admit one request for ``prompt`` at model time 0 with block b held by tier ``tiers[b]``
-    (by its chunk's key: the hash of the chunk's last block); run its read path to the end."""
+    (by its chunk's key: the hash of the chunk's last block); run its read path to the end.
+    ``busy_until``: the disk device is busy until this model time (other endpoints' reads)."""
     async def main(clock):
         hs = block_hashes(prompt)
         for b, tier in tiers.items():
             store.tier[store.keys([hs[b]])[0]] = tier
         eng = make_engine(clock, store, **over)
+        if busy_until is not None:
+            eng.device.reserve(eng.t0, eng.wall(busy_until) - eng.t0)
         holds = eng._holds = Holds(eng)
         r = Request(rid="a", prompt=prompt, out_ids=[7], finish_reason="stop")
         eng.submit(r)
@@ -149,6 +153,33 @@ def test_disk_only_charges_every_hit_at_the_disk_tier_without_a_tier_query():
     # then 4 disk blocks: 0.002 + 0.002 + 0.016 = 0.020
     assert holds == [(True, 0.002), (True, 0.007), (True, 0.020), (True, None)]
     assert (r.ram_blocks, r.disk_blocks) == (0, 4) and r.t_ready == pytest.approx(0.020)
+
+
+def test_disk_read_queues_behind_the_busy_disk_device():
+    """The device is busy with another endpoint's read until model 0.1. 2 RAM + 2 disk hits:
+    the disk part arrives after the lookup 0.001, the RAM load 0.003 and the disk lookup 0.002,
+    at 0.006; it waits until 0.1 and transfers 2 x 0.004 = 0.008 (to 0.108), then stages 0.002:
+    ready at 0.110, of which 0.094 is the wait."""
+    store = Store()
+    eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"}, busy_until=0.1)
+    assert r.disk_wait_s == pytest.approx(0.094)
+    assert r.load_s == pytest.approx(0.003 + 0.002 + 0.094 + 0.008 + 0.002)
+    assert r.t_ready == pytest.approx(0.110)
+    # the clock is held at the ready time including the wait
+    assert holds[-2:] == [(True, pytest.approx(0.110)), (True, None)]
+    assert value(eng.sched, "adev_emulator_disk_queue_seconds_total") == pytest.approx(0.094)
+    # the device is now busy until the end of this read's transfer, model 0.108
+    assert (eng.device.reserve(eng.t0, 0.0) == eng.t0
+            and eng.device.reserve(eng.t0, 1e-9) == pytest.approx(eng.wall(0.108) + 1e-9))
+
+
+def test_ram_hits_and_an_idle_device_do_not_wait():
+    store = Store()
+    eng, r, holds = read(store, P, {0: "ram", 1: "ram"}, busy_until=0.1)   # no disk block
+    assert r.disk_wait_s == 0.0 and r.t_ready == pytest.approx(0.001 + 0.003)
+    eng, r, holds = read(Store(), P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
+                         busy_until=0.006)  # free exactly when the disk part arrives
+    assert r.disk_wait_s == 0.0 and r.t_ready == pytest.approx(0.016)
 
 
 def test_failed_lookup_and_no_hit_read_nothing():
@@ -321,3 +352,28 @@ def test_the_lookup_is_held_from_the_admission_before_the_read_task_runs():
     at_admission, after = run_virtual(main)
     assert at_admission == [0.001]
     assert after == [0.001, None]                  # the lookup found nothing: released
+
+
+def test_turns_follow_the_admission_order():
+    from adev.emulator.engine import Turns
+
+    async def main():
+        t, order = Turns(), []
+        a, b, c = t.ticket(), t.ticket(), t.ticket()
+
+        async def take(n, delay):
+            await asyncio.sleep(delay)
+            await t.wait(n)
+            order.append(n)
+            t.done(n)
+        # c's and b's answers come first; a finishes without a turn (no disk blocks)
+        task_b, task_c = asyncio.create_task(take(b, 0.01)), asyncio.create_task(take(c, 0.0))
+        await asyncio.sleep(0.02)
+        assert order == []
+        t.done(a)
+        t.done(a)                       # idempotent
+        await asyncio.gather(task_b, task_c)
+        assert order == [b, c]
+        d = t.ticket()
+        await asyncio.wait_for(t.wait(d), 1)   # nothing before it: at once
+    asyncio.run(main())

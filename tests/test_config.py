@@ -181,13 +181,14 @@ def test_tier_profiles_load_and_unknown_profile_lists_available():
 
 
 def test_disk_tiers_staged_through_ram_load_at_the_measured_effective_rates():
-    # a staged disk load costs 1 / disk + 1 / RAM seconds per byte: the source's fleet study
-    # measured 5.45 GB/s (local RAID0) and 5.78 GB/s (remote NVMe-oF) for those loads
+    # a staged disk load takes the slower of its disk read and its copy through RAM (they
+    # overlap): the source's fleet study measured 5.45 GB/s (local RAID0) and 5.78 GB/s (remote
+    # NVMe-oF) for those loads, and the RAM hop (20 GB/s) is the faster one
     ram = load_tier_profile("ram").read_bytes_per_s
     assert ram == 20e9
     for name, measured in (("local-raid0", 5.45e9), ("remote-nvmeof", 5.78e9)):
         disk = load_tier_profile(name).read_bytes_per_s
-        assert 1 / (1 / disk + 1 / ram) == pytest.approx(measured, rel=1e-3)
+        assert min(disk, ram) == pytest.approx(measured, rel=1e-3)
 
 
 def test_load_section(tmp_path):

@@ -238,8 +238,14 @@ class Scheduler:
 
         With a RAM store in front of the disk tier, a disk block is staged: the store client
         reads it from disk into CPU memory, and from there it travels to the GPU as a RAM hit
-        does (the RAM tier's transfer time, without a second lookup). Direct disk (``disk_only``,
-        the GPU-direct path) reads it from disk into the GPU with no staging hop."""
+        does (the RAM tier's transfer time, without a second lookup). The two hops overlap (the
+        store reads a load's many objects one after another, and each one travels on while the
+        next is read), so the staged disk part takes the slower hop's time:
+
+            disk part = disk lookup_latency_s + max(disk transfer_s, RAM tier transfer_s)
+
+        Direct disk (``disk_only``, the GPU-direct path) reads it from disk into the GPU with no
+        staging hop: disk lookup_latency_s + disk transfer_s."""
         c = self.cfg
         lookup = c.ram_tier.lookup_latency_s if c.ram_tier else 0.0
         if c.disk_only and c.disk_tier:
@@ -248,9 +254,9 @@ class Scheduler:
         if ram and c.ram_tier:
             load += c.ram_tier.load_s(ram, c.bytes_per_block)
         if disk and c.disk_tier:
-            load += c.disk_tier.load_s(disk, c.bytes_per_block)
-            if c.ram_tier and not c.disk_only:
-                load += c.ram_tier.transfer_s(disk, c.bytes_per_block)
+            hop = (c.ram_tier.transfer_s(disk, c.bytes_per_block)
+                   if c.ram_tier and not c.disk_only else 0.0)
+            load += c.disk_tier.lookup_latency_s + max(c.disk_tier.transfer_s(disk, c.bytes_per_block), hop)
         return lookup, load
 
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
@@ -263,8 +269,7 @@ class Scheduler:
         endpoints' and requests' reads (:mod:`adev.emulator.disk_device`).
 
             lookup_s = the RAM tier's lookup latency (the disk tier's when disk_only)
-            load_s   = sum over tiers with loaded blocks of TierCost.load_s(blocks)
-                       + RAM tier transfer_s(disk blocks) unless disk_only (CPU staging)
+            load_s   = RAM tier load_s(RAM blocks) + the disk part (:meth:`read_path_s`)
                        + disk_wait
             ready    = t_admit + lookup_s + load_s
         """

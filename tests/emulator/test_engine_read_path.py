@@ -2,8 +2,9 @@
 loop's death, on the virtual clock of test_engine.py. Test model (test_scheduler.py):
 
     RAM tier  lookup 1 ms, load_s(b) = 0.001 + 0.001 b;   disk tier  lookup 2 ms,
-    load_s(b) = 0.002 + 0.004 b, plus 0.001 b for staging through the RAM store (not for direct
-    disk);   block 16 tokens;   time scale 10 (wall = t0 + model / 10).
+    load_s(b) = 0.002 + 0.004 b, its staging through the RAM store (0.001 b; none for direct
+    disk) overlapping the slower disk read;   block 16 tokens;   time scale 10 (wall = t0 +
+    model / 10).
 
 A request is submitted and admitted at model time 0 without starting the driver's loop, so only
 its read path runs; the holds it publishes are recorded in model seconds."""
@@ -90,12 +91,12 @@ def test_read_path_holds_the_clock_at_each_modelled_end():
     # lookup of 6 keys, 4 leading hits; tiers of and load of those 4
     assert store.calls == [("exists", 6), ("tiers", 4), ("load", 4)]
     # held at: the lookup's end 0.001; once the 4 hits are known the cheaper of all-RAM
-    # 0.001 + (0.001 + 0.004) = 0.006 and all-disk 0.001 + (0.002 + 0.016) + staging 0.004 =
-    # 0.023; once the tiers are known 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + (0.002 + 0.008)
-    # + staging 0.002 = 0.016; released
-    assert holds == [(True, 0.001), (True, 0.006), (True, 0.016), (True, None)]
+    # 0.001 + (0.001 + 0.004) = 0.006 and all-disk 0.001 + (0.002 + 0.016) = 0.019 (staging
+    # 0.004 overlapping); once the tiers are known 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) +
+    # (0.002 + 0.008) = 0.014; released
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.014), (True, None)]
     assert (r.ram_blocks, r.disk_blocks, r.store_errors) == (2, 2, 0)
-    assert r.t_ready == pytest.approx(0.016) and eng._events[-1] == pytest.approx(0.016)
+    assert r.t_ready == pytest.approx(0.014) and eng._events[-1] == pytest.approx(0.014)
     # the real read: lookup 0.001 wall, then tier query and load side by side 0.001: x 10
     assert r.read_host_s == pytest.approx(0.02)
     assert value(eng.sched, "adev_emulator_store_hit_blocks_total", tier="ram") == 2
@@ -110,10 +111,10 @@ def test_failed_load_charges_the_blocks_that_arrived():
     store = Store(lease_retries=2)
     store.fail_load_after = 3            # blocks 0-2 arrive, block 3 (disk) fails
     eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"})
-    # charged: 2 RAM + 1 disk: 0.001 + 0.003 + (0.002 + 0.004) + staging 0.001 = 0.011
+    # charged: 2 RAM + 1 disk: 0.001 + 0.003 + (0.002 + 0.004) = 0.010
     assert (r.ram_blocks, r.disk_blocks, r.store_errors) == (2, 1, 1)
-    assert r.t_ready == pytest.approx(0.011)
-    assert holds[-2:] == [(True, 0.016), (True, None)]
+    assert r.t_ready == pytest.approx(0.010)
+    assert holds[-2:] == [(True, 0.014), (True, None)]
     assert value(eng.sched, "adev_emulator_store_load_failed_blocks_total", tier="disk") == 1
     assert value(eng.sched, "adev_emulator_store_lease_retries_total") == 2
     assert r.read_host_s == 0.0          # instant store: no wall time passed
@@ -127,22 +128,22 @@ def test_chunk_loads_count_the_blocks_of_the_objects_that_arrived():
     assert store.calls == [("exists", 3), ("tiers", 2), ("load", 2)]
     assert (r.store_hit_blocks, r.ram_blocks, r.disk_blocks, r.store_errors) == (4, 2, 0, 1)
     # held as in the first test (2 RAM + 2 disk blocks hit); charged 2 RAM: 0.001 + 0.003
-    assert holds == [(True, 0.001), (True, 0.006), (True, 0.016), (True, None)]
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.014), (True, None)]
     assert r.t_ready == pytest.approx(0.004)
 
 
 def test_read_path_hold_takes_the_cheaper_tier_bound():
-    """A disk tier with no lookup latency and 1e10 B/s (load_s(b) = 0.0001 b, staged 0.0011 b):
-    reading every hit from disk is cheaper than from RAM (whose lookup costs 1 ms), so the hold
-    once the hits are known is the all-disk bound."""
+    """A disk tier with no lookup latency and 1e10 B/s (load_s(b) = 0.0001 b; staged, the
+    slower RAM hop's 0.001 b): reading every hit from disk is cheaper than from RAM (whose
+    lookup costs 1 ms), so the hold once the hits are known is the all-disk bound."""
     from adev.emulator.state import TierCost
     store = Store()
     eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
                          disk_tier=TierCost("disk", 0.0, 1e10))
-    # all RAM 0.001 + (0.001 + 0.004) = 0.006; all disk 0.001 + 0.0004 + staging 0.004 = 0.0054;
-    # then 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + 0.0002 + staging 0.002 = 0.0062
-    assert holds == [(True, 0.001), (True, 0.0054), (True, 0.0062), (True, None)]
-    assert r.t_ready == pytest.approx(0.0062)
+    # all RAM 0.001 + (0.001 + 0.004) = 0.006; all disk 0.001 + max(0.0004, staging 0.004) =
+    # 0.005; then 2 RAM + 2 disk: 0.001 + (0.001 + 0.002) + max(0.0002, staging 0.002) = 0.006
+    assert holds == [(True, 0.001), (True, 0.005), (True, 0.006), (True, None)]
+    assert r.t_ready == pytest.approx(0.006)
 
 
 def test_disk_only_charges_every_hit_at_the_disk_tier_without_a_tier_query():
@@ -158,15 +159,15 @@ def test_disk_only_charges_every_hit_at_the_disk_tier_without_a_tier_query():
 def test_disk_read_queues_behind_the_busy_disk_device():
     """The device is busy with another endpoint's read until model 0.1. 2 RAM + 2 disk hits:
     the disk part arrives after the lookup 0.001, the RAM load 0.003 and the disk lookup 0.002,
-    at 0.006; it waits until 0.1 and transfers 2 x 0.004 = 0.008 (to 0.108), then stages 0.002:
-    ready at 0.110, of which 0.094 is the wait."""
+    at 0.006; it waits until 0.1 and transfers 2 x 0.004 = 0.008 (its staging, 0.002,
+    overlapping): ready at 0.108, of which 0.094 is the wait."""
     store = Store()
     eng, r, holds = read(store, P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"}, busy_until=0.1)
     assert r.disk_wait_s == pytest.approx(0.094)
-    assert r.load_s == pytest.approx(0.003 + 0.002 + 0.094 + 0.008 + 0.002)
-    assert r.t_ready == pytest.approx(0.110)
+    assert r.load_s == pytest.approx(0.003 + 0.002 + 0.094 + 0.008)
+    assert r.t_ready == pytest.approx(0.108)
     # the clock is held at the ready time including the wait
-    assert holds[-2:] == [(True, pytest.approx(0.110)), (True, None)]
+    assert holds[-2:] == [(True, pytest.approx(0.108)), (True, None)]
     assert value(eng.sched, "adev_emulator_disk_queue_seconds_total") == pytest.approx(0.094)
     # the device is now busy until the end of this read's transfer, model 0.108
     assert (eng.device.reserve(eng.t0, 0.0) == eng.t0
@@ -179,7 +180,7 @@ def test_ram_hits_and_an_idle_device_do_not_wait():
     assert r.disk_wait_s == 0.0 and r.t_ready == pytest.approx(0.001 + 0.003)
     eng, r, holds = read(Store(), P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
                          busy_until=0.006)  # free exactly when the disk part arrives
-    assert r.disk_wait_s == 0.0 and r.t_ready == pytest.approx(0.016)
+    assert r.disk_wait_s == 0.0 and r.t_ready == pytest.approx(0.014)
 
 
 def test_failed_lookup_and_no_hit_read_nothing():

@@ -245,15 +245,21 @@ def test_read_time_stages_disk_blocks_through_the_ram_path():
           "refused_blocks": np.array([0, 0])}
     p = params(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=10.0)
     f = _window(w, p, pc, -1, -math.inf, math.inf)
-    # 4 store blocks (1 RAM, 3 disk): all 4 at the RAM rate (4 x 10 / 20 = 2 s) + the 3 disk
-    # blocks' disk read (3 x 10 / 10 = 3 s) = 5 s; without the staging hop it would be 3.5 s
+    # 4 store blocks (1 RAM, 3 disk): the RAM block at the RAM rate (10 / 20 = 0.5 s) + the 3
+    # disk blocks at the slower of the disk read and the staging hop they overlap with
+    # (3 x 10 / min(10, 20) = 3 s) = 3.5 s
     assert (f.store_ram_tokens, f.store_disk_tokens) == (4.0, 12.0)
-    assert f.read_s == pytest.approx(5.0)
-    # direct disk (every store hit from disk, no staging hop): 4 x 10 / 10 = 4 s, not 4 + 2
+    assert f.read_s == pytest.approx(3.5)
+    # a disk faster than the staging hop: the hop's rate bounds the staged blocks,
+    # 0.5 + 3 x 10 / 20 = 2 s
+    f = _window(w, params(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=40.0),
+                pc, -1, -math.inf, math.inf)
+    assert f.read_s == pytest.approx(2.0)
+    # direct disk (every store hit from disk, no staging hop): 4 x 10 / 40 = 1 s, not 2
     pc = {**pc, "store_disk_blocks": np.array([0, 4])}
-    f = _window(w, params(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=10.0,
+    f = _window(w, params(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=40.0,
                           disk_only=True), pc, -1, -math.inf, math.inf)
-    assert f.read_s == pytest.approx(4.0)
+    assert f.read_s == pytest.approx(1.0)
 
 
 def test_empty_window_is_nan_with_a_reason():

@@ -5,15 +5,13 @@ store of every endpoint, so concurrent reads and writes share its bandwidth: two
 that load at once do not both get the tier's full read rate. The model is a first-come,
 first-served fluid queue on the device's busy time:
 
-    busy_s(read)  = bytes / read_bytes_per_s      (the disk tier's profile)
-    busy_s(write) = bytes / write_bytes_per_s
-    start         = max(arrival, free)            free: when the device finishes its queued work
-    end           = start + busy_s;  free = end
+    busy_s  = bytes / read_bytes_per_s      (the disk tier's profile)
+    start   = max(arrival, free)            free: when the device finishes its queued reads
+    end     = start + busy_s;  free = end
 
 A read's wait, ``start - arrival``, is part of its modelled load time; a lone read waits nothing
-and costs what it did without the device. A write (a put that reaches the disk) occupies the
-device from its put on and delays no request of its own (saves are asynchronous), only the reads
-queued behind it.
+and costs what it would cost without the device. Writes to the disk tier (Mooncake's offloads)
+take none of the device's time here.
 
 ``free`` is kept in a small file in the stack's state directory (:data:`DEVICE_FILE`), read and
 updated under an exclusive ``flock``, so the endpoint processes of one stack share it; times are

@@ -114,12 +114,12 @@ class Endpoint:
         from adev.clock import open_held_clock
         from adev.stack.state import state_dir_path
         held = open_held_clock(state_dir_path(stack.state_dir)) if stack.model_clock == "held" else None
-        # the disk tier's device, shared by the stack's endpoints through its state directory
+        # the disk tier's device, shared by the stack's endpoints through the state directory of
+        # the held clock it is timed on (the stack starts both afresh); without one, the engine's own
         from adev.emulator.disk_device import DEVICE_FILE, DiskDevice
         device = None
-        if conf in DISK_CONFIGS and stack.mode == "embedded":
-            sdir = state_dir_path(stack.state_dir)
-            device = DiskDevice(sdir / DEVICE_FILE) if sdir.is_dir() else None
+        if conf in DISK_CONFIGS and held is not None:
+            device = DiskDevice(held.path.parent / DEVICE_FILE)
         self.engine = Engine(EngineConfig(
             block_size=p.block_size, capacity_blocks=p.gpu_pool_blocks,
             prefill_tokens_per_s=p.prefill_tokens_per_s, prefill=p.prefill_time,

@@ -9,12 +9,15 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import httpx
 import pytest
 
-from adev.clock import HeldClock
+from adev.clock import CLIENT_SLOT, HeldClock
+from adev.config import load_model_profile
 from tests.emulator.helpers import Emulator, Master, make_stack, prompt_messages, tmpdir, write_profile
 
 pytestmark = pytest.mark.integration
@@ -70,6 +73,55 @@ def test_a_late_store_read_holds_model_time_for_endpoint_and_client():
         # a client on the held clock sees that plus its HTTP hops; on the wall, the lag too
         assert obs - a["ttft_s"] < 0.5 * late
         assert wall - a["ttft_s"] > 0.9 * late
+    finally:
+        for e in eps:
+            e.stop()
+        m.kill()
+        clock.close()
+
+
+def _complete(e: Emulator, msgs) -> dict:
+    r = _CLIENT.post(e.base_url + "/chat/completions",
+                     json={"model": "", "messages": msgs, "max_tokens": 2})
+    assert r.status_code == 200, r.text
+    return r.json()["adev"]
+
+
+def test_two_endpoints_disk_reads_queue_at_one_device():
+    """Direct disk, three endpoints on one held clock: the coder computes and saves two prompts
+    of one length; with model time held, the two others each send one of them at the same model
+    instant and load it from the disk tier. The stack's one disk device serves the two reads one
+    after the other: one waits nothing, the other the first's transfer time, blocks x bytes per
+    block / the tier's 5.45 GB/s."""
+    w = tmpdir()
+    clock = HeldClock.create(w / "clock")
+    prof = write_profile(w)
+    stack = dataclasses.replace(make_stack(prof, "disk-only", S, ram_gb=4.0,
+                                           endpoints=("coder", "r1", "r2")), state_dir=str(w),
+                                model_clock="held")
+    m = Master(lease_ms=int(5000 / S), offload=True, workdir=w, configuration="disk-only").start()
+    eps = []
+    try:
+        eps = [Emulator(stack, n, m, w).start() for n in ("coder", "r1", "r2")]
+        a, b = prompt_messages(6000, "a"), prompt_messages(6000, "b")
+        _complete(eps[0], a)
+        _complete(eps[0], b)                  # both computed and saved by the coder
+        time.sleep(2.0)                       # the saves end
+        clock.set_hold(CLIENT_SLOT, clock())  # model time stands still while both are sent
+        with ThreadPoolExecutor(2) as ex:
+            fa, fb = ex.submit(_complete, eps[1], a), ex.submit(_complete, eps[2], b)
+            time.sleep(1.5)                   # both received and read (real I/O: milliseconds)
+            clock.set_hold(CLIENT_SLOT, math.inf)
+            got = [fa.result(), fb.result()]
+        blocks = [g["tokens"]["store_disk"] // 16 for g in got]
+        assert blocks[0] == blocks[1] > 300
+        busy = blocks[0] * load_model_profile(prof).bytes_per_block / 5.45e9
+        waits = sorted(g["disk_wait_s"] for g in got)
+        assert waits[0] == pytest.approx(0.0, abs=1e-6)
+        assert waits[1] == pytest.approx(busy, rel=1e-3)
+        # the wait is part of the modelled load: load = disk lookup latency + wait + transfer
+        for g in got:
+            assert g["load_s"] == pytest.approx(0.0002 + g["disk_wait_s"] + busy, rel=1e-3)
     finally:
         for e in eps:
             e.stop()

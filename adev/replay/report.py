@@ -41,10 +41,11 @@ HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", 
 """The configurations table: throughput, user TTFT, routing, load."""
 STORE = ["label", "store_load_bytes", "physical_read_bytes", "physical_read_share",
          "promoted_bytes", "evictions",
-         "evicted_bytes", "disk_read_rate_Bps", "disk_read_avg_Bps", "refused_share",
-         "unsaved_bytes"]
+         "evicted_bytes", "disk_read_rate_Bps", "disk_read_avg_Bps", "disk_wait_mean_s",
+         "refused_share", "unsaved_bytes"]
 """Store loads against disk reads (promotions to RAM included), RAM eviction, the disk tier's read
-rate (while loading and averaged over the run), refused writes."""
+rate (while loading and averaged over the run), the loads' wait for the shared disk device,
+refused writes."""
 FIDELITY = ["label", "ok_calls", "errors", "exact_output_share", "itl_p50_s",
             "dispatch_delay_p99_s", "time_scale", "store_read_over_profile_p50", "read_overrun_s",
             "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",

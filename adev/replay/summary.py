@@ -44,8 +44,11 @@ with its reason in ``missing``.
   ``disk_read_avg_Bps`` = physical_read_bytes / the span of ``throughput_rps``: the disk tier's
   read rate averaged over the run, the way the source states its figures ("about 34.6 TiB at an
   average 3.40 GiB/s" is a run of 34.6 TiB / 3.40 GiB/s = 10,420 s, its 7,903 calls at 0.76
-  requests/s). It moves with throughput and with the share of loads the disk serves, not with
-  the device's speed;
+  requests/s). It moves with throughput and with the share of loads the disk serves, and is
+  bounded by the device's rate when the replicas keep the device busy;
+  ``disk_wait_mean_s``, ``disk_wait_p99_s``: mean and p99 over the requests that loaded from the
+  disk tier of their wait for the disk device the stack's endpoints share (``adev.disk_wait_s``,
+  part of their modelled load; :mod:`adev.emulator.disk_device`);
 - host fidelity: ``time_scale`` (the manifest's; ``time_scale_chosen``: whether pilots chose it,
   :mod:`adev.replay.pace`), ``store_read_over_profile_p50/p99``
   (:func:`adev.analysis.figures.store_read_over_profile`, over the ``store_read_calls`` calls
@@ -221,8 +224,22 @@ def summarise(path: str | Path) -> dict[str, Any]:
                 missing["disk_read_rate_Bps"] = rate
                 rate = None
             out["disk_read_rate_Bps"] = rate
+        _disk_wait(out, okc, missing)
     _store(out, run, missing)
     return out
+
+
+def _disk_wait(out: dict[str, Any], okc: Any, missing: dict[str, str]) -> None:
+    """``disk_wait_mean_s`` and ``disk_wait_p99_s`` over the requests that loaded from the disk
+    tier: their loads' wait for the disk device the stack's endpoints share."""
+    disk = okc[okc["srv_tok_store_disk"].fillna(0) > 0] if "srv_tok_store_disk" in okc else okc[:0]
+    waits = (disk["srv_disk_wait_s"].dropna().to_numpy(float) if "srv_disk_wait_s" in disk
+             else np.array([]))
+    out["disk_wait_mean_s"] = float(waits.mean()) if len(waits) else None
+    out["disk_wait_p99_s"] = _f(pct(waits, 99)) if len(waits) else None
+    if not len(waits):
+        missing["disk_wait"] = ("no request loaded from the disk tier" if not len(disk) else
+                                "the records carry no disk device wait (an older emulator)")
 
 
 def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:

@@ -217,3 +217,24 @@ def test_the_report_names_the_runs_whose_reads_fell_behind():
     note = _pace_note(sums)
     assert "- disk-only-s0: 1.31 x at time scale 4.0" in note and "store-ram-s0" not in note
     assert "kept pace" in _pace_note(sums[:1]) and _pace_note(sums[2:]) == ""
+
+
+def test_disk_wait_over_the_requests_that_loaded_from_disk():
+    import pandas as pd
+
+    from adev.replay.summary import _disk_wait
+    okc = pd.DataFrame({"srv_tok_store_disk": [0, 32, 16, None],
+                        "srv_disk_wait_s": [5.0, 1.0, 3.0, 7.0]})
+    out: dict = {}
+    missing: dict = {}
+    _disk_wait(out, okc, missing)
+    # the two requests with disk tokens: mean (1 + 3) / 2 = 2; p99 by linear interpolation
+    # 1 + 0.99 x (3 - 1) = 2.98
+    assert out == {"disk_wait_mean_s": 2.0, "disk_wait_p99_s": pytest.approx(2.98)}
+    assert missing == {}
+    _disk_wait(out, okc[okc["srv_tok_store_disk"].fillna(0) == 0], missing)
+    assert out["disk_wait_mean_s"] is None
+    assert missing["disk_wait"] == "no request loaded from the disk tier"
+    missing.clear()
+    _disk_wait(out, okc.drop(columns="srv_disk_wait_s"), missing)   # records of an older emulator
+    assert out["disk_wait_mean_s"] is None and "older emulator" in missing["disk_wait"]

@@ -491,14 +491,15 @@ def scale_for(base: StackConfig, name: str) -> float:
 def stack_for(base: StackConfig, name: str, state_root: Path) -> StackConfig:
     """The stack of configuration ``name`` (:data:`CONFIGURATIONS`): ``base`` with its
     configuration, disk tier, time scale (:func:`scale_for`) and an own state directory (a fresh
-    stack per run)."""
+    stack per run): ``state_root / name``, made absolute from the current directory (where the
+    run's records go), as a relative stack state directory is taken from the repository root."""
     if name not in CONFIGURATIONS:
         raise ConfigError(f"--configurations: {name!r} is not allowed; allowed values: "
                           + ", ".join(CONFIGURATIONS))
     conf, disk = CONFIGURATIONS[name]
     store = dataclasses.replace(base.store, disk_tier=disk or base.store.disk_tier)
     return dataclasses.replace(base, configuration=conf, store=store, time_scale=scale_for(base, name),
-                               state_dir=str(state_root / name))
+                               state_dir=str(Path(state_root).absolute() / name))
 
 
 async def run_matrix(trace: Trace, sessions: list[list[Call]], base: StackConfig,

@@ -1,12 +1,15 @@
 """``adev replay`` argument errors: one line, exit 2, nothing started."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from adev.cli import main
 from adev.replay.cli import _experiments, _names, _seeds, default_stack
 from adev.replay.experiment import CONFIGURATIONS, stack_for
 from adev.replay.format import Call, Trace, write_trace
+from adev.stack.state import state_dir_path
 
 
 def test_configurations_and_seeds():
@@ -17,13 +20,19 @@ def test_configurations_and_seeds():
     assert _experiments("short, long,short") == ["short", "long"]
 
 
-def test_stack_for_each_configuration(tmp_path):
+def test_stack_for_each_configuration(tmp_path, monkeypatch):
     base = default_stack()
     s = stack_for(base, "store-ram+nvmeof", tmp_path)
     assert (s.configuration, s.store.disk_tier) == ("store-ram+disk", "remote-nvmeof")
     assert s.state_dir == str(tmp_path / "store-ram+nvmeof")
     assert stack_for(base, "store-ram+raid0", tmp_path).store.disk_tier == "local-raid0"
     assert stack_for(base, "recompute", tmp_path).configuration == "recompute"
+    # a relative output folder: the stacks' state under it in the current directory, not under
+    # the repository root, where a relative stack state directory would be taken from
+    monkeypatch.chdir(tmp_path)
+    rel = stack_for(base, "recompute", Path("out") / ".stacks")
+    assert rel.state_dir == str(tmp_path / "out" / ".stacks" / "recompute")
+    assert state_dir_path(rel.state_dir) == tmp_path / "out" / ".stacks" / "recompute"
     assert [e.name for e in base.endpoints][:2] == ["p0", "p1"]
     bigger = default_stack(store={"chunk_blocks": 64, "ram_gb": 275.0})
     assert (bigger.store.chunk_blocks, bigger.store.ram_gb) == (64, 275.0)

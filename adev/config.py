@@ -332,6 +332,7 @@ class ModelProfile:
                     f"{self.prefill_reference_tokens}-token prompt takes at prefill_tokens_per_s; "
                     f"allowed values: above {f_att * pairs / t_ref:.4g}, or 0")
 
+
 @dataclass(frozen=True)
 class TierProfile:
     """Read/write model of one store tier (RAM, local RAID0 NVMe, remote NVMe-oF).
@@ -390,13 +391,13 @@ STORELESS: tuple[Configuration, ...] = ("recompute", "gpu-only")
 
 
 KvRole = Literal["producer", "consumer", "both"]
-DiskWrites = Literal["evict", "put"]
-DISK_WRITES: tuple[str, ...] = get_args(DiskWrites)
-"""When the disk tier is written (:attr:`StoreSpec.disk_writes`)."""
 """An endpoint's part in disaggregated prefill (vLLM's ``kv_role`` kv_producer | kv_consumer |
 kv_both): a producer prefills requests marked ``kv_transfer_params.do_remote_decode`` and hands
 their KV over; a consumer takes requests marked ``do_remote_prefill`` and decodes them from the
 transferred KV; ``both`` does either (and plain requests in any case)."""
+DiskWrites = Literal["evict", "put"]
+DISK_WRITES: tuple[str, ...] = get_args(DiskWrites)
+"""When the disk tier is written (:attr:`StoreSpec.disk_writes`)."""
 
 
 @dataclass(frozen=True)

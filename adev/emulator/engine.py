@@ -454,7 +454,7 @@ class Engine:
                 lookup_m, load_m = s.read_path_s(n_ext - disk, disk)
                 if disk:
                     await self._turns.wait(turn)
-                    disk_wait = self._queue_disk_read(t_admit + lookup_m, n_ext - disk, disk)
+                    disk_wait = self._queue_disk_read(t_admit + lookup_m + load_m, disk)
                 self._turns.done(turn)
                 self._hold(key, t_admit + lookup_m + load_m + disk_wait)
             s.hits_found(r, hit, tiers)
@@ -472,24 +472,19 @@ class Engine:
             self._turns.done(turn)
             self._hold(key, None)
 
-    def _queue_disk_read(self, t_load: float, ram: int, disk: int) -> float:
-        """Queue the disk part of a load that starts at model time ``t_load`` (after the lookup)
-        on the shared disk device; returns its wait in model seconds (0 without disk blocks).
+    def _queue_disk_read(self, t_loaded: float, disk: int) -> float:
+        """Queue the transfer of ``disk`` blocks of a load whose modelled end, without waiting
+        for the disk device, is model time ``t_loaded`` on the shared device; returns its wait in
+        model seconds.
 
-            arrival = t_load + RAM tier load_s(ram) + disk tier lookup_latency_s
-            busy    = disk * bytes_per_block / disk tier read_bytes_per_s
-            wait    = device end - busy - arrival     (DiskDevice.reserve, FIFO on busy time)
+            busy, transfer = Scheduler.disk_transfer_s(disk)
+            arrival        = t_loaded - transfer           (the disk transfer is the load's last part)
+            wait           = device end - busy - arrival   (DiskDevice.reserve, FIFO on busy time)
         """
-        c = self.cfg
-        if not disk or c.disk_tier is None:
-            return 0.0
-        arrival = t_load + c.disk_tier.lookup_latency_s
-        if ram and c.ram_tier is not None:
-            arrival += c.ram_tier.load_s(ram, c.bytes_per_block)
-        busy = c.disk_tier.transfer_s(disk, c.bytes_per_block)
-        start = self.wall(arrival)
-        end = self.device.reserve(start, busy / c.time_scale)
-        wait = (end - start) * c.time_scale - busy
+        busy, transfer = self.sched.disk_transfer_s(disk)
+        start = self.wall(t_loaded - transfer)
+        end = self.device.reserve(start, busy / self.cfg.time_scale)
+        wait = (end - start) * self.cfg.time_scale - busy
         if wait <= WAKE_TOLERANCE_S:   # a rounding error of the wall-time round trip: no wait
             return 0.0
         self.m.disk_wait.inc(wait)

@@ -254,10 +254,19 @@ class Scheduler:
         if ram and c.ram_tier:
             load += c.ram_tier.load_s(ram, c.bytes_per_block)
         if disk and c.disk_tier:
-            hop = (c.ram_tier.transfer_s(disk, c.bytes_per_block)
-                   if c.ram_tier and not c.disk_only else 0.0)
-            load += c.disk_tier.lookup_latency_s + max(c.disk_tier.transfer_s(disk, c.bytes_per_block), hop)
+            load += c.disk_tier.lookup_latency_s + self.disk_transfer_s(disk)[1]
         return lookup, load
+
+    def disk_transfer_s(self, disk: int) -> tuple[float, float]:
+        """(the disk device's busy time for ``disk`` blocks, the time their transfer takes): the
+        disk tier's ``transfer_s``, and the slower of it and the staging hop through the RAM
+        tier (:meth:`read_path_s`; no hop for direct disk)."""
+        c = self.cfg
+        if c.disk_tier is None:
+            return 0.0, 0.0
+        busy = c.disk_tier.transfer_s(disk, c.bytes_per_block)
+        hop = c.ram_tier.transfer_s(disk, c.bytes_per_block) if c.ram_tier and not c.disk_only else 0.0
+        return busy, max(busy, hop)
 
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
                   error: bool, now: float, disk_wait: float = 0.0) -> float | None:

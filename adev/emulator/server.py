@@ -153,6 +153,7 @@ class Endpoint:
         self.engine.start()
 
     async def close(self) -> None:
+        self.engine.device.close()
         if self.store is not None:
             if self.store.leases is not None:
                 await self.store.leases.close()

@@ -66,7 +66,11 @@ LABELS = {
     "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":
     "Inter-token latency p50 (s)", "store_load_bytes": "Store loads (bytes)",
     "physical_read_bytes": "Disk reads (bytes)", "evicted_bytes": "Evicted (bytes)",
-    "promoted_bytes": "Promoted to RAM (bytes)",
+    "promoted_bytes": "Promoted to RAM (bytes)", "stored_bytes": "Stored (bytes)",
+    "stored_bytes_per_call": "Stored per call (bytes)",
+    "store_load_bytes_per_call": "Store loads per call (bytes)",
+    "physical_read_bytes_per_call": "Disk reads per call (bytes)",
+    "evicted_bytes_per_call": "Evicted per call (bytes)",
     "unsaved_bytes": "Not saved after a refusal (bytes)",
     "disk_read_rate_Bps": "Disk read rate while loading (B/s)",
     "disk_read_avg_Bps": "Disk reads per run second (B/s)",

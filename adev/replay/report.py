@@ -32,20 +32,23 @@ from ..analysis.shapes import shapes_markdown
 from ..records import RunDir
 from .shapes import judge_replay
 from .source import beside, beside_markdown
-from .summary import READS_AT_PACE, split_label
+from .summary import PER_CALL, READS_AT_PACE, split_label
 from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
             "ttft_p99_s", "ttft_later_p99_s", "crossover_tokens", "stickiness", "prompt_load",
             "calls_in_flight_mean"]
 """The configurations table: throughput, user TTFT, routing, load."""
-STORE = ["label", "store_load_bytes", "physical_read_bytes", "physical_read_share",
-         "promoted_bytes", "evictions",
+STORE = ["label", "stored_bytes", "store_load_bytes", "physical_read_bytes",
+         "physical_read_share", "promoted_bytes", "evictions",
          "evicted_bytes", "disk_read_rate_Bps", "disk_read_avg_Bps", "disk_wait_mean_s",
          "refused_share", "unsaved_bytes"]
-"""Store loads against disk reads (promotions to RAM included), RAM eviction, the disk tier's read
-rate (while loading and averaged over the run), the loads' wait for the shared disk device,
-refused writes."""
+"""What the store took in, store loads against disk reads (promotions to RAM included), RAM
+eviction, the disk tier's read rate (while loading and averaged over the run), the loads' wait
+for the shared disk device, refused writes."""
+PER_CALL_COLS = ["label"] + [f"{k}_per_call" for k in PER_CALL]
+"""The same volumes per OK call, which runs of different lengths (a slice and the whole trace)
+can be read beside."""
 FIDELITY = ["label", "ok_calls", "errors", "exact_output_share", "itl_p50_s",
             "dispatch_delay_p99_s", "time_scale", "store_read_over_profile_p50", "read_overrun_s",
             "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",
@@ -214,6 +217,7 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
     doc.blocks.append("## The source's levels beside these runs\n\n" + beside_markdown(beside(sums)))
     doc.blocks.append("## Configurations\n\n" + md_table(df, HEADLINE))
     doc.blocks.append("## Store loads, disk reads and RAM eviction\n\n" + md_table(df, STORE))
+    doc.blocks.append("## The same volumes per call\n\n" + md_table(df, PER_CALL_COLS))
     doc.blocks.append("## Checks of the run: calls, output lengths, host time against the model"
                       "\n\n" + md_table(df, FIDELITY) + _pace_note(sums))
     groups = pd.DataFrame([{"label": s.get("label"), **(s.get("ttft_by_group_p50_s") or {})}

@@ -16,14 +16,19 @@ from typing import Any
 
 from ..analysis.source import check_point, entries, point_text
 from .shapes import POINT_KEYS, mean_over, point_matches
+from .summary import PER_CALL
 from .traces import GROUPS
 
 SOURCE_FILE = Path(__file__).with_name("source_figures.toml")
 GROUPED = "ttft_by_group_p50_s"
-UNITS = {"throughput_rps": "requests/s", "disk_read_avg_Bps": "GiB/s"}
+PER_CALL_UNIT = "GB per call"
+UNITS = {"throughput_rps": "requests/s", "disk_read_avg_Bps": "GiB/s",
+         **{f"{k}_per_call": PER_CALL_UNIT for k in PER_CALL}}
 """Unit of a figure as printed; every other figure is in model seconds."""
 NAMES = {"ttft_p50_s": "user TTFT p50", "ttft_p90_s": "user TTFT p90", "ttft_p99_s": "user TTFT p99",
          "throughput_rps": "throughput", "disk_read_avg_Bps": "disk reads per run second",
+         "stored_bytes_per_call": "KV stored", "store_load_bytes_per_call": "store loads",
+         "physical_read_bytes_per_call": "disk reads", "evicted_bytes_per_call": "RAM evicted",
          GROUPED: "median user TTFT"}
 
 
@@ -85,6 +90,8 @@ def fmt(figure: str, v: float | None) -> str:
         return "not measured"
     if figure == "disk_read_avg_Bps":
         return f"{v / 2**30:.2f}"
+    if UNITS.get(figure) == PER_CALL_UNIT:
+        return f"{v / 1e9:.3f}"
     return f"{v:.3f}" if figure == "throughput_rps" else f"{v:.2f}"
 
 

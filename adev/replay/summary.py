@@ -49,6 +49,14 @@ with its reason in ``missing``.
   ``disk_wait_mean_s``, ``disk_wait_p99_s``: mean and p99 over the requests that loaded from the
   disk tier of their wait for the disk device the stack's endpoints share (``adev.disk_wait_s``,
   part of their modelled load; :mod:`adev.emulator.disk_device`);
+  ``stored_bytes`` = blocks the store accepted from the endpoints' puts x model bytes per block:
+  the KV the store took in (with the disk tier written at put, as the replay's own stack does,
+  also the disk tier's writes);
+- volumes per call, which a slice and the whole trace can be read beside: ``<volume>_per_call``
+  = the run's ``<volume>`` / ``ok_calls``, for ``stored_bytes``, ``store_load_bytes``,
+  ``physical_read_bytes`` and ``evicted_bytes`` (None where the volume or the calls are
+  missing). The stored bytes per call are the trace's new content as the store sees it (what no
+  earlier call left there, recomputed prefixes included), the reads and evictions its reuse;
 - host fidelity: ``time_scale`` (the manifest's; ``time_scale_chosen``: whether pilots chose it,
   :mod:`adev.replay.pace`), ``store_read_over_profile_p50/p99``
   (:func:`adev.analysis.figures.store_read_over_profile`, over the ``store_read_calls`` calls
@@ -226,7 +234,21 @@ def summarise(path: str | Path) -> dict[str, Any]:
             out["disk_read_rate_Bps"] = rate
         _disk_wait(out, okc, missing)
     _store(out, run, missing)
+    _per_call(out)
     return out
+
+
+PER_CALL = ("stored_bytes", "store_load_bytes", "physical_read_bytes", "evicted_bytes")
+"""The run's volumes also given per OK call (``<volume>_per_call``)."""
+
+
+def _per_call(out: dict[str, Any]) -> None:
+    """``<volume>_per_call`` = ``out[<volume>]`` / ``out["ok_calls"]``, None where either is
+    missing or there is no OK call."""
+    n = out.get("ok_calls") or 0
+    for k in PER_CALL:
+        v = out.get(k)
+        out[f"{k}_per_call"] = v / n if v is not None and n else None
 
 
 def _disk_wait(out: dict[str, Any], okc: Any, missing: dict[str, str]) -> None:
@@ -272,6 +294,10 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
     offered = puts["accepted"] + puts["refused"]
     out["refused_share"] = refusal_share(puts["refused"], offered) if offered else None
     out["unsaved_bytes"] = (puts["refused"] + puts["skipped"]) * bpb if put_seen and bpb else None
+    out["stored_bytes"] = puts["accepted"] * bpb if put_seen and bpb else None
+    if out["stored_bytes"] is None:
+        missing["stored_bytes"] = ("no store put counters scraped (no store, or real vLLM)"
+                                   if not put_seen else "no model profile: bytes per block unknown")
     if out["refused_share"] is None:
         missing["refused_share"] = ("no block offered to the store" if put_seen else
                                     "no store put counters scraped (no store, or real vLLM)")

@@ -55,3 +55,21 @@ def test_malformed_entries_name_index_and_field(tmp_path, entry, msg):
     p.write_text("[[figure]]\n" + entry)
     with pytest.raises(ValueError, match=rf"levels\.toml: figure\[0\].*{msg}"):
         load(p)
+
+
+def test_volumes_per_call_print_in_gb_per_call():
+    lv = SourceLevel("physical_read_bytes_per_call",
+                     {"experiment": "long", "configuration": "disk-only"}, 34.6 * 2**40 / 7903, "w")
+    rows = beside([run("long", "disk-only", 0, physical_read_bytes_per_call=5.0e9),
+                   run("long", "disk-only", 1, physical_read_bytes_per_call=4.0e9)], [lv])
+    # 34.6 TiB / 7,903 calls = 4.8138 GB per call; ours (5.0 + 4.0) / 2 = 4.5
+    assert "| long gap, disk-only | disk reads | GB per call | 4.814 | 4.500 | 2 |" in beside_markdown(rows)
+
+
+def test_the_shipped_volumes_per_call_are_the_source_totals_over_its_calls():
+    per_call = {(lv.figure, lv.point["configuration"]): lv.value for lv in load()
+                if lv.figure.endswith("_per_call")}
+    assert per_call[("stored_bytes_per_call", "store-ram+raid0")] == pytest.approx(1.897 * 2**40 / 7903)
+    assert per_call[("physical_read_bytes_per_call", "disk-only")] == pytest.approx(41.53 * 2**40 / 7903)
+    assert per_call[("evicted_bytes_per_call", "store-ram")] == pytest.approx(40.97e12 / 7903)
+    assert per_call[("evicted_bytes_per_call", "store-ram+nvmeof")] == pytest.approx(1.7e12 / 7903)

@@ -109,6 +109,14 @@ def test_summary_by_hand(tmp_path):
     # 30 blocks accepted and 10 refused in the run; 40 more never offered after a refusal
     assert s["refused_share"] == pytest.approx(10 / 40)
     assert s["unsaved_bytes"] == 50 * bpb
+    assert s["stored_bytes"] == 30 * bpb                             # 100 -> 130 accepted
+    # per OK call (3): stored 30 blocks, loaded 25, read from disk 5 + 3 promoted, evicted 500
+    # real bytes at the payload scale
+    assert s["stored_bytes_per_call"] == pytest.approx(10 * bpb)
+    assert s["store_load_bytes_per_call"] == pytest.approx(25 * bpb / 3)
+    assert s["physical_read_bytes_per_call"] == pytest.approx(8 * bpb / 3)
+    assert s["evicted_bytes_per_call"] == pytest.approx(500 * stack.payload_scale / 3)
+    assert "stored_bytes" not in s["missing"]
 
 
 def test_user_ttft_over_model_sums_the_requests_models():
@@ -153,6 +161,10 @@ def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_pat
     # the source's levels beside: recompute's median user TTFT, the median of (1, 2, 10)
     assert "| short gap, recompute | user TTFT p50 | model s | 27.87 | 2.00 | 1 |" in md
     assert "| short gap, store-ram | throughput | requests/s | 1.310 | not measured | 0 |" in md
+    # 1.897 TiB over 7,903 calls; no run here stored anything (no store)
+    assert ("| short gap, store-ram+raid0 | KV stored | GB per call | 0.264 | not measured | 0 |"
+            in md)
+    assert "## The same volumes per call" in md and "Stored per call (bytes)" in md
     kept = json.loads((tmp_path / "m" / "gpu-only-s0" / "summary.json").read_text())
     assert kept["schedule"] == {"relaxed_starts": 7} and kept["ttft_p99_s"] == pytest.approx(8.86)
 
@@ -238,3 +250,15 @@ def test_disk_wait_over_the_requests_that_loaded_from_disk():
     missing.clear()
     _disk_wait(out, okc.drop(columns="srv_disk_wait_s"), missing)   # records of an older emulator
     assert out["disk_wait_mean_s"] is None and "older emulator" in missing["disk_wait"]
+
+
+def test_volumes_per_call_are_none_where_the_volume_or_the_calls_are_missing():
+    from adev.replay.summary import _per_call
+    out = {"ok_calls": 4, "stored_bytes": 10.0, "store_load_bytes": None,
+           "physical_read_bytes": 0.0, "evicted_bytes": 6.0}
+    _per_call(out)
+    assert (out["stored_bytes_per_call"], out["store_load_bytes_per_call"],
+            out["physical_read_bytes_per_call"], out["evicted_bytes_per_call"]) == (2.5, None, 0.0, 1.5)
+    none = {"ok_calls": 0, "stored_bytes": 10.0}
+    _per_call(none)
+    assert none["stored_bytes_per_call"] is None and none["evicted_bytes_per_call"] is None

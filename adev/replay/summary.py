@@ -11,7 +11,8 @@ with its reason in ``missing``.
   ``ttft_later_p99_s``: its p99 over later turns only (not a session's first call, which no
   cache can serve: where first calls are long and many, as in a trace of short sessions, they
   alone make the p99 of every configuration);
-  ``ttft_by_group_p50_s``: its median per prompt-length group;
+  ``ttft_by_group_p50_s``: its median per prompt-length group, also as one key per group
+  (:data:`GROUP_P50_KEYS`: ``ttft_p50_upto32k_s`` ... ``ttft_p50_over96k_s``) for the shapes;
 - ``itl_p50_s``: median of the calls' mean inter-token latency;
 - ``exact_output_share``: OK calls whose live output length equals the recorded one;
 - ``stickiness``: non-initial turns on their session's preferred prefill replica / non-initial
@@ -94,6 +95,10 @@ from ..analysis.figures import (
 from ..records import RunDir
 from .traces import GROUPS
 
+GROUP_P50_KEYS = {"<=32K": "ttft_p50_upto32k_s", "32-64K": "ttft_p50_32to64k_s",
+                  "64-96K": "ttft_p50_64to96k_s", ">96K": "ttft_p50_over96k_s"}
+"""The summary key of each prompt-length group's median user TTFT (``ttft_by_group_p50_s``)."""
+
 READS_AT_PACE = 1.2
 """A run's real store reads keep pace with the tier profile where their median is at most this
 many times the profile's (``reads_at_pace``)."""
@@ -173,6 +178,8 @@ def summarise(path: str | Path) -> dict[str, Any]:
             missing["ttft_later_p99_s"] = "no later turn completed"
         out["ttft_by_group_p50_s"] = {
             g: _f(pct([r["ttft_s"] for r in okr if r["group"] == g], 50)) for _, _, g in GROUPS}
+        for g, key in GROUP_P50_KEYS.items():
+            out[key] = out["ttft_by_group_p50_s"][g]
         out["calls_by_group"] = dict(Counter(r["group"] for r in okr))
         out["itl_p50_s"] = _f(pct([r["itl_s"] for r in okr if r.get("itl_s") is not None], 50))
         out["exact_output_share"] = float(np.mean(

@@ -114,3 +114,36 @@ def test_a_malformed_replay_shape_names_its_index_and_field(tmp_path: Path):
                    'points = [{width = 12}]\nsays = "x"\nwhere = "y"\n')
     with pytest.raises(ValueError, match=r"points\[0\]: unknown key\(s\) \['width'\]"):
         load_shapes(bad)
+
+
+def test_shapes_by_prompt_length_by_hand():
+    """Table 9's shapes read the per-group medians the summary keeps under GROUP_P50_KEYS."""
+    from adev.replay.summary import GROUP_P50_KEYS
+    from adev.replay.traces import GROUPS
+    assert set(GROUP_P50_KEYS) == {g for _, _, g in GROUPS}
+    med = {  # configuration: medians for <=32K, 32-64K, 64-96K, >96K
+        "recompute": (2.0, 24.0, 40.0, 50.0), "store-ram+raid0": (1.9, 6.0, 8.0, 8.0),
+        "store-ram+nvmeof": (1.8, 6.3, 9.2, 8.4), "disk-only": (2.1, 9.0, 15.0, 20.0)}
+    runs = [_s("long", c, 0, **dict(zip(GROUP_P50_KEYS.values(), m, strict=True)))
+            for c, m in med.items()]
+    rows = judge_replay(runs)
+    close = _by(rows, "ttft_p50_upto32k_s", "store-ram+nvmeof", "recompute")
+    assert close.measure == pytest.approx(0.9) and close.holds          # within 0.80-1.20
+    slower = _by(rows, "ttft_p50_upto32k_s", "disk-only", "recompute")
+    assert slower.measure == pytest.approx(1.05) and slower.holds       # at least 1
+    assert _by(rows, "ttft_p50_32to64k_s", "store-ram+nvmeof", "store-ram+raid0").holds  # 1.05
+    far = _by(rows, "ttft_p50_64to96k_s", "store-ram+nvmeof", "store-ram+raid0")
+    assert far.measure == pytest.approx(1.15) and far.holds is False    # above 1.10
+    gds = _by(rows, "ttft_p50_over96k_s", "disk-only", "recompute")
+    assert gds.measure == pytest.approx(0.4) and gds.holds              # at most 0.60
+    vs = _by(rows, "ttft_p50_over96k_s", "disk-only", "store-ram+nvmeof")
+    assert vs.measure == pytest.approx(20 / 8.4) and vs.holds is False  # not 5% below staging
+    assert "User TTFT p50, prompts >96K (s)" in shapes_markdown(rows)
+
+
+def test_every_shipped_shape_names_a_replay_summary_figure():
+    from adev.replay.summary import GROUP_P50_KEYS
+    keys = {"throughput_rps", "ttft_p50_s", "ttft_p90_s", "ttft_p99_s", "ttft_later_p99_s",
+            "evictions", "evicted_bytes", "physical_read_share", "disk_read_avg_Bps",
+            *GROUP_P50_KEYS.values()}
+    assert {sh.figure for sh in load_shapes()} <= keys

@@ -262,3 +262,20 @@ def test_volumes_per_call_are_none_where_the_volume_or_the_calls_are_missing():
     none = {"ok_calls": 0, "stored_bytes": 10.0}
     _per_call(none)
     assert none["stored_bytes_per_call"] is None and none["evicted_bytes_per_call"] is None
+
+
+def test_the_group_medians_are_also_flat_keys(tmp_path):
+    from adev.replay.summary import GROUP_P50_KEYS
+    rd = RunDir.create("r", base=tmp_path)
+    rd.write_json("manifest.json", build_manifest("r", config={"stack": default_stack()},
+                                                  time_scale=10.0, extra={"replay": {"label": "x-s0"}}))
+    rd.append(_rec(0, t_ready=0.0, t_first_token=1.0, t_end=2.0, ttft_s=1.0, live_output_tokens=10))
+    rd.append(_rec(1, t_ready=0.0, t_first_token=3.0, t_end=4.0, ttft_s=3.0, live_output_tokens=10,
+                   prompt_tokens=100000, group=">96K"))
+    rd.append(_rec(2, t_ready=0.0, t_first_token=5.0, t_end=6.0, ttft_s=5.0, live_output_tokens=10,
+                   prompt_tokens=110000, group=">96K"))
+    rd.close()
+    s = summarise(rd.path)
+    assert s[GROUP_P50_KEYS["<=32K"]] == pytest.approx(1.0)
+    assert s[GROUP_P50_KEYS[">96K"]] == pytest.approx(4.0)             # median of 3 and 5
+    assert s[GROUP_P50_KEYS["32-64K"]] is None

@@ -302,12 +302,11 @@ def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:
     out["refused_share"] = refusal_share(puts["refused"], offered) if offered else None
     out["unsaved_bytes"] = (puts["refused"] + puts["skipped"]) * bpb if put_seen and bpb else None
     out["stored_bytes"] = puts["accepted"] * bpb if put_seen and bpb else None
+    no_puts = "no store put counters scraped (no store, or real vLLM)"
     if out["stored_bytes"] is None:
-        missing["stored_bytes"] = ("no store put counters scraped (no store, or real vLLM)"
-                                   if not put_seen else "no model profile: bytes per block unknown")
+        missing["stored_bytes"] = no_puts if not put_seen else "no model profile: bytes per block unknown"
     if out["refused_share"] is None:
-        missing["refused_share"] = ("no block offered to the store" if put_seen else
-                                    "no store put counters scraped (no store, or real vLLM)")
+        missing["refused_share"] = "no block offered to the store" if put_seen else no_puts
     if not overrun:
         missing["read_overrun_s"] = "no read-path overrun counter scraped (no store, or real vLLM)"
     master = [{"t": s.t, "ok": s.ok, "samples": s.samples} for s in run.scrapes.get("master", [])]

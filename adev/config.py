@@ -398,6 +398,10 @@ transferred KV; ``both`` does either (and plain requests in any case)."""
 DiskWrites = Literal["evict", "put"]
 DISK_WRITES: tuple[str, ...] = get_args(DiskWrites)
 """When the disk tier is written (:attr:`StoreSpec.disk_writes`)."""
+Staging = Literal["overlap", "serial"]
+STAGINGS: tuple[str, ...] = get_args(Staging)
+"""How a staged load's two hops (disk to CPU memory, CPU memory to GPU) are timed
+(:attr:`StoreSpec.staging`)."""
 
 
 @dataclass(frozen=True)
@@ -450,6 +454,19 @@ class StoreSpec:
     promotion_on_hit: bool = False
     promotion_threshold: int = field(default=2, metadata={"positive": True})
     promotion_per_heartbeat: int = field(default=0, metadata={"min": 0})
+    # Store loads one endpoint serves at once (0: no limit). vLLM's Mooncake store connector
+    # loads on VLLM_MOONCAKE_LOAD_RECV_THREADS receiving threads per worker (1 by default: one
+    # request's load after another); each further load waits for a free thread, in admission
+    # order (adev.emulator.engine, "Load threads").
+    load_threads: int = field(default=0, metadata={"min": 0})
+    # A staged load's two hops (store-ram+disk): "overlap" = the CPU-memory hop runs under the
+    # disk read (the slower sets the pace); "serial" = the disk read, then the hop, as Mooncake
+    # reads a disk-tier batch into its client's staging buffer before the transfer to the GPU
+    # starts. Either way a lone staged load runs at the disk tier profile's read_bytes_per_s
+    # (measured for staged loads): with "serial" the device's own rate is the one that, followed
+    # by the hop, gives that rate (adev.emulator.state.device_read_rate), and a direct
+    # (disk-only) read gets it.
+    staging: Staging = "overlap"
 
 
 def _default_endpoints() -> list[EndpointSpec]:
@@ -499,6 +516,14 @@ class StackConfig:
         if self.policy not in POLICIES:
             raise ConfigError(unknown_policy(self.policy, f"{where}.policy"))
         check_cpus(self.cpus, f"{where}.cpus")
+        if self.store.staging == "serial" and self.mode == "embedded":
+            ram, disk = load_tier_profile(self.store.ram_tier), load_tier_profile(self.store.disk_tier)
+            if disk.read_bytes_per_s >= ram.read_bytes_per_s:
+                raise ConfigError(
+                    f"{where}.store.staging: 'serial' needs the disk tier's read_bytes_per_s "
+                    f"({disk.read_bytes_per_s:.4g}, {disk.name}) below the RAM tier's "
+                    f"({ram.read_bytes_per_s:.4g}, {ram.name}), the staged load's rate being "
+                    "the two hops' together; allowed values: overlap, serial")
         names = [e.name for e in self.endpoints]
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}.endpoints: endpoint names must be unique, got {names}")

@@ -23,6 +23,7 @@ from adev.config import (
     resolve,
     to_dict,
 )
+from adev.emulator.state import device_read_rate
 
 
 def test_unknown_key_names_field_and_allowed_keys():
@@ -189,6 +190,39 @@ def test_disk_tiers_staged_through_ram_load_at_the_measured_effective_rates():
     for name, measured in (("local-raid0", 5.45e9), ("remote-nvmeof", 5.78e9)):
         disk = load_tier_profile(name).read_bytes_per_s
         assert min(disk, ram) == pytest.approx(measured, rel=1e-3)
+
+
+def test_serial_staging_keeps_a_lone_staged_load_at_the_measured_rate():
+    # serial hops: 1 / staged = 1 / device + 1 / hop, so the device reads faster than a staged
+    # load: 1 / (1 / 5.45 - 1 / 20) = 7.4914 GB/s for local RAID0, 8.1294 for remote NVMe-oF
+    assert device_read_rate(5.45e9, 20e9, "serial") == pytest.approx(7.4914e9, rel=1e-4)
+    assert device_read_rate(5.78e9, 20e9, "serial") == pytest.approx(8.1294e9, rel=1e-4)
+    assert device_read_rate(5.45e9, 20e9, "overlap") == 5.45e9
+    d = device_read_rate(5.45e9, 20e9, "serial")
+    assert 1 / (1 / d + 1 / 20e9) == pytest.approx(5.45e9)
+    with pytest.raises(ValueError, match="below the staging hop"):
+        device_read_rate(20e9, 20e9, "serial")
+
+
+def test_store_staging_and_load_threads_are_checked(tmp_path):
+    f = tmp_path / "s.toml"
+    f.write_text('[store]\nstaging = "pipelined"\n')
+    with pytest.raises(ConfigError) as e:
+        load(StoreSpec, f, "store")
+    assert "store.staging" in str(e.value) and "overlap" in str(e.value) and "serial" in str(e.value)
+    f.write_text('[store]\nload_threads = -1\n')
+    with pytest.raises(ConfigError, match="store.load_threads"):
+        load(StoreSpec, f, "store")
+    f.write_text('[store]\nload_threads = 1\nstaging = "serial"\n')
+    assert load(StoreSpec, f, "store") == StoreSpec(load_threads=1, staging="serial")
+    # serial staging needs a staged rate below the hop's: a disk tier as fast as RAM is refused
+    fast = tmp_path / "fast.toml"
+    fast.write_text('name = "fast"\nlookup_latency_s = 0.0001\nread_bytes_per_s = 30e9\n'
+                    'write_bytes_per_s = 30e9\nsource = "test"\n')
+    bad = StackConfig(store=StoreSpec(staging="serial", disk_tier=str(fast)))
+    with pytest.raises(ConfigError, match="stack.store.staging: 'serial' needs the disk tier"):
+        bad.validate("stack")
+    StackConfig(store=StoreSpec(staging="serial")).validate("stack")
 
 
 def test_load_section(tmp_path):

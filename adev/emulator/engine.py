@@ -107,6 +107,7 @@ class Engine:
         self.device = device if device is not None else DiskDevice()
         self._holds = Holds(self.held, slot) if self.held is not None else None
         self._turns = Turns()
+        self._threads: list[float] = []      # model time each load thread is next free
         self.spin_wall_s = SPIN_WALL_S
         self.sched = Scheduler(cfg, metrics, has_store=store is not None)
         self.sched.on_load = self._start_read
@@ -432,7 +433,8 @@ class Engine:
         read's modelled end before the real read has ended (see the module's doc); the hold at
         the lookup's end is taken at admission (:meth:`_start_read`). ``turn``: the read's place
         at the disk device (:class:`Turns`): its disk part is queued there after those of the
-        reads admitted before it, whichever tier query answers first."""
+        reads admitted before it, whichever tier query answers first; with ``load_threads`` every
+        load takes a load thread in that order (:meth:`_queue_load`)."""
         s, c = self.sched, self.cfg
         key = id(r)
         try:
@@ -443,7 +445,7 @@ class Engine:
             ex = await self.store.exists(span.keys) if span.keys else []
             n_ext = s.lookup_done(r, span.blocks, None if ex is None else span.per_block(ex))
             tiers: list[str] = []
-            disk_wait = 0.0
+            disk_wait = thread_wait = 0.0
             got = span.keys[:span.chunks_for(n_ext)]
             load = asyncio.create_task(self.store.load(got, granted_at)) if n_ext else None
             if n_ext:  # which tier holds each hit (queried while the load runs)
@@ -452,11 +454,14 @@ class Engine:
                          else span.per_block(await self.store.tiers(got))[:n_ext])
                 disk = tiers.count("disk")
                 lookup_m, load_m = s.read_path_s(n_ext - disk, disk)
-                if disk:
+                if disk or c.load_threads:
                     await self._turns.wait(turn)
-                    disk_wait = self._queue_disk_read(t_admit + lookup_m + load_m, disk)
+                thread, thread_wait = self._queue_load(t_admit + lookup_m)
+                if disk:
+                    disk_wait = self._queue_disk_read(t_admit + lookup_m + thread_wait + load_m, disk)
+                self._load_end(thread, t_admit + lookup_m + thread_wait + load_m + disk_wait)
                 self._turns.done(turn)
-                self._hold(key, t_admit + lookup_m + load_m + disk_wait)
+                self._hold(key, t_admit + lookup_m + load_m + thread_wait + disk_wait)
             s.hits_found(r, hit, tiers)
             loaded, error = 0, False
             if load is not None:
@@ -465,12 +470,38 @@ class Engine:
                     self.m.store_lease_retries.inc(res.lease_retries)
                 loaded, error = min(n_ext, span.blocks_of(res.loaded)), res.error
             r.read_host_s = (self.real() - started) * c.time_scale
-            ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now(), disk_wait)
+            ready = s.load_done(r, t_admit, hit, tiers, loaded, error, self.now(), disk_wait,
+                                thread_wait)
             if ready is not None:
                 self._event(ready)
         finally:
             self._turns.done(turn)
             self._hold(key, None)
+
+    def _queue_load(self, arrival: float) -> tuple[int, float]:
+        """Take one of the engine's load threads (``cfg.load_threads``) for a load that could
+        start at model time ``arrival`` (the end of its lookup); returns (the thread, its wait in
+        model seconds). Loads take threads in admission order (:class:`Turns`), the earliest
+        free one:
+
+            start = max(arrival, the earliest time a thread is free);  wait = start - arrival
+
+        and keep it until :meth:`_load_end` (the load's modelled end, its disk wait included),
+        as vLLM's Mooncake store connector hands each request's load to one of its
+        ``VLLM_MOONCAKE_LOAD_RECV_THREADS`` receiving threads (1 by default), which loads it whole
+        before taking the next. 0 threads: no limit, no wait (thread -1)."""
+        n = self.cfg.load_threads
+        if n <= 0:
+            return -1, 0.0
+        if len(self._threads) != n:
+            self._threads = [0.0] * n
+        k = min(range(n), key=self._threads.__getitem__)
+        return k, max(0.0, self._threads[k] - arrival)
+
+    def _load_end(self, thread: int, end: float) -> None:
+        """Thread ``thread`` (from :meth:`_queue_load`) is free again at model time ``end``."""
+        if thread >= 0:
+            self._threads[thread] = end
 
     def _queue_disk_read(self, t_loaded: float, disk: int) -> float:
         """Queue the transfer of ``disk`` blocks of a load whose modelled end, without waiting

@@ -238,11 +238,12 @@ class Scheduler:
 
         With a RAM store in front of the disk tier, a disk block is staged: the store client
         reads it from disk into CPU memory, and from there it travels to the GPU as a RAM hit
-        does (the RAM tier's transfer time, without a second lookup). The two hops overlap (the
-        store reads a load's many objects one after another, and each one travels on while the
-        next is read), so the staged disk part takes the slower hop's time:
+        does (the RAM tier's transfer time, without a second lookup). By default the two hops
+        overlap (each object travels on while the next is read), so the staged disk part takes
+        the slower hop's time; with ``staging_serial`` the hop follows the disk read:
 
             disk part = disk lookup_latency_s + max(disk transfer_s, RAM tier transfer_s)
+                        (serial: disk transfer_s + RAM tier transfer_s)
 
         Direct disk (``disk_only``, the GPU-direct path) reads it from disk into the GPU with no
         staging hop: disk lookup_latency_s + disk transfer_s."""
@@ -260,26 +261,28 @@ class Scheduler:
     def disk_transfer_s(self, disk: int) -> tuple[float, float]:
         """(the disk device's busy time for ``disk`` blocks, the time their transfer takes): the
         disk tier's ``transfer_s``, and the slower of it and the staging hop through the RAM
-        tier (:meth:`read_path_s`; no hop for direct disk)."""
+        tier (:meth:`read_path_s`; no hop for direct disk), or their sum with ``staging_serial``."""
         c = self.cfg
         if c.disk_tier is None:
             return 0.0, 0.0
         busy = c.disk_tier.transfer_s(disk, c.bytes_per_block)
         hop = c.ram_tier.transfer_s(disk, c.bytes_per_block) if c.ram_tier and not c.disk_only else 0.0
-        return busy, max(busy, hop)
+        return busy, (busy + hop) if c.staging_serial else max(busy, hop)
 
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
-                  error: bool, now: float, disk_wait: float = 0.0) -> float | None:
+                  error: bool, now: float, disk_wait: float = 0.0,
+                  thread_wait: float = 0.0) -> float | None:
         """The load ended: the first ``loaded`` hit blocks arrived (``error``: the rest failed and
         is recomputed). Charges the modelled read path and returns the time the request is ready
         to prefill (None if it was aborted meanwhile: then it is finished). ``now``: the model
         time the real read path ended (lateness is counted in ``read_path_overrun``).
         ``disk_wait``: model seconds its disk read waited for the shared disk device behind other
-        endpoints' and requests' reads (:mod:`adev.emulator.disk_device`).
+        endpoints' and requests' reads (:mod:`adev.emulator.disk_device`); ``thread_wait``: model
+        seconds the load waited for one of the engine's load threads (``load_threads``).
 
             lookup_s = the RAM tier's lookup latency (the disk tier's when disk_only)
             load_s   = RAM tier load_s(RAM blocks) + the disk part (:meth:`read_path_s`)
-                       + disk_wait
+                       + disk_wait + thread_wait
             ready    = t_admit + lookup_s + load_s
         """
         c = self.cfg
@@ -293,7 +296,8 @@ class Scheduler:
         ram = loaded - disk
         lookup_m, load_m = self.read_path_s(ram, disk)
         r.disk_wait_s = disk_wait if disk else 0.0   # none of its disk blocks arrived: no read
-        load_m += r.disk_wait_s
+        r.load_wait_s = thread_wait
+        load_m += r.disk_wait_s + thread_wait
         r.ram_blocks, r.disk_blocks = ram, disk
         r.lookup_s, r.load_s = lookup_m, load_m
         ready = t_admit + lookup_m + load_m

@@ -96,6 +96,9 @@ class EndpointExtension(msgspec.Struct, gc=False):
     disk_wait_s: float = 0.0
     """The part of ``load_s`` its disk read waited for the disk device, which the stack's
     endpoints share (:mod:`adev.emulator.disk_device`); 0 without a disk read."""
+    load_wait_s: float = 0.0
+    """The part of ``load_s`` the load waited for one of the endpoint's load threads (stack
+    ``store.load_threads``); 0 without a limit."""
 
 
 def _numeric(tp: object) -> bool:

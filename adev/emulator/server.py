@@ -43,6 +43,7 @@ from adev.emulator.planning import OutputPlan, build_output
 from adev.emulator.policies import load_policy
 from adev.emulator.policies.base import PolicyInputError, PolicyRequest
 from adev.emulator.schema import EndpointExtension, TokenSplit
+from adev.emulator.state import device_read_rate
 from adev.emulator.tokenizer import Tokenizer
 
 log = logging.getLogger("adev.emulator.server")
@@ -128,8 +129,10 @@ class Endpoint:
             max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens, time_scale=S,
             bytes_per_block=p.bytes_per_block, prefix_caching=conf != "recompute",
             ram_tier=TierCost(ram.name, ram.lookup_latency_s, ram.read_bytes_per_s),
-            disk_tier=TierCost(disk.name, disk.lookup_latency_s, disk.read_bytes_per_s),
-            disk_only=conf == "disk-only",
+            disk_tier=TierCost(disk.name, disk.lookup_latency_s, device_read_rate(
+                disk.read_bytes_per_s, ram.read_bytes_per_s, stack.store.staging)),
+            disk_only=conf == "disk-only", load_threads=stack.store.load_threads,
+            staging_serial=stack.store.staging == "serial",
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
             stream_interval=stack.stream_interval), self.metrics, self.store,
             clock=held if held is not None else time.monotonic,
@@ -245,7 +248,7 @@ class Endpoint:
                        len(r.prompt) - r.gpu_hit_tokens - ram - disk - kv),
             r.store_keys_looked_up, r.store_hit_blocks, r.put_blocks, r.put_refused_blocks,
             r.store_errors, r.preemptions, self.stack.configuration, self.stack.time_scale,
-            self.kv_role, transfer, r.disk_wait_s)
+            self.kv_role, transfer, r.disk_wait_s, r.load_wait_s)
 
     def usage(self, rs: list[Request], completion: list[int] | None = None) -> dict[str, Any]:
         """``usage`` over the requests of one response; ``completion`` overrides the tokens

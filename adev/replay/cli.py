@@ -31,6 +31,7 @@ from typing import Any, TypeVar, cast
 from ..config import (
     DISK_WRITES,
     ROOT,
+    STAGINGS,
     ConfigError,
     DiskWrites,
     EndpointSpec,
@@ -167,9 +168,14 @@ def _main(args: argparse.Namespace) -> int:
                           "promotion_on_hit and promotion_threshold in the stack file")
     if args.profile is not None and args.stack:
         raise ConfigError("--profile: not with --stack; set [stack] profile in the stack file")
-    if args.disk_writes is not None and args.stack:
-        raise ConfigError("--disk-writes: not with --stack; set [stack.store] disk_writes in the "
-                          "stack file")
+    for flag, field_name in (("disk_writes", "disk_writes"), ("load_threads", "load_threads"),
+                             ("staging", "staging")):
+        if getattr(args, flag) is not None and args.stack:
+            raise ConfigError(f"--{flag.replace('_', '-')}: not with --stack; set [stack.store] "
+                              f"{field_name} in the stack file")
+    if args.load_threads is not None and args.load_threads < 0:
+        raise ConfigError(f"--load-threads: {args.load_threads!r} is not allowed; allowed values: "
+                          "an integer >= 0 (store loads one endpoint serves at once; 0: no limit)")
     check_jobs(args.jobs)   # before the pilots, not after them
     if args.stack:
         base = load_stack(args.stack, time_scale=scale)
@@ -179,8 +185,9 @@ def _main(args: argparse.Namespace) -> int:
                                  if v is not None}
         if args.promotion_on_hit is not None:
             store.update(promotion_on_hit=True, promotion_threshold=args.promotion_on_hit)
-        if args.disk_writes is not None:
-            store["disk_writes"] = args.disk_writes
+        for name in ("disk_writes", "load_threads", "staging"):
+            if getattr(args, name) is not None:
+                store[name] = getattr(args, name)
         base = default_stack(time_scale=scale, store=store, profile=args.profile,
                              cpus=parse_cpu_list(args.stack_cpus, "--stack-cpus")
                              if args.stack_cpus else None, stream_interval=0)
@@ -401,6 +408,15 @@ def register(subparsers: Any) -> None:
                         "RAM evicts it, Mooncake's --offload_on_evict) or put (every object "
                         "after its put); default on the replay's own stack: put, as the "
                         "source's replay study describes its disk tiers; with --stack: the file's")
+    p.add_argument("--load-threads", type=int, default=None, metavar="N",
+                   help="store loads each endpoint serves at once (stack.store.load_threads; "
+                        "vLLM's VLLM_MOONCAKE_LOAD_RECV_THREADS, 1 by default in vLLM); default: "
+                        "0, no limit; with --stack: the file's")
+    p.add_argument("--staging", choices=STAGINGS, default=None,
+                   help="a staged load's two hops: overlap (the slower sets the pace) or serial "
+                        "(the disk read, then the copy to the GPU, as Mooncake stages a batch); "
+                        "either way a lone staged load runs at the disk tier's profiled rate "
+                        "(stack.store.staging; default: overlap; with --stack: the file's)")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale; "
                         "default on the replay's own stack: 1024, or the largest power of two "

@@ -86,6 +86,10 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
             "enable_offload": disk,
         }
         env["MOONCAKE_CONFIG_PATH"] = config_path
+        if config.store.load_threads:
+            # vLLM's Mooncake store connector: receiving threads that load requests' KV (1 by
+            # default); the emulator's store.load_threads models the same limit
+            env["VLLM_MOONCAKE_LOAD_RECV_THREADS"] = str(config.store.load_threads)
         if disk:
             env.update({
                 "MOONCAKE_OFFLOAD_FILE_STORAGE_PATH": disk_path,

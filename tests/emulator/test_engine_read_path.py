@@ -378,3 +378,73 @@ def test_turns_follow_the_admission_order():
         d = t.ticket()
         await asyncio.wait_for(t.wait(d), 1)   # nothing before it: at once
     asyncio.run(main())
+
+
+def test_serial_staging_adds_the_hop_after_the_disk_read():
+    """``staging_serial``: a staged disk part is its disk read then its hop through CPU memory,
+    not the slower of the two. 2 RAM + 2 disk hits: lookup 0.001, RAM load 0.001 + 0.002, disk
+    part 0.002 + 2 x 0.004 + 2 x 0.001 = 0.012: ready at 0.016 (0.014 with the hops
+    overlapping). The cheaper bound once the hits are known: all RAM 0.006 (all disk 0.001 +
+    0.002 + 0.016 + 0.004 = 0.023)."""
+    eng, r, holds = read(Store(), P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"},
+                         staging_serial=True)
+    assert holds == [(True, 0.001), (True, 0.006), (True, 0.016), (True, None)]
+    assert r.load_s == pytest.approx(0.003 + 0.012) and r.t_ready == pytest.approx(0.016)
+    # behind a device busy until 0.1: the disk read arrives at 0.006, runs 0.1-0.108, and the
+    # hop follows it: ready at 0.110, of which 0.094 is the wait
+    eng, r, holds = read(Store(), P, {0: "ram", 1: "ram", 2: "disk", 3: "disk"}, busy_until=0.1,
+                         staging_serial=True)
+    assert r.disk_wait_s == pytest.approx(0.094) and r.t_ready == pytest.approx(0.110)
+    # direct disk has no hop: serial or not, 4 disk blocks cost 0.002 + 0.002 + 0.016
+    eng, r, holds = read(Store(), P, {b: "ram" for b in range(4)}, disk_only=True,
+                         staging_serial=True)
+    assert r.t_ready == pytest.approx(0.020)
+
+
+Q = tokens(9000, 100)     # another prompt, 6 full blocks as well
+
+
+def read_two(threads: int, tiers: dict[int, str]):
+    """Admit a request for ``P`` and then one for ``Q`` at model time 0 on an engine with
+    ``threads`` load threads, both prompts' blocks held by ``tiers``; run both read paths."""
+    store = Store()
+
+    async def main(clock):
+        for prompt in (P, Q):
+            hs = block_hashes(prompt)
+            for b, tier in tiers.items():
+                store.tier[store.keys([hs[b]])[0]] = tier
+        eng = make_engine(clock, store, load_threads=threads)
+        rs = [Request(rid=n, prompt=p, out_ids=[7], finish_reason="stop")
+              for n, p in (("a", P), ("b", Q))]
+        for r in rs:
+            eng.submit(r)
+        eng.sched.admit(0.0)
+        await asyncio.gather(*eng._bg)
+        return rs
+    return run_virtual(main)
+
+
+def test_one_load_thread_serves_the_loads_in_admission_order():
+    """2 RAM hits each: lookup 0.001, load 0.001 + 0.002 = 0.003. One thread: the first load runs
+    0.001-0.004, the second waits for it (0.003) and runs 0.004-0.007; two threads, or none
+    (no limit), run both at once."""
+    a, b = read_two(1, {0: "ram", 1: "ram"})
+    assert (a.t_ready, a.load_wait_s) == (pytest.approx(0.004), 0.0)
+    assert b.load_wait_s == pytest.approx(0.003)
+    assert b.load_s == pytest.approx(0.006) and b.t_ready == pytest.approx(0.007)
+    for threads in (2, 0):
+        a, b = read_two(threads, {0: "ram", 1: "ram"})
+        assert a.t_ready == b.t_ready == pytest.approx(0.004)
+        assert a.load_wait_s == b.load_wait_s == 0.0
+
+
+def test_a_load_thread_is_held_through_its_disk_wait():
+    """2 RAM + 2 disk hits each (ready at 0.014 alone). One thread and one disk device: the
+    first load holds the thread until 0.014; the second waits 0.013 for it, and its disk part
+    (arriving at 0.014 + 0.005) finds the device free (the first's read ended at 0.014): ready
+    at 0.027."""
+    a, b = read_two(1, {0: "ram", 1: "ram", 2: "disk", 3: "disk"})
+    assert a.t_ready == pytest.approx(0.014)
+    assert (b.load_wait_s, b.disk_wait_s) == (pytest.approx(0.013), 0.0)
+    assert b.t_ready == pytest.approx(0.027)

@@ -159,6 +159,21 @@ def test_promotion_on_hit_and_disk_writes_reach_the_replay_stack(tmp_path, bases
     assert "--disk-writes: not with --stack" in capsys.readouterr().err
 
 
+def test_load_threads_and_staging_reach_the_replay_stack(tmp_path, bases, capsys):
+    _replay(tmp_path)
+    _replay(tmp_path, "--load-threads", "1", "--staging", "serial")
+    assert [(b.store.load_threads, b.store.staging) for b in bases] == [(0, "overlap"), (1, "serial")]
+    stack = tmp_path / "s.toml"
+    stack.write_text("[stack]\n")
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
+    assert main(["replay", str(p), "--stack", str(stack), "--load-threads", "1"]) == 2
+    assert "--load-threads: not with --stack" in capsys.readouterr().err
+    assert main(["replay", str(p), "--stack", str(stack), "--staging", "serial"]) == 2
+    assert "--staging: not with --stack" in capsys.readouterr().err
+    assert main(["replay", str(p), "--load-threads", "-1"]) == 2
+    assert "allowed values: an integer >= 0" in capsys.readouterr().err
+
+
 def test_the_replay_stack_serves_the_replay_studys_model_variant(tmp_path, bases, capsys):
     _replay(tmp_path)
     _replay(tmp_path, "--profile", "qwen3-coder-30b-a3b")

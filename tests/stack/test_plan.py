@@ -1,6 +1,7 @@
 """``adev stack plan vllm`` for disaggregated prefill (2 prefill x 2 decode)."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 from adev.config import ROOT, load_stack
@@ -29,6 +30,15 @@ def test_2p2d_plan_connectors_per_role():
     # the replay study's disk tier is written at put: no --offload_on_evict
     assert "--enable_offload=true" in plan.master_cmd
     assert "--offload_on_evict=true" not in plan.master_cmd
+
+
+def test_load_threads_reach_vllm_as_its_receiving_threads():
+    cfg = load_stack(ROOT / "stacks" / "disagg-2p2d.toml")
+    assert "VLLM_MOONCAKE_LOAD_RECV_THREADS" not in vllm_plan(cfg).env     # no limit: vLLM's own
+    two = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, load_threads=2))
+    plan = vllm_plan(two)
+    assert plan.env["VLLM_MOONCAKE_LOAD_RECV_THREADS"] == "2"
+    assert "VLLM_MOONCAKE_LOAD_RECV_THREADS=2" in render(plan)
 
 
 def test_kv_transfer_config_rules():

@@ -457,7 +457,7 @@ class StoreSpec:
     # Store loads one endpoint serves at once (0: no limit). vLLM's Mooncake store connector
     # loads on VLLM_MOONCAKE_LOAD_RECV_THREADS receiving threads per worker (1 by default: one
     # request's load after another); each further load waits for a free thread, in admission
-    # order (adev.emulator.engine, "Load threads").
+    # order (adev.emulator.engine.Engine._queue_load).
     load_threads: int = field(default=0, metadata={"min": 0})
     # A staged load's two hops (store-ram+disk): "overlap" = the CPU-memory hop runs under the
     # disk read (the slower sets the pace); "serial" = the disk read, then the hop, as Mooncake

@@ -79,6 +79,7 @@ LABELS = {
     "disk_read_rate_Bps": "Disk read rate while loading (B/s)",
     "disk_read_avg_Bps": "Disk reads per run second (B/s)",
     "disk_wait_mean_s": "Disk device wait, mean (s)",
+    "load_wait_mean_s": "Load thread wait, mean (s)",
     "dispatch_delay_p99_s": "Dispatch delay p99 (s)",
     "store_read_over_profile_p50": "Store reads / profile, p50 (×)",
     "time_scale": "Time scale (model s per wall s)",

@@ -42,10 +42,10 @@ HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", 
 STORE = ["label", "stored_bytes", "store_load_bytes", "physical_read_bytes",
          "physical_read_share", "promoted_bytes", "evictions",
          "evicted_bytes", "disk_read_rate_Bps", "disk_read_avg_Bps", "disk_wait_mean_s",
-         "refused_share", "unsaved_bytes"]
+         "load_wait_mean_s", "refused_share", "unsaved_bytes"]
 """What the store took in, store loads against disk reads (promotions to RAM included), RAM
 eviction, the disk tier's read rate (while loading and averaged over the run), the loads' wait
-for the shared disk device, refused writes."""
+for the shared disk device and for a load thread, refused writes."""
 PER_CALL_COLS = ["label"] + [f"{k}_per_call" for k in PER_CALL]
 """The same volumes per OK call, which runs of different lengths (a slice and the whole trace)
 can be read beside."""

@@ -49,7 +49,9 @@ with its reason in ``missing``.
   bounded by the device's rate when the replicas keep the device busy;
   ``disk_wait_mean_s``, ``disk_wait_p99_s``: mean and p99 over the requests that loaded from the
   disk tier of their wait for the disk device the stack's endpoints share (``adev.disk_wait_s``,
-  part of their modelled load; :mod:`adev.emulator.disk_device`);
+  part of their modelled load; :mod:`adev.emulator.disk_device`); ``load_wait_mean_s``,
+  ``load_wait_p99_s``: the same over the requests that loaded from the store, of their wait for
+  a load thread of their endpoint (``adev.load_wait_s``; 0 without ``store.load_threads``);
   ``stored_bytes`` = blocks the store accepted from the endpoints' puts x model bytes per block:
   the KV the store took in (with the disk tier written at put, as the replay's own stack does,
   also the disk tier's writes);
@@ -240,6 +242,7 @@ def summarise(path: str | Path) -> dict[str, Any]:
                 rate = None
             out["disk_read_rate_Bps"] = rate
         _disk_wait(out, okc, missing)
+        _load_wait(out, okc, missing)
     _store(out, run, missing)
     _per_call(out)
     return out
@@ -262,13 +265,29 @@ def _disk_wait(out: dict[str, Any], okc: Any, missing: dict[str, str]) -> None:
     """``disk_wait_mean_s`` and ``disk_wait_p99_s`` over the requests that loaded from the disk
     tier: their loads' wait for the disk device the stack's endpoints share."""
     disk = okc[okc["srv_tok_store_disk"].fillna(0) > 0] if "srv_tok_store_disk" in okc else okc[:0]
-    waits = (disk["srv_disk_wait_s"].dropna().to_numpy(float) if "srv_disk_wait_s" in disk
-             else np.array([]))
-    out["disk_wait_mean_s"] = float(waits.mean()) if len(waits) else None
-    out["disk_wait_p99_s"] = _f(pct(waits, 99)) if len(waits) else None
+    _wait(out, missing, disk, "disk_wait", "no request loaded from the disk tier",
+          "the records carry no disk device wait (an older emulator)")
+
+
+def _load_wait(out: dict[str, Any], okc: Any, missing: dict[str, str]) -> None:
+    """``load_wait_mean_s`` and ``load_wait_p99_s`` over the requests that loaded from the store:
+    their loads' wait for one of their endpoint's load threads (``store.load_threads``)."""
+    cols = [c for c in ("srv_tok_store_ram", "srv_tok_store_disk") if c in okc]
+    loaded = okc[okc[cols].fillna(0).sum(axis=1) > 0] if cols else okc[:0]
+    _wait(out, missing, loaded, "load_wait", "no request loaded from the store",
+          "the records carry no load thread wait (an older emulator)")
+
+
+def _wait(out: dict[str, Any], missing: dict[str, str], rows: Any, name: str, none: str,
+          old: str) -> None:
+    """``<name>_mean_s`` and ``<name>_p99_s`` of the records' ``srv_<name>_s`` over ``rows``;
+    None, with ``none`` (no rows) or ``old`` (no such column) as the reason, where there are none."""
+    col = f"srv_{name}_s"
+    waits = rows[col].dropna().to_numpy(float) if col in rows else np.array([])
+    out[f"{name}_mean_s"] = float(waits.mean()) if len(waits) else None
+    out[f"{name}_p99_s"] = _f(pct(waits, 99)) if len(waits) else None
     if not len(waits):
-        missing["disk_wait"] = ("no request loaded from the disk tier" if not len(disk) else
-                                "the records carry no disk device wait (an older emulator)")
+        missing[name] = none if not len(rows) else old
 
 
 def _store(out: dict[str, Any], run: Any, missing: dict[str, str]) -> None:

@@ -252,6 +252,23 @@ def test_disk_wait_over_the_requests_that_loaded_from_disk():
     assert out["disk_wait_mean_s"] is None and "older emulator" in missing["disk_wait"]
 
 
+
+def test_load_wait_over_the_requests_that_loaded_from_the_store():
+    import pandas as pd
+
+    from adev.replay.summary import _load_wait
+    okc = pd.DataFrame({"srv_tok_store_ram": [0, 32, 0, None],
+                        "srv_tok_store_disk": [0, 0, 16, None],
+                        "srv_load_wait_s": [9.0, 2.0, 4.0, 8.0]})
+    out: dict = {}
+    missing: dict = {}
+    _load_wait(out, okc, missing)
+    # the two requests that loaded (RAM, disk): mean (2 + 4) / 2 = 3; p99 2 + 0.99 x 2 = 3.98
+    assert out == {"load_wait_mean_s": 3.0, "load_wait_p99_s": pytest.approx(3.98)}
+    _load_wait(out, okc.iloc[[0, 3]], missing)
+    assert out["load_wait_mean_s"] is None
+    assert missing["load_wait"] == "no request loaded from the store"
+
 def test_volumes_per_call_are_none_where_the_volume_or_the_calls_are_missing():
     from adev.replay.summary import _per_call
     out = {"ok_calls": 4, "stored_bytes": 10.0, "store_load_bytes": None,

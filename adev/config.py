@@ -517,13 +517,14 @@ class StackConfig:
             raise ConfigError(unknown_policy(self.policy, f"{where}.policy"))
         check_cpus(self.cpus, f"{where}.cpus")
         if self.store.staging == "serial" and self.mode == "embedded":
+            from adev.emulator.state import device_read_rate
             ram, disk = load_tier_profile(self.store.ram_tier), load_tier_profile(self.store.disk_tier)
-            if disk.read_bytes_per_s >= ram.read_bytes_per_s:
-                raise ConfigError(
-                    f"{where}.store.staging: 'serial' needs the disk tier's read_bytes_per_s "
-                    f"({disk.read_bytes_per_s:.4g}, {disk.name}) below the RAM tier's "
-                    f"({ram.read_bytes_per_s:.4g}, {ram.name}), the staged load's rate being "
-                    "the two hops' together; allowed values: overlap, serial")
+            try:
+                device_read_rate(disk.read_bytes_per_s, ram.read_bytes_per_s, "serial")
+            except ValueError as e:
+                raise ConfigError(f"{where}.store.staging: 'serial' needs the disk tier "
+                                  f"({disk.name}) slower than the RAM tier ({ram.name}): {e}; "
+                                  "allowed values: overlap, serial") from None
         names = [e.name for e in self.endpoints]
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}.endpoints: endpoint names must be unique, got {names}")

@@ -107,7 +107,8 @@ class Engine:
         self.device = device if device is not None else DiskDevice()
         self._holds = Holds(self.held, slot) if self.held is not None else None
         self._turns = Turns()
-        self._threads: list[float] = []      # model time each load thread is next free
+        # model time each load thread is next free (cfg.load_threads of them; none: no limit)
+        self._threads: list[float] = [0.0] * max(0, cfg.load_threads)
         self.spin_wall_s = SPIN_WALL_S
         self.sched = Scheduler(cfg, metrics, has_store=store is not None)
         self.sched.on_load = self._start_read
@@ -490,12 +491,9 @@ class Engine:
         as vLLM's Mooncake store connector hands each request's load to one of its
         ``VLLM_MOONCAKE_LOAD_RECV_THREADS`` receiving threads (1 by default), which loads it whole
         before taking the next. 0 threads: no limit, no wait (thread -1)."""
-        n = self.cfg.load_threads
-        if n <= 0:
+        if not self._threads:
             return -1, 0.0
-        if len(self._threads) != n:
-            self._threads = [0.0] * n
-        k = min(range(n), key=self._threads.__getitem__)
+        k = min(range(len(self._threads)), key=self._threads.__getitem__)
         return k, max(0.0, self._threads[k] - arrival)
 
     def _load_end(self, thread: int, end: float) -> None:

@@ -78,6 +78,9 @@ the NVMe copy remains available after the RAM copy is removed" (the copy exists 
 removal). Its fleet study writes at eviction ("Eviction can move expired-lease objects from RAM
 to disk"), the stack's default. ``--disk-writes evict`` replays with that."""
 
+STORE_FLAGS = ("disk_writes", "load_threads", "staging")
+"""Flags that set the replay stack's ``[stack.store]`` field of the same name (not with --stack)."""
+
 
 REPLAY_PROFILE = "qwen3-coder-30b-a3b-128k"
 """The model profile of the replay's own stack: the source's replay study served
@@ -168,11 +171,10 @@ def _main(args: argparse.Namespace) -> int:
                           "promotion_on_hit and promotion_threshold in the stack file")
     if args.profile is not None and args.stack:
         raise ConfigError("--profile: not with --stack; set [stack] profile in the stack file")
-    for flag, field_name in (("disk_writes", "disk_writes"), ("load_threads", "load_threads"),
-                             ("staging", "staging")):
-        if getattr(args, flag) is not None and args.stack:
-            raise ConfigError(f"--{flag.replace('_', '-')}: not with --stack; set [stack.store] "
-                              f"{field_name} in the stack file")
+    for name in STORE_FLAGS:
+        if getattr(args, name) is not None and args.stack:
+            raise ConfigError(f"--{name.replace('_', '-')}: not with --stack; set [stack.store] "
+                              f"{name} in the stack file")
     if args.load_threads is not None and args.load_threads < 0:
         raise ConfigError(f"--load-threads: {args.load_threads!r} is not allowed; allowed values: "
                           "an integer >= 0 (store loads one endpoint serves at once; 0: no limit)")
@@ -185,7 +187,7 @@ def _main(args: argparse.Namespace) -> int:
                                  if v is not None}
         if args.promotion_on_hit is not None:
             store.update(promotion_on_hit=True, promotion_threshold=args.promotion_on_hit)
-        for name in ("disk_writes", "load_threads", "staging"):
+        for name in STORE_FLAGS:
             if getattr(args, name) is not None:
                 store[name] = getattr(args, name)
         base = default_stack(time_scale=scale, store=store, profile=args.profile,

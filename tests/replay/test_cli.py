@@ -150,26 +150,23 @@ def test_promotion_on_hit_and_disk_writes_reach_the_replay_stack(tmp_path, bases
     _replay(tmp_path, "--stack", str(stack))
     # the replay's own stack writes its disk tier at put; a stack file keeps the stack's default
     assert [b.store.disk_writes for b in bases] == ["put", "put", "evict", "evict"]
+
+
+@pytest.mark.parametrize("flag, value", [("--promotion-on-hit", "2"), ("--disk-writes", "put"),
+                                         ("--load-threads", "1"), ("--staging", "serial")])
+def test_store_flags_are_refused_with_a_stack_file(tmp_path, capsys, flag, value):
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\n")
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
-    assert main(["replay", str(p), "--stack", str(stack), "--promotion-on-hit", "2"]) == 2
-    assert "--promotion-on-hit: not with --stack" in capsys.readouterr().err
-    assert main(["replay", str(p), "--stack", str(stack), "--disk-writes", "put"]) == 2
-    assert "--disk-writes: not with --stack" in capsys.readouterr().err
+    assert main(["replay", str(p), "--stack", str(stack), flag, value]) == 2
+    assert f"{flag}: not with --stack" in capsys.readouterr().err
 
 
 def test_load_threads_and_staging_reach_the_replay_stack(tmp_path, bases, capsys):
     _replay(tmp_path)
     _replay(tmp_path, "--load-threads", "1", "--staging", "serial")
     assert [(b.store.load_threads, b.store.staging) for b in bases] == [(0, "overlap"), (1, "serial")]
-    stack = tmp_path / "s.toml"
-    stack.write_text("[stack]\n")
     p = write_trace(Trace(16, [Call("s", 0, 10, 1), Call("s", 1, 20, 1)]), tmp_path / "t.jsonl")
-    assert main(["replay", str(p), "--stack", str(stack), "--load-threads", "1"]) == 2
-    assert "--load-threads: not with --stack" in capsys.readouterr().err
-    assert main(["replay", str(p), "--stack", str(stack), "--staging", "serial"]) == 2
-    assert "--staging: not with --stack" in capsys.readouterr().err
     assert main(["replay", str(p), "--load-threads", "-1"]) == 2
     assert "allowed values: an integer >= 0" in capsys.readouterr().err
 

@@ -252,7 +252,6 @@ def test_disk_wait_over_the_requests_that_loaded_from_disk():
     assert out["disk_wait_mean_s"] is None and "older emulator" in missing["disk_wait"]
 
 
-
 def test_load_wait_over_the_requests_that_loaded_from_the_store():
     import pandas as pd
 
@@ -268,6 +267,7 @@ def test_load_wait_over_the_requests_that_loaded_from_the_store():
     _load_wait(out, okc.iloc[[0, 3]], missing)
     assert out["load_wait_mean_s"] is None
     assert missing["load_wait"] == "no request loaded from the store"
+
 
 def test_volumes_per_call_are_none_where_the_volume_or_the_calls_are_missing():
     from adev.replay.summary import _per_call

@@ -485,6 +485,11 @@ class StackConfig:
     configuration: Configuration = "store-ram+disk"
     payload_scale: int = field(default=256, metadata={"positive": True})
     policy: str = "oracle"  # a name in adev.emulator.policies.POLICIES
+    # Settings of the oracle policy (keys of adev.emulator.policies.oracle_config.OracleConfig:
+    # one_call_per_turn, output_tokens, round_shares, salt, thinking); {} = its defaults. Part of
+    # the stack's config, so a run's manifest records them and a running stack with other
+    # settings is not reused.
+    oracle: dict[str, Any] = field(default_factory=dict)
     seed: int = 0
     state_dir: str = ".adev/stack"
     endpoints: list[EndpointSpec] = field(default_factory=_default_endpoints)
@@ -515,6 +520,16 @@ class StackConfig:
             self.model_profile().validate(where)
         if self.policy not in POLICIES:
             raise ConfigError(unknown_policy(self.policy, f"{where}.policy"))
+        if self.oracle:
+            if self.policy != "oracle":
+                raise ConfigError(f"{where}.oracle: settings of the oracle policy, but "
+                                  f"{where}.policy is {self.policy!r}; allowed: leave "
+                                  f"{where}.oracle empty or set {where}.policy = 'oracle'")
+            from adev.emulator.policies.oracle_config import OracleConfig
+            try:
+                OracleConfig.from_dict(self.oracle)
+            except ConfigError as e:
+                raise ConfigError(f"{where}.{e}") from None
         check_cpus(self.cpus, f"{where}.cpus")
         if self.store.staging == "serial" and self.mode == "embedded":
             from adev.emulator.state import device_read_rate

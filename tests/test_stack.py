@@ -23,7 +23,7 @@ from pathlib import Path
 import psutil
 import pytest
 
-from adev.config import ROOT, ConfigError, StackConfig, from_dict
+from adev.config import ROOT, ConfigError, StackConfig, from_dict, load_stack
 from adev.stack import (
     MASTER_ENV,
     MissingBinaryError,
@@ -159,6 +159,14 @@ def test_config_diff_port_zero_matches_any_port():
     diffs = config_diff(run, want)
     assert any(d.startswith("stack.time_scale") for d in diffs)
     assert any(d.startswith("stack.store.lease_ttl_s") for d in diffs)
+
+
+def test_config_diff_sees_the_oracle_settings():
+    """A running stack whose endpoints play the oracle with other settings is not reused."""
+    run = dataclasses.asdict(load_stack(None))
+    want = load_stack(None, oracle={"one_call_per_turn": True})
+    assert config_diff(run, want) == ["stack.oracle.one_call_per_turn: running None, wanted True"]
+    assert config_diff(dataclasses.asdict(want), want) == []
 
 
 def test_external_info_starts_nothing():

@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from adev.clock import RunClock
-from adev.config import ConfigError
+from adev.config import ConfigError, load_stack
 from adev.emulator.policies.base import PolicyRequest, load_policy
 from adev.emulator.policies.oracle import OraclePolicy
 from adev.emulator.policies.oracle_config import OracleConfig
@@ -45,10 +45,25 @@ def test_round_shares_configurable():
         OracleConfig.from_dict({"output_tokens": {"architect": [0, 1]}})
 
 
-def test_emulator_constructs_it(monkeypatch):
-    monkeypatch.setenv("ADEV_ORACLE", json.dumps({"round_shares": [1, 0, 0]}))
-    p = load_policy("oracle", None, 0)
-    assert p.name == "oracle" and p.rounds_needed(7) == 1
+def test_emulator_constructs_it_from_the_stack_config(monkeypatch):
+    """The endpoint builds the oracle from the stack's ``oracle`` table; an environment variable
+    of the old name changes nothing."""
+    monkeypatch.setenv("ADEV_ORACLE", json.dumps({"round_shares": [0, 0, 1]}))
+    stack = load_stack(None, oracle={"round_shares": [1, 0, 0], "one_call_per_turn": True})
+    p = load_policy("oracle", stack, 0)
+    assert p.name == "oracle" and p.rounds_needed(7) == 1 and p.config.one_call_per_turn
+    d = load_policy("oracle", load_stack(None), 0)
+    assert d.config == OracleConfig() and {d.rounds_needed(s) for s in range(50)} == {1, 2, 3}
+
+
+def test_stack_oracle_settings_are_checked():
+    with pytest.raises(ConfigError, match=r"stack\.oracle\.round_shares: expected three shares"):
+        load_stack(None, oracle={"round_shares": [0.5, 0.6, 0.1]})
+    with pytest.raises(ConfigError, match=r"stack\.oracle: unknown key\(s\) \['rounds'\]; allowed"):
+        load_stack(None, oracle={"rounds": 3})
+    with pytest.raises(ConfigError, match=r"stack\.oracle: settings of the oracle policy, but "
+                                          r"stack\.policy is 'length'"):
+        load_stack(None, policy="length", oracle={"thinking": True})
 
 
 def test_mistakes_by_round():

@@ -336,13 +336,11 @@ def _norm_ppf(p: float) -> float:
 class Policy(OraclePolicy):
     """The emulator's constructor convention (``load_policy``): ``Policy(stack_config, seed)``.
 
-    The oracle's settings come from the environment variable ``ADEV_ORACLE`` (a JSON object with
-    keys of :class:`OracleConfig`), defaults otherwise; the endpoint seed is not used (the
-    session's request seed decides everything, so both endpoints agree).
+    The oracle's settings are the stack's ``oracle`` table (:attr:`adev.config.StackConfig.oracle`,
+    keys of :class:`OracleConfig`), defaults when it is empty or there is no stack config; the
+    endpoint seed is not used (the session's request seed decides everything, so both endpoints
+    agree).
     """
 
     def __init__(self, stack_config: Any = None, seed: int = 0):
-        import os
-        raw = os.environ.get("ADEV_ORACLE")
-        cfg = json.loads(raw) if raw else None
-        super().__init__(OracleConfig.from_dict(cfg))
+        super().__init__(OracleConfig.from_dict(getattr(stack_config, "oracle", None)))

@@ -1,5 +1,5 @@
 """The oracle policy's settings (:class:`OracleConfig`), validated from a plain mapping (the
-``ADEV_ORACLE`` environment variable's JSON object, or a test's dict)."""
+stack's ``oracle`` table, :attr:`adev.config.StackConfig.oracle`, or a test's dict)."""
 from __future__ import annotations
 
 import math

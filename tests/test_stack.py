@@ -30,6 +30,7 @@ from adev.stack import (
     MissingLibraryError,
     PortInUseError,
     StackError,
+    StackInUseError,
     config_diff,
     endpoint_command,
     external_info,
@@ -37,6 +38,7 @@ from adev.stack import (
     master_lease_ms,
     process_usage,
     read_state,
+    release_user,
     running_stack,
     small_config,
     stack_status,
@@ -551,6 +553,31 @@ def test_shared_running_stack_is_stopped_by_the_last_user_out(sdir):
         for p in (a, b):
             if p.poll() is None:
                 p.kill()
+
+
+@pytest.mark.integration
+def test_a_measuring_run_shares_its_stack_with_no_one(sdir):
+    """A fleet or replay (exclusive) joins only a stack no one else uses, and nobody joins a
+    stack it holds: another client's requests would enter its counters unseen."""
+    cfg = small_config(sdir, endpoints=["coder"])
+    info = start_stack(cfg, endpoint_module=FAKE, user="fleet", exclusive=True)
+    try:
+        with pytest.raises(StackInUseError, match=rf"held by a measuring run \(pid {os.getpid()}\)"):
+            start_stack(cfg, endpoint_module=FAKE, user="session")
+        with pytest.raises(StackInUseError, match="held by a measuring run"):
+            start_stack(cfg, endpoint_module=FAKE, user="fleet2", exclusive=True)
+        release_user(sdir, "fleet")
+        start_stack(cfg, endpoint_module=FAKE, user="session")  # shared use is still allowed
+        start_stack(cfg, endpoint_module=FAKE, user="session2")
+        with pytest.raises(StackInUseError, match=rf"in use by 2 other client\(s\) \(pid "
+                                                  rf"{os.getpid()}\)"):
+            start_stack(cfg, endpoint_module=FAKE, user="fleet2", exclusive=True)
+        release_user(sdir, "session")
+        release_user(sdir, "session2")
+        again = start_stack(cfg, endpoint_module=FAKE, user="fleet2", exclusive=True)
+        assert again.pids == info.pids and not again.started_here
+    finally:
+        stop_stack(info)
 
 
 @pytest.mark.integration

@@ -17,8 +17,9 @@ from ..client.llm import Endpoint, LLMClient
 
 
 def running_stack(config):
+    """The fleet's stack, held exclusively: its figures come from the endpoints' counters."""
     from ..stack import running_stack as rs
-    return rs(config)
+    return rs(config, exclusive=True)
 
 
 def stack_usage(info):

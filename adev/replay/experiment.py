@@ -419,7 +419,7 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
     from .summary import summarise
     topo = topology(stack)
     rd = RunDir.create(run_id=label, base=out_dir)
-    async with running_stack(stack) as info:
+    async with running_stack(stack, exclusive=True) as info:  # shared with no other client
         clock = stack_run_clock(info)  # the stack's held clock, when it has one
         eps = [Endpoint(n, info.endpoints[n], model=info.models.get(n) or None)
                for n in topo.prefill + topo.decode]

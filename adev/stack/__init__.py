@@ -38,6 +38,7 @@ from .procs import (
                        MissingLibraryError,
                        PortInUseError,
                        StackError,
+                       StackInUseError,
                        find_master_binary,
 )
 from .state import ProcState, StackInfo, StackState, read_state, state_dir_path
@@ -45,7 +46,8 @@ from .status import process_usage, stack_status
 
 __all__ = [
     "StackInfo", "StackState", "ProcState", "StackError", "MissingBinaryError",
-    "MissingLibraryError", "PortInUseError", "running_stack", "start_stack", "stop_stack",
+    "MissingLibraryError", "PortInUseError", "StackInUseError", "running_stack", "start_stack",
+    "stop_stack",
     "read_state", "stack_status", "small_config", "external_info", "master_flags",
     "master_lease_ms", "endpoint_command", "config_diff", "find_master_binary", "register",
     "state_dir_path", "MASTER_ENV", "ENDPOINT_MODULE", "ENDPOINT_MODULE_ENV", "DEBIAN_PACKAGES",

@@ -53,6 +53,7 @@ from .procs import (
     Proc,
     ProcessExited,
     StackError,
+    StackInUseError,
     check_master_binary,
     find_master_binary,
     http_ok,
@@ -75,6 +76,7 @@ from .tracking import (
     live_users,
     locked,
     remove_disk,
+    sharing_conflict,
     stop_pending,
     stop_recorded,
 )
@@ -102,7 +104,7 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
                 endpoint_module: str | None = None, master_binary: str | Path | None = None,
                 cancel: threading.Event | None = None,
                 ready_timeout_s: float = ENDPOINT_READY_TIMEOUT_S, auto_stop: bool = False,
-                user: str | None = None) -> StackInfo:
+                user: str | None = None, exclusive: bool = False) -> StackInfo:
     """Start the embedded stack of ``config`` (default ``stacks/embedded.toml``); return its handle.
 
     A stack already running in the same state dir is reused when ``reuse`` and its config matches
@@ -111,6 +113,9 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
     Such a stack is stopped by :func:`stop_stack` (or ``adev stack down``) only; ``auto_stop``
     (used by :func:`running_stack`) lets the last registered ``user`` out stop it instead
     (see :func:`release_user`); ``user`` is registered under the same lock as the reuse decision.
+    ``exclusive``: the user measures the endpoints' counters (a fleet, a replay), so a running
+    stack that others use is not shared with it, and one it holds is shared with no one
+    (:func:`~adev.stack.tracking.sharing_conflict`; a :class:`StackInUseError` says so).
     """
     config = config or load_stack()
     if config.mode == "external":
@@ -129,7 +134,10 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
                         raise StackError(f"the stack in {sdir} is running but endpoints {bad} are "
                                          "not healthy; run `adev stack down` and start it again")
                     if user:
-                        add_user(sdir, user)
+                        conflict = sharing_conflict(sdir, exclusive)
+                        if conflict:
+                            raise StackInUseError(conflict)
+                        add_user(sdir, user, exclusive)
                     return st.info(started_here=False)
                 why = ("differs: " + "; ".join(diffs)) if diffs else "reuse not allowed"
                 raise StackError(
@@ -143,7 +151,7 @@ def start_stack(config: StackConfig | None = None, *, reuse: bool = True,
         info = _start(config, sdir, endpoint_module=endpoint_module, master_binary=master_binary,
                       cancel=cancel, ready_timeout_s=ready_timeout_s, auto_stop=auto_stop)
         if user:
-            add_user(sdir, user)
+            add_user(sdir, user, exclusive)
         return info
 
 
@@ -407,9 +415,10 @@ async def running_stack(config: StackConfig | None = None, **kwargs: Any) -> Asy
     """Use the stack of ``config``: reuse a matching one that is up, else start one.
 
     Every user registers in the state dir; on exit (also on exceptions, cancellation and Ctrl-C)
-    the last user out stops a stack that a ``running_stack`` started, so concurrent fleets can
-    share one stack safely. A stack started by ``adev stack up`` is left running. External mode
-    starts nothing. Start-up runs in a worker thread so the event loop keeps running; if the
+    the last user out stops a stack that a ``running_stack`` started, so concurrent users can
+    share one stack safely; ``exclusive=True`` (a fleet, a replay: they measure the endpoints'
+    counters) refuses to share it (:func:`start_stack`). A stack started by ``adev stack up`` is
+    left running. External mode starts nothing. Start-up runs in a worker thread so the event loop keeps running; if the
     caller is cancelled during start-up, the start is aborted and whatever it started is stopped.
     """
     import uuid

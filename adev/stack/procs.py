@@ -50,6 +50,10 @@ class PortInUseError(StackError):
     pass
 
 
+class StackInUseError(StackError):
+    """A measuring run and another client would share one stack's endpoints."""
+
+
 def missing_library_message(binary: str | Path, libs: list[str]) -> str:
     return (f"{binary} cannot load shared libraries {', '.join(libs) or '(see log)'}; install the "
             f"Debian packages {' '.join(DEBIAN_PACKAGES)} (sudo apt-get install -y "

@@ -49,27 +49,53 @@ USERS_DIR = "users"
 """``<state_dir>/users/<pid>-<token>``: one file per live ``running_stack`` user of the stack."""
 
 
-def add_user(sdir: Path, token: str) -> None:
+def add_user(sdir: Path, token: str, exclusive: bool = False) -> None:
+    """Register a live user of the stack; ``exclusive``: it measures the endpoints' counters, so
+    no other client may share the stack while it runs (see :func:`sharing_conflict`)."""
     d = sdir / USERS_DIR
     d.mkdir(parents=True, exist_ok=True)
     import psutil
     ct = psutil.Process().create_time()
-    (d / f"{os.getpid()}-{token}").write_text(json.dumps({"pid": os.getpid(), "create_time": ct}))
+    (d / f"{os.getpid()}-{token}").write_text(json.dumps({"pid": os.getpid(), "create_time": ct,
+                                                         "exclusive": exclusive}))
 
 
-def live_users(sdir: Path) -> list[str]:
+def live_users(sdir: Path) -> dict[str, dict]:
+    """Live users of the stack in ``sdir`` (file name -> its record); dead users' files go."""
     from .procs import is_alive
-    out = []
+    out = {}
     for f in sorted((sdir / USERS_DIR).glob("*")):
         try:
             d = json.loads(f.read_text())
             if is_alive(int(d["pid"]), float(d["create_time"])):
-                out.append(f.name)
+                out[f.name] = d
                 continue
         except (OSError, ValueError, KeyError, TypeError):
             pass
         f.unlink(missing_ok=True)  # a user that died without releasing
     return out
+
+
+def sharing_conflict(sdir: Path, exclusive: bool) -> str | None:
+    """Why a new user (``exclusive`` or not) may not join the stack in ``sdir``, or None.
+
+    A fleet or a replay reads its figures from the endpoints' counters and loads them with its
+    own traffic only; another client's requests on the same endpoints would enter both its
+    counters and its latencies, with nothing in the records to tell them apart. So an exclusive
+    user joins only a stack no one else uses, and nobody joins a stack an exclusive user holds."""
+    users = live_users(sdir)
+    holder = next((d for d in users.values() if d.get("exclusive")), None)
+    if holder is not None:
+        return (f"the stack in {sdir} is held by a measuring run (pid {holder['pid']}): its "
+                "figures come from the endpoints' counters, which this client's requests would "
+                "enter; wait for it to end, or give this run its own stack (stack.state_dir)")
+    if exclusive and users:
+        pids = sorted({int(d["pid"]) for d in users.values()})
+        return (f"the stack in {sdir} is in use by {len(users)} other client(s) (pid "
+                f"{', '.join(map(str, pids))}): a measuring run reads its figures from the "
+                "endpoints' counters, which their requests would enter; wait for them to end, "
+                "or give this run its own stack (stack.state_dir)")
+    return None
 
 
 def remove_disk(st: StackState) -> None:

@@ -46,6 +46,7 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     from .config import ConfigError
+    from .stack.procs import StackError
     parser = build_parser()
     args = parser.parse_args(argv)
     if not getattr(args, "func", None):
@@ -61,6 +62,9 @@ def main(argv: list[str] | None = None) -> int:
     except ConfigError as e:
         print(f"adev: config error: {e}", file=sys.stderr)
         return 2
+    except StackError as e:  # the stack could not be started, found or shared: the message says why
+        print(f"adev: stack: {e}", file=sys.stderr)
+        return 1
     except KeyboardInterrupt:
         print("adev: interrupted", file=sys.stderr)
         return 130

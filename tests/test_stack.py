@@ -581,6 +581,29 @@ def test_a_measuring_run_shares_its_stack_with_no_one(sdir):
 
 
 @pytest.mark.integration
+def test_the_command_line_says_why_a_held_stack_is_refused(sdir, tmp_path, capsys):
+    """`adev session` on the stack a fleet holds: one line naming the holder, exit 1."""
+    from adev.cli import main
+    cfg = small_config(sdir)
+    info = start_stack(cfg, endpoint_module=FAKE, user="fleet", exclusive=True)
+    stack_file = tmp_path / "stack.toml"
+    stack_file.write_text(
+        f'[stack]\nmode = "embedded"\ntime_scale = 10.0\nconfiguration = "store-ram"\n'
+        f'policy = "length"\npayload_scale = 64\nstate_dir = "{sdir}"\n'
+        f'[stack.store]\nram_gb = 2.0\nlease_ttl_s = 5.0\n'
+        f'[[stack.endpoints]]\nname = "coder"\n[[stack.endpoints]]\nname = "reasoner"\n')
+    try:
+        rc = main(["session", "--task", "kvblock-store", "--stack", str(stack_file),
+                   "--runs-dir", str(tmp_path / "runs")])
+        err = capsys.readouterr().err
+        assert rc == 1 and err.startswith("adev: stack: the stack in ") and err.count("\n") == 1
+        assert f"held by a measuring run (pid {os.getpid()})" in err
+        assert all(running(p) for p in info.pids.values())
+    finally:
+        stop_stack(info)
+
+
+@pytest.mark.integration
 async def test_running_stack_reusing_a_started_stack_leaves_it_up(sdir):
     cfg = small_config(sdir, endpoints=["coder"])
     info = start_stack(cfg, endpoint_module=FAKE)  # like a fixture or `adev stack up`

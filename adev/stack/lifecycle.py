@@ -418,8 +418,9 @@ async def running_stack(config: StackConfig | None = None, **kwargs: Any) -> Asy
     the last user out stops a stack that a ``running_stack`` started, so concurrent users can
     share one stack safely; ``exclusive=True`` (a fleet, a replay: they measure the endpoints'
     counters) refuses to share it (:func:`start_stack`). A stack started by ``adev stack up`` is
-    left running. External mode starts nothing. Start-up runs in a worker thread so the event loop keeps running; if the
-    caller is cancelled during start-up, the start is aborted and whatever it started is stopped.
+    left running. External mode starts nothing. Start-up runs in a worker thread so the event
+    loop keeps running; if the caller is cancelled during start-up, the start is aborted and
+    whatever it started is stopped.
     """
     import uuid
     config = config or load_stack()

@@ -25,13 +25,18 @@ tier split, ``server.tokens``: gpu / store_ram / store_disk / computed):
 - **store keys per call** = mean of ``server.store_keys_looked_up``;
 - **requests running** of an endpoint = mean of the scraped ``vllm:num_requests_running`` gauge
   over the scrapes in the span (what vLLM reports as running: admitted, not waiting);
-- **preemptions per 900 s** = preemptions counted by the calls of the span x 900 / span length.
+- **preemptions per 900 s** = preemptions counted by the calls of the span x 900 / span length;
+- **prompt per busy second** = (prompt tokens / prefill rate) / busy time, the busy time summed
+  over endpoints (:func:`adev.analysis.figures.prompt_per_busy_s`): how much prompt the workload
+  sends per second the endpoints are busy, whatever serves it; the run summary's gross saving /
+  store hit share is the same ratio over the endpoints' counters.
 
 ``--windows`` keeps only calls sent inside the run's measurement windows.
 """
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 from pathlib import Path
 
@@ -154,6 +159,19 @@ def mean_gauge(scrapes: dict, name: str, t0: float, t1: float) -> dict[str, floa
     return out
 
 
+def intensity(df: pd.DataFrame, spans: list[tuple[float, float]],
+              prefill_tokens_per_s: float) -> tuple[float, float]:
+    """(prompt per busy second, busy seconds): the calls' prompt tokens against the endpoints'
+    busy time over ``spans`` (each endpoint's union of its calls' [sent, end], summed over
+    endpoints): :func:`adev.analysis.figures.prompt_per_busy_s`."""
+    from adev.analysis.figures import busy_time, prompt_per_busy_s
+    busy = sum(busy_time(g["t_sent"].to_numpy(float), g["t_end"].to_numpy(float), t0, t1)
+               for _, g in df.groupby("endpoint") for t0, t1 in spans)
+    if busy <= 0:
+        return math.nan, 0.0
+    return prompt_per_busy_s(float(df["prompt"].sum()), prefill_tokens_per_s, busy), busy
+
+
 def _pct(x: float) -> str:
     return "   -  " if x != x else f"{100 * x:5.1f}%"
 
@@ -173,7 +191,8 @@ def _table(t: pd.DataFrame, by: list[str]) -> str:
 
 
 def report(df: pd.DataFrame, pool_tokens: int | None, running: dict[str, float] | None = None,
-           span_s: float | None = None) -> str:
+           span_s: float | None = None, spans: list[tuple[float, float]] | None = None,
+           prefill_tokens_per_s: float | None = None) -> str:
     s = shares(df)
     out = [f"calls {len(df)}, sessions {df['session_id'].nunique()}, prompt tokens "
            f"{int(df['prompt'].sum())}: gpu {_pct(s['gpu'])}, store {_pct(s['store'])}, "
@@ -190,6 +209,12 @@ def report(df: pd.DataFrame, pool_tokens: int | None, running: dict[str, float] 
            f"{df.groupby('turn').size().median():.0f}",
            f"store keys per call: mean {df['srv_store_keys_looked_up'].mean():.0f}; preemptions "
            f"{int(df['srv_preemptions'].fillna(0).sum())}"]
+    if spans and prefill_tokens_per_s:
+        x, busy = intensity(df, spans, prefill_tokens_per_s)
+        out.append(f"prompt per busy second: {x:.2f} prefill-rates ({int(df['prompt'].sum())} "
+                   f"prompt tokens / ({prefill_tokens_per_s:g} tokens/s x {busy:.0f} s busy, "
+                   "endpoints summed); the summary's gross saving / store hit share is the same "
+                   "ratio over its counters")
     if running:
         out.append("requests running (mean of scraped vllm:num_requests_running): "
                    + ", ".join(f"{k} {v:.2f}" for k, v in sorted(running.items())))
@@ -263,7 +288,8 @@ def main(argv: list[str] | None = None) -> int:
         for k, v in mean_gauge(run.scrapes, "vllm:num_requests_running", t0, t1).items():
             running.setdefault(k, []).append(v)
     span_s = sum(t1 - t0 for t0, t1 in spans) or None
-    print(report(df, pool, {k: sum(v) / len(v) for k, v in running.items()}, span_s))
+    print(report(df, pool, {k: sum(v) / len(v) for k, v in running.items()}, span_s, spans,
+                 run.prefill_tokens_per_s))
     return 0
 
 

@@ -54,6 +54,14 @@ def gross_saving(store_tokens: float, prefill_tokens_per_s: float, busy_s: float
     return (store_tokens / prefill_tokens_per_s) / busy_s
 
 
+def prompt_per_busy_s(prompt_tokens: float, prefill_tokens_per_s: float, busy_s: float) -> float:
+    """Prompt intensity = (prompt tokens / prefill rate) / B: the prompt tokens the endpoints take
+    per second of busy time, in units of the prefill rate, whatever serves them (GPU cache, store
+    or compute). Over the same tokens and busy time it equals gross saving / store hit share, so
+    a study that gives those two gives its workload's intensity too."""
+    return (prompt_tokens / prefill_tokens_per_s) / busy_s
+
+
 def net_saving(gross: float, read_path_s: np.ndarray, in_flight_n: np.ndarray,
                busy_s: float) -> float:
     """Net saving = gross - (sum_r read_path_r / n_r) / B, where read_path_r = lookup + load time

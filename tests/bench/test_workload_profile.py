@@ -103,3 +103,16 @@ def test_turnover_before_calls():
     # b's second call: a's second call allocated 200 + 10
     assert by_call["b/r1/implementer/s1"] == 210
     assert len(by_call) == 2  # first calls have no earlier call of their session
+
+
+def test_prompt_per_busy_second(calls):
+    """Prompt 5,800 tokens (the failed call left out); busy: reasoner [0, 4] = 4 s, coder
+    [4, 6] U [5, 7] = 3 s, 7 s in all; at 1,000 tokens/s: 5.8 s of prefill / 7 s = 0.8286. Cut
+    at t = 5: reasoner 4 s + coder 1 s = 5 s: 1.16."""
+    df = wp.prepare(calls)
+    x, busy = wp.intensity(df, [(0.0, 8.0)], 1000.0)
+    assert busy == pytest.approx(7.0) and x == pytest.approx(5.8 / 7.0)
+    x, busy = wp.intensity(df, [(0.0, 5.0)], 1000.0)
+    assert busy == pytest.approx(5.0) and x == pytest.approx(1.16)
+    assert "prompt per busy second: 0.83 prefill-rates" in wp.report(df, None, None, 8.0,
+                                                                     [(0.0, 8.0)], 1000.0)

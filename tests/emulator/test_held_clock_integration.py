@@ -2,8 +2,11 @@
 model time, so the endpoint's stamps and a client on the stack's clock see the modelled TTFT.
 
 Two endpoints share one master: the coder computes and saves a prompt, the reasoner finds it in the
-store and reads it from the coder's segment (Mooncake's TCP transport: about 100 wall us per key on
-this host, where the RAM profile allows a few us at S = 10).
+store and reads it from the coder's segment (Mooncake's TCP transport: 20-140 wall us per key on a
+2-core host, where the RAM profile allows a few us at S = 10). The prompt is 2,000 blocks so that
+even a fast host's read falls well behind the profile (0.46-0.60 model s late on the 2-core host,
+0.8-1.2 s with both cores busy); a host fast enough to keep up fails the first assertion, which
+says so, rather than passing on noise.
 """
 from __future__ import annotations
 
@@ -57,13 +60,14 @@ def test_a_late_store_read_holds_model_time_for_endpoint_and_client():
     eps = []
     try:
         eps = [Emulator(stack, n, m, w).start() for n in ("coder", "reasoner")]
-        msgs = prompt_messages(16000, "h")
+        msgs = prompt_messages(32000, "h")
         ttft(eps[0], msgs, clock)                 # computed and saved by the coder
         time.sleep(2.0)                           # the saves end
         held0 = clock.held_s()
         obs, wall, a = ttft(eps[1], msgs, clock)  # the reasoner reads it from the store
         late = a["read_path_host_s"] - a["read_path_s"]
-        assert a["tokens"]["store_ram"] > 0 and late > 0.2  # the real read fell behind the model
+        assert a["tokens"]["store_ram"] > 0
+        assert late > 0.15, f"the real read kept up with the profile ({late:.3f} model s late)"
         # model time stood still while it did: at least the lag of this read was held
         assert (clock.held_s() - held0) * S >= late * 0.9
         # the endpoint's own stamps are on the held clock, which also stood still while it

@@ -207,6 +207,11 @@ class HeldClock:
         self._last = u
         return u
 
+    def free_to(self, at: float) -> bool:
+        """True when no slot holds the clock before ``at`` (held-clock time): it passes ``at`` as
+        soon as the wall does."""
+        return self._read()[1] >= at
+
     def slot_hold(self, slot: int) -> float:
         """What slot ``slot`` holds the clock at (math.inf: nothing)."""
         return _SLOT.unpack_from(self._mm, _HEAD.size + slot * _SLOT.size)[0]

@@ -82,6 +82,11 @@ SPIN_WALL_S = 0.0015
 loop (``asyncio.sleep(0)``) instead of a timer: asyncio's epoll timers round up to whole
 milliseconds. Costs at most this much CPU per such plan (one per request)."""
 
+SETTLE_S = 1e-6
+"""Model seconds past a plan boundary the held clock must be free to reach before the engine
+decides at the boundary (:meth:`Engine._settle`): far below any modelled duration, above the
+float resolution of the clock's wall seconds."""
+
 
 class Engine:
     """One emulated GPU engine: a :class:`Scheduler` paced on the running loop.
@@ -316,6 +321,7 @@ class Engine:
             # host deschedules in between must not let model time run on unheld
             self._hold(_PLAN, t)
             self._drop_events(t)
+            await self._settle(t)
             s.admit(t)
             plan = s.plan(t)
             if plan is None:
@@ -336,6 +342,29 @@ class Engine:
             s.commit(plan)
             self._t_free = plan.end
             t = plan.end
+
+    async def _settle(self, t: float) -> None:
+        """On a held clock, wait before deciding anything at model time ``t`` (admissions, the
+        next plan) until the clock could pass ``t`` by :data:`SETTLE_S`: every request stamped at
+        ``t`` has then reached the engine, and every read whose modelled end is ``t`` has
+        reported it (each holds the clock there until then), so the decisions at ``t`` see all
+        of them whatever order the host delivered them in. Otherwise the first of several
+        requests stamped at one model instant (parallel implementers, or the next calls of
+        sessions whose answers ended at one step) would be admitted before the others arrive,
+        and the admission order, so the prefill order and which request waits for blocks,
+        would follow the host's wall order. Events at ``t`` that arrive meanwhile are this
+        boundary's (:meth:`_drop_events`)."""
+        if self.held is None:
+            return
+        target = self.wall(t + SETTLE_S)
+        self._hold(_PLAN, t + SETTLE_S)
+        start = self.real()
+        while not self.held.free_to(target):
+            self._drop_events(t)
+            self.clock()  # a reader of a clock that stands still releases dead processes' holds
+            await asyncio.sleep(0 if self.real() - start < self.spin_wall_s else 0.0005)
+        self._drop_events(t)
+        self._hold(_PLAN, t)  # back at the loop's own time while it admits and plans
 
     async def _pace(self, plan: Plan) -> Plan:
         """Wait until the wall time of the plan's end, streaming its steps on the way and

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import re
 
 import pytest
@@ -481,6 +482,40 @@ def test_held_clock_waits_for_a_loop_descheduled_between_an_event_and_its_plan(t
     assert hogged == [0.0]
     assert got == pytest.approx(token_times(3))
     assert clock.held_s() == pytest.approx(0.005)   # the whole deschedule was held
+
+
+def test_held_clock_admits_the_requests_of_one_model_instant_together(tmp_path):
+    """Two requests stamped at one model instant reach an idle engine 2 wall ms apart (their client
+    holds the clock at the stamp from the first send until both are in, as a session's parallel
+    turns do), the longer prompt first; the pool fits only one of them. The engine decides at that
+    instant once both are in, so the one the tie rule puts first (the shorter prompt, b) is
+    admitted and a waits for its blocks, whatever order the host delivered them in.
+
+    b: prefill 500 tokens 0.500, then its two tokens at 0.011 + 0.00001 x 500 and
+    0.011 + 0.00001 x 501: it ends 0.53201 after the stamp, and a is admitted then."""
+    async def main(loop_clock):
+        from adev.clock import CLIENT_SLOT
+        clock = held_clock(tmp_path, loop_clock)
+        eng = make_engine(clock, capacity_blocks=50)   # a needs 38 blocks, b 32
+        eng.start()
+        await asyncio.sleep(0.001)
+        stamp = clock()
+        clock.set_hold(CLIENT_SLOT, stamp)
+        ra = Request(rid="a", prompt=tokens(1000, 600), out_ids=[7] * 2, finish_reason="stop")
+        rb = Request(rid="b", prompt=tokens(5000, 500), out_ids=[7] * 2, finish_reason="stop")
+        eng.submit(ra, arrival_mono=stamp)
+        await asyncio.sleep(0.002)
+        eng.submit(rb, arrival_mono=stamp)
+        clock.set_hold(CLIENT_SLOT, math.inf)
+        for r in (ra, rb):
+            while (await r.queue.get())[0]:
+                pass
+        return ra, rb
+    ra, rb = run_virtual(main)
+    t = ra.t_arrival
+    assert rb.t_arrival == t == pytest.approx(0.01)
+    assert rb.t_admit == pytest.approx(t)
+    assert ra.t_admit == pytest.approx(t + 0.53201)
 
 
 def test_writer_holds_keep_a_late_handlers_first_token_and_end_at_the_model(tmp_path):

@@ -9,7 +9,10 @@ share of A and B and their difference in percentage points, and how far each run
 reads were from the tier profile (``store_read_over_p50``, ``store_late_share``, ``store_behind``).
 A run's time scale and model clock (``stack.model_clock``) come from its manifest. The last line
 gives the largest difference and whether it is within ``--tolerance`` (a share, default 1.5
-points). Exit status 0 either way (a measurement, not a check).
+points). Before it, where the two runs part (:func:`parting`): the first call, in model time from
+each run's first send, whose send, end or tier split differs between them, and the share of the
+calls both made that are the same in all three; two runs of one seed at one time scale show how
+far the stack itself repeats a run. Exit status 0 either way (a measurement, not a check).
 """
 from __future__ import annotations
 
@@ -20,6 +23,38 @@ from pathlib import Path
 
 HEADLINE = ("gross_saving", "gpu_hit_share", "store_hit_share")
 HOST = ("store_read_over_p50", "store_late_share", "store_behind")
+TIERS = ("srv_tok_gpu", "srv_tok_store_ram", "srv_tok_store_disk", "srv_tok_computed")
+SAME_S = 1e-6
+"""Model seconds within which two runs' send or end times of a call count as the same."""
+
+
+def parting(a, b) -> tuple[float | None, str | None, str | None, float, int]:
+    """Where two runs' calls (call tables of :func:`adev.analysis.run.load_run`) part: (the model
+    time of the first call, from the run's first send, whose send or end time differs by over
+    :data:`SAME_S` or whose tokens per tier differ; its call id; what differs; the share of the
+    calls made in both runs that are the same; their count). ``None`` where no call differs."""
+    def table(c):
+        c = c[c["status"] == "ok"]
+        t0 = c["t_sent"].min()
+        c = c.assign(rel_sent=c["t_sent"] - t0, rel_end=c["t_end"] - t0)
+        return c.set_index("call_id")
+    ta, tb = table(a), table(b)
+    common = ta.index.intersection(tb.index)
+    ta, tb = ta.loc[common].sort_values("rel_sent"), tb.loc[common]
+    first: tuple[float, str, str] | None = None
+    same = 0
+    for cid, x in ta.iterrows():
+        y = tb.loc[cid]
+        what = ("send" if abs(x["rel_sent"] - y["rel_sent"]) > SAME_S else
+                "end" if abs(x["rel_end"] - y["rel_end"]) > SAME_S else
+                "tiers" if any(x[k] != y[k] for k in TIERS) else None)
+        if what is None:
+            same += 1
+        elif first is None:
+            first = (float(x["rel_sent"]), str(cid), what)
+    n = len(common)
+    share = same / n if n else math.nan
+    return (*(first or (None, None, None)), share, n)
 
 
 def _rows(path: str):
@@ -48,6 +83,10 @@ def main(argv: list[str] | None = None) -> int:
     rb, tb, cb = _rows(a.run_b)
     print(f"A: {ra.run_id} (time scale {ra.time_scale:g}, model clock {ca})")
     print(f"B: {rb.run_id} (time scale {rb.time_scale:g}, model clock {cb})")
+    t, cid, what, share, n = parting(ra.calls, rb.calls)
+    where = ("no call differs" if t is None else
+             f"the first call that differs is sent at model {t:.3f} s ({cid}: {what})")
+    print(f"calls in both: {n}; {where}; the same in send, end and tier split: {_f(share)}")
     worst = 0.0
     for w in sorted(set(ta.index) & set(tb.index)):
         print(f"window {w}:")

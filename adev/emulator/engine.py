@@ -73,6 +73,9 @@ _EVENTS = "events"
 read's ready time) until its loop has taken it into a plan: a request that arrived while the
 engine was idle waits for the loop's wake-up at its arrival, not later."""
 
+_SAVE = "save"
+"""The key (with the request's id) of the engine's hold at a save's start until its put ends."""
+
 _OUT, _END = "out", "end"
 """The keys (with the request's id) of the engine's holds at a request's first tokens and at its
 end, until its handler has written them (:meth:`Engine.written`)."""
@@ -362,7 +365,12 @@ class Engine:
         while not self.held.free_to(target):
             self._drop_events(t)
             self.clock()  # a reader of a clock that stands still releases dead processes' holds
-            await asyncio.sleep(0 if self.real() - start < self.spin_wall_s else 0.0005)
+            if self.real() - start < self.spin_wall_s:
+                await asyncio.sleep(0)
+                continue
+            self._wake.clear()  # an event or the end of this engine's own save wakes it early
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._wake.wait(), 0.0005)
         self._drop_events(t)
         self._hold(_PLAN, t)  # back at the loop's own time while it admits and plans
 
@@ -433,11 +441,16 @@ class Engine:
 
     def _start_save(self, r: Request, hashes: list[int]) -> None:
         """Put the complete chunks holding a block of ``hashes`` (the blocks the store did not
-        serve; see :mod:`adev.emulator.chunks`)."""
+        serve; see :mod:`adev.emulator.chunks`). The put costs no model time, so its objects are
+        in the store from the prefill's end on: on a held clock model time does not pass that end
+        before the real put has ended, so which later lookups, on any endpoint of the stack, find
+        them does not depend on how fast this host puts."""
         c = self.store.chunk_blocks
         idx = save_chunks(r.hashes, len(r.prompt) // self.cfg.block_size, hashes, c)
         keys = self.store.keys([r.hashes[(j + 1) * c - 1] for j in idx])
-        self._spawn(self._save(r, keys, c))
+        key = (_SAVE, id(r))
+        self._hold(key, self.now())
+        self._spawn(self._save(r, keys, c, key))
 
     def _hold(self, key: object, until: float | None) -> None:
         """Hold the shared clock at model time ``until`` for read ``key`` (None: release). The
@@ -548,9 +561,16 @@ class Engine:
         self.m.disk_wait.inc(wait)
         return wait
 
-    async def _save(self, r: Request, keys: list[str], chunk: int = 1) -> None:
-        """Put ``keys`` (objects of ``chunk`` blocks each); counted per block."""
-        res = await self.store.save(keys)
+    async def _save(self, r: Request, keys: list[str], chunk: int = 1,
+                    hold: object = None) -> None:
+        """Put ``keys`` (objects of ``chunk`` blocks each); counted per block. ``hold``: the key of
+        the clock hold :meth:`_start_save` took, released when the put has ended."""
+        try:
+            res = await self.store.save(keys)
+        finally:
+            if hold is not None:
+                self._hold(hold, None)
+                self._wake.set()
         put, refused, skipped = res.put * chunk, res.refused * chunk, res.skipped * chunk
         r.put_blocks += put
         r.put_refused_blocks += refused

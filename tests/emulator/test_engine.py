@@ -198,7 +198,7 @@ def held_store_run(tmp_path, io_wall_s: float):
     """store_run on the stack's held clock (the clock file in ``tmp_path``): the clients too."""
     async def main(loop_clock):
         clock = held_clock(tmp_path, loop_clock)
-        store = FakeStore(io_s=io_wall_s)
+        store = FakeStore(io_s=io_wall_s, save_s=0.0)  # the saves' hold: its own test
         pb = tokens(5000, 100)
         for k in store.keys(block_hashes(pb)):
             store.tier[k] = "disk"
@@ -234,6 +234,40 @@ def test_held_clock_waits_for_a_late_store_read_so_clients_see_the_model(tmp_pat
     # RAM read of them (0.001 + 6 x 0.001 load): held at 0.109 from wall 0.0007 after the lookup
     # until the tier query ended (0.005): 0.0043; then b's ready time 0.128 was still ahead
     assert clock.held_s() == pytest.approx(0.0049 + 0.0049 + 0.0043)
+
+
+def test_held_clock_keeps_a_saves_objects_in_the_store_from_the_prefills_end(tmp_path):
+    """Two engines on one held clock share a store whose puts take 0.005 wall s (0.05 model s;
+    every other call 0.00001). Engine 1 prefills a (100 tokens: lookup 0.001, prefill 0.100) and
+    starts its save at 0.101; c, a's prompt, reaches engine 2 at 0.102. The put costs no model
+    time, so model time stands at 0.101 until it has ended (held 0.005 wall s) and c's lookup
+    finds a's 6 full blocks: 96 tokens from the store, 4 computed. Without the hold c would be
+    looked up at 0.102, before the put ended at 0.151, and computed whole."""
+    async def main(loop_clock):
+        clock = held_clock(tmp_path, loop_clock)
+        store = FakeStore(io_s=0.00001, save_s=0.005)
+        e1 = make_engine(clock, store)
+        e2 = Engine(e1.cfg, Metrics("m2", 16, e1.cfg.capacity_blocks, True, 65536), store,
+                    clock=clock, slot=1)
+        e2.spin_wall_s = 0.0
+        e1.start()
+        e2.start()
+
+        async def held_client(eng, rid, prompt, n_out, at):
+            while clock() < eng.wall(at):   # sleep on the held clock: it stops while held
+                await asyncio.sleep(eng.wall(at) - clock())
+            return await client(eng, clock, rid, prompt, n_out, at)
+        pa = tokens(1000, 100)
+        a = asyncio.create_task(held_client(e1, "a", pa, 3, 0.0))
+        c = asyncio.create_task(held_client(e2, "c", pa, 1, 0.102))
+        (ra, _), (rc, _) = await a, await c
+        return clock, ra, rc
+    clock, ra, rc = run_virtual(main)
+    assert ra.t_first == pytest.approx(0.113)
+    assert rc.t_arrival == pytest.approx(0.102)
+    assert rc.tokens_split(16) == {"gpu": 0, "store_ram": 96, "store_disk": 0, "kv_transfer": 0,
+                                  "computed": 4}
+    assert clock.held_s() == pytest.approx(0.005, abs=1e-4)
 
 
 def test_free_clock_shows_the_late_read_to_the_client():

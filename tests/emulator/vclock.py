@@ -64,11 +64,13 @@ def run_virtual(main):
 
 class FakeStore:
     """In-memory stand-in for MooncakeTier. ``tier[key]`` is "ram" or "disk" (absent: a miss);
-    every call takes ``io_s`` virtual seconds; ``fail_load_after`` blocks load, then the load
-    fails (None: every block loads)."""
+    every call takes ``io_s`` virtual seconds (a save ``save_s``, default ``io_s``);
+    ``fail_load_after`` blocks load, then the load fails (None: every block loads)."""
 
-    def __init__(self, io_s: float = 0.0, chunk_blocks: int = 1) -> None:
+    def __init__(self, io_s: float = 0.0, chunk_blocks: int = 1,
+                 save_s: float | None = None) -> None:
         self.io_s = io_s
+        self.save_s = io_s if save_s is None else save_s
         self.chunk_blocks = chunk_blocks
         self.tier: dict[str, str] = {}
         self.fail_load_after: int | None = None
@@ -91,7 +93,7 @@ class FakeStore:
         return LoadResult(loaded=n, error=n < len(keys))
 
     async def save(self, keys: list[str]) -> SaveResult:
-        await asyncio.sleep(self.io_s)
+        await asyncio.sleep(self.save_s)
         new = [k for k in keys if k not in self.tier]
         for k in new:
             self.tier[k] = "ram"

@@ -453,8 +453,9 @@ class Engine:
         self._spawn(self._save(r, keys, c, key))
 
     def _hold(self, key: object, until: float | None) -> None:
-        """Hold the shared clock at model time ``until`` for read ``key`` (None: release). The
-        engine publishes the earliest of its reads' holds in its slot."""
+        """Hold the shared clock at model time ``until`` for ``key`` (a read, a save, the loop's
+        plan or events; None: release). The engine publishes the earliest of its holds in its
+        slot."""
         if self._holds is not None:
             self._holds.set(key, None if until is None else self.wall(until))
 

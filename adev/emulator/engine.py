@@ -356,7 +356,8 @@ class Engine:
         sessions whose answers ended at one step) would be admitted before the others arrive,
         and the admission order, so the prefill order and which request waits for blocks,
         would follow the host's wall order. Events at ``t`` that arrive meanwhile are this
-        boundary's (:meth:`_drop_events`)."""
+        boundary's (:meth:`_drop_events`; the caller has dropped those before it, and one that
+        arrives holds the clock at ``t`` until the next turn of the wait drops it)."""
         if self.held is None:
             return
         target = self.wall(t + SETTLE_S)
@@ -371,7 +372,6 @@ class Engine:
             self._wake.clear()  # an event or the end of this engine's own save wakes it early
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 0.0005)
-        self._drop_events(t)
         self._hold(_PLAN, t)  # back at the loop's own time while it admits and plans
 
     async def _pace(self, plan: Plan) -> Plan:

@@ -53,6 +53,14 @@ async def client(eng: Engine, clock, rid: str, prompt: list[int], n_out: int, at
         got.append((n, (clock() - eng.t0) * S))
 
 
+async def held_client(eng: Engine, clock, rid: str, prompt: list[int], n_out: int, at: float):
+    """:func:`client` on a held clock: sleeps until model time ``at`` on it (it stops while
+    held), then submits."""
+    while clock() < eng.wall(at):
+        await asyncio.sleep(eng.wall(at) - clock())
+    return await client(eng, clock, rid, prompt, n_out, at)
+
+
 def one_stream(n_out: int, **over):
     async def main(clock):
         eng = make_engine(clock, **over)
@@ -204,13 +212,8 @@ def held_store_run(tmp_path, io_wall_s: float):
             store.tier[k] = "disk"
         eng = make_engine(clock, store)
         eng.start()
-
-        async def held_client(rid, prompt, n_out, at):
-            while clock() < eng.wall(at):   # sleep on the held clock: it stops while held
-                await asyncio.sleep(eng.wall(at) - clock())
-            return await client(eng, clock, rid, prompt, n_out, at)
-        a = asyncio.create_task(held_client("a", tokens(1000, 100), 50, 0.0))
-        b = asyncio.create_task(held_client("b", pb, 1, 0.06))
+        a = asyncio.create_task(held_client(eng, clock, "a", tokens(1000, 100), 50, 0.0))
+        b = asyncio.create_task(held_client(eng, clock, "b", pb, 1, 0.06))
         (ra, ga), (rb, gb) = await a, await b
         return eng, clock, ra, ga, rb, gb
     return run_virtual(main)
@@ -252,14 +255,9 @@ def test_held_clock_keeps_a_saves_objects_in_the_store_from_the_prefills_end(tmp
         e2.spin_wall_s = 0.0
         e1.start()
         e2.start()
-
-        async def held_client(eng, rid, prompt, n_out, at):
-            while clock() < eng.wall(at):   # sleep on the held clock: it stops while held
-                await asyncio.sleep(eng.wall(at) - clock())
-            return await client(eng, clock, rid, prompt, n_out, at)
         pa = tokens(1000, 100)
-        a = asyncio.create_task(held_client(e1, "a", pa, 3, 0.0))
-        c = asyncio.create_task(held_client(e2, "c", pa, 1, 0.102))
+        a = asyncio.create_task(held_client(e1, clock, "a", pa, 3, 0.0))
+        c = asyncio.create_task(held_client(e2, clock, "c", pa, 1, 0.102))
         (ra, _), (rc, _) = await a, await c
         return clock, ra, rc
     clock, ra, rc = run_virtual(main)

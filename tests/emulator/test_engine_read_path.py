@@ -317,19 +317,14 @@ def test_held_clock_stops_a_macro_steps_stream_while_a_read_is_behind(tmp_path):
     streams -> 0.06493, cut there by b's ready time 0.05461; b's 40 tokens with a's 4th token:
     0.040 + 0.01133 -> 0.11626; b's first token with a's 5th: decode(2, 34 + 40) 0.01274 -> 0.129."""
     from adev.clock import HeldClock
-    from tests.emulator.test_engine import client
+    from tests.emulator.test_engine import held_client
 
     async def main(loop_clock):
         clock = HeldClock(HeldClock.create(tmp_path / "clock").path, source=loop_clock)
         eng = make_engine(clock, FakeStore(io_s=0.005))
         eng.start()
-
-        async def held_client(rid, prompt, n_out, at):
-            while clock() < eng.wall(at):
-                await asyncio.sleep(eng.wall(at) - clock())
-            return await client(eng, clock, rid, prompt, n_out, at)
-        a = asyncio.create_task(held_client("a", tokens(1000, 30), 8, 0.0))
-        b = asyncio.create_task(held_client("b", tokens(5000, 40), 1, 0.05))
+        a = asyncio.create_task(held_client(eng, clock, "a", tokens(1000, 30), 8, 0.0))
+        b = asyncio.create_task(held_client(eng, clock, "b", tokens(5000, 40), 1, 0.05))
         return await a, await b
     (ra, ga), (rb, gb) = run_virtual(main)
     assert rb.t_admit == pytest.approx(0.05361) and rb.t_ready == pytest.approx(0.05461)

@@ -11,7 +11,7 @@ run: setup
 # the tests also check the endpoint with a third-party client: AIPerf, in .venv-aiperf
 test:
 	@./scripts/bootstrap.sh --aiperf
-	.venv/bin/python -m pytest -q -ra
+	.venv/bin/python -m pytest -q -ra --durations=25
 
 # ruff (lint + import order) and mypy, as configured in pyproject.toml; CI runs it before the tests
 lint: setup

@@ -59,7 +59,8 @@ def _replay(path):
 def test_same_command_against_emulated_endpoints_in_external_mode(tmp_path):
     """`adev replay` with a stack file in external mode, against emulated endpoints started
     beforehand (the real emulator processes and Mooncake master, reached only by their URLs):
-    the same command as on the embedded stack, unchanged."""
+    the same command as on the embedded stack, unchanged. The long-gap schedule: an external
+    stack runs on the wall (time scale 1), where the short gap's intervals would take a minute."""
     import subprocess
     import sys
 
@@ -81,7 +82,7 @@ def test_same_command_against_emulated_endpoints_in_external_mode(tmp_path):
         trace = tmp_path / "t.trace.jsonl"
         write_trace(_trace(), trace)
         p = subprocess.run([sys.executable, "-m", "adev.cli", "replay", str(trace), "--stack",
-                            str(ext), "--experiment", "short", "--active", "4", "--stagger-s",
+                            str(ext), "--experiment", "long", "--active", "4", "--stagger-s",
                             "2", "--out", str(tmp_path / "out")],
                            cwd=ROOT, capture_output=True, text=True, timeout=600)
         assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]

@@ -10,16 +10,31 @@ of the test. ``overrides`` are :func:`adev.stack.small_config` arguments, e.g.
 
 ``session_stack``: one such stack (default settings) shared by every test of the session that
 asks for it; do not change its state in ways other tests would notice.
+
+Suite budget: with ``ADEV_SUITE_BUDGET_S`` set (``.ci/run`` sets it), a test that would start
+after that many wall seconds of the session fails at once instead of running, so a suite that
+outruns its CI limit still ends with its summary and slowest tests printed, rather than being
+killed without them.
 """
 from __future__ import annotations
 
 import os
 import tempfile
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+
+_SESSION_T0 = time.monotonic()
+
+
+def pytest_runtest_setup(item: pytest.Item) -> None:
+    budget = os.environ.get("ADEV_SUITE_BUDGET_S")
+    if budget and time.monotonic() - _SESSION_T0 > float(budget):
+        pytest.fail(f"not run: the suite has used its ADEV_SUITE_BUDGET_S={budget} wall seconds "
+                    "(see the slowest tests below)", pytrace=False)
 
 
 def _tmp_state_dir(prefix: str) -> Path:

@@ -10,9 +10,10 @@ reads were from the tier profile (``store_read_over_p50``, ``store_late_share``,
 A run's time scale and model clock (``stack.model_clock``) come from its manifest. The last line
 gives the largest difference and whether it is within ``--tolerance`` (a share, default 1.5
 points). Before it, where the two runs part (:func:`parting`): the first call, in model time from
-each run's first send, whose send, end or tier split differs between them, and the share of the
-calls both made that are the same in all three; two runs of one seed at one time scale show how
-far the stack itself repeats a run. Exit status 0 either way (a measurement, not a check).
+each run's first send, whose send, end, tier split or save (blocks taken and refused) differs
+between them, and the share of the calls both made that are the same in all four; two runs of
+one seed at one time scale show how far the stack itself repeats a run. Exit status 0 either
+way (a measurement, not a check).
 """
 from __future__ import annotations
 
@@ -24,15 +25,27 @@ from pathlib import Path
 HEADLINE = ("gross_saving", "gpu_hit_share", "store_hit_share")
 HOST = ("store_read_over_p50", "store_late_share", "store_behind")
 TIERS = ("srv_tok_gpu", "srv_tok_store_ram", "srv_tok_store_disk", "srv_tok_computed")
+SAVES = ("srv_put_blocks", "srv_put_refused_blocks")
+"""A call's save: blocks the store took, and blocks it refused (a RAM tier full of leased
+objects); a save that differs changes no figure of that call, only what later calls find."""
 SAME_S = 1e-6
 """Model seconds within which two runs' send or end times of a call count as the same."""
+
+
+def _nan(v) -> bool:
+    return isinstance(v, float) and math.isnan(v)
 
 
 def parting(a, b) -> tuple[float | None, str | None, str | None, float, int]:
     """Where two runs' calls (call tables of :func:`adev.analysis.run.load_run`) part: (the model
     time of the first call, from the run's first send, whose send or end time differs by over
-    :data:`SAME_S` or whose tokens per tier differ; its call id; what differs; the share of the
-    calls made in both runs that are the same; their count). ``None`` where no call differs."""
+    :data:`SAME_S`, or whose tokens per tier or save (:data:`SAVES`) differ; its call id; what
+    differs: ``send``, ``end``, ``tiers`` or ``saves``; the share of the calls made in both runs
+    that are the same; their count). ``None`` where no call differs. A field missing from both
+    calls (NaN: no server fields) is the same."""
+    def differ(x, y, keys) -> bool:
+        return any(x[k] != y[k] and not (_nan(x[k]) and _nan(y[k])) for k in keys)
+
     def table(c):
         c = c[c["status"] == "ok"]
         t0 = c["t_sent"].min()
@@ -47,7 +60,8 @@ def parting(a, b) -> tuple[float | None, str | None, str | None, float, int]:
         y = tb.loc[cid]
         what = ("send" if abs(x["rel_sent"] - y["rel_sent"]) > SAME_S else
                 "end" if abs(x["rel_end"] - y["rel_end"]) > SAME_S else
-                "tiers" if any(x[k] != y[k] for k in TIERS) else None)
+                "tiers" if differ(x, y, TIERS) else
+                "saves" if differ(x, y, SAVES) else None)
         if what is None:
             same += 1
         elif first is None:
@@ -86,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     t, cid, what, share, n = parting(ra.calls, rb.calls)
     where = ("no call differs" if t is None else
              f"the first call that differs is sent at model {t:.3f} s ({cid}: {what})")
-    print(f"calls in both: {n}; {where}; the same in send, end and tier split: {_f(share)}")
+    print(f"calls in both: {n}; {where}; the same in send, end, tier split and save: {_f(share)}")
     worst = 0.0
     for w in sorted(set(ta.index) & set(tb.index)):
         print(f"window {w}:")

@@ -15,10 +15,15 @@ _spec.loader.exec_module(hi)
 
 
 def _calls(offset: float, rows: list[tuple]) -> pd.DataFrame:
-    """Calls (id, sent, end, gpu tokens, status) on a clock whose first send is at ``offset``."""
-    return pd.DataFrame([{"call_id": c, "t_sent": offset + s, "t_end": offset + e, "status": st,
-                          "srv_tok_gpu": g, "srv_tok_store_ram": 0, "srv_tok_store_disk": 0,
-                          "srv_tok_computed": 100 - g} for c, s, e, g, st in rows])
+    """Calls (id, sent, end, gpu tokens, status[, blocks the store refused of its 10 saved]) on a
+    clock whose first send is at ``offset``; no server fields where gpu tokens is None."""
+    def row(c, s, e, g, st, refused=0):
+        srv = ({"srv_tok_gpu": g, "srv_tok_store_ram": 0, "srv_tok_store_disk": 0,
+                "srv_tok_computed": 100 - g, "srv_put_blocks": 10 - refused,
+                "srv_put_refused_blocks": refused} if g is not None else
+               dict.fromkeys(hi.TIERS + hi.SAVES, float("nan")))
+        return {"call_id": c, "t_sent": offset + s, "t_end": offset + e, "status": st, **srv}
+    return pd.DataFrame([row(*r) for r in rows])
 
 
 BASE = [("a", 0.0, 2.0, 50, "ok"), ("b", 1.0, 3.0, 60, "ok"), ("c", 2.0, 4.0, 70, "ok"),
@@ -43,3 +48,12 @@ def test_a_different_tier_split_parts_the_runs_and_failed_calls_are_left_out():
     t, cid, what, share, n = hi.parting(_calls(0.0, a), _calls(0.0, b))
     # the failed calls are in neither table: d is the only one that differs, by 1 GPU token
     assert (t, cid, what, share, n) == (3.0, "d", "tiers", 0.75, 4)
+
+
+def test_a_save_the_store_refused_in_one_run_parts_them_and_missing_server_fields_do_not():
+    a = [*BASE, ("e", 4.0, 6.0, None, "ok")]
+    b = [BASE[0], ("b", 1.0, 3.0, 60, "ok", 4), *BASE[2:], ("e", 4.0, 6.0, None, "ok")]
+    t, cid, what, share, n = hi.parting(_calls(0.0, a), _calls(0.0, b))
+    # b's save: 10 blocks taken in A, 6 taken and 4 refused in B; e has no server fields in
+    # either run (NaN in both) and is the same
+    assert (t, cid, what, share, n) == (1.0, "b", "saves", 0.8, 5)

@@ -25,7 +25,7 @@ import pytest
 from adev.config import ROOT
 from adev.records import RunDir
 
-from .test_fleet_integration import S, check_records, stack_toml
+from .test_fleet_integration import WAIT_S, S, check_records, stack_toml
 
 pytestmark = pytest.mark.integration
 
@@ -62,7 +62,7 @@ def adev(*args: str, group: bool = False) -> subprocess.Popen:
 
 
 def wait_window(p: subprocess.Popen, tmp_path: Path, index: int, after_s: float = 2.0,
-                timeout_s: float = 900.0) -> Path:
+                timeout_s: float = WAIT_S) -> Path:
     """The run directory, once window ``index`` has been open ``after_s`` wall seconds."""
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -76,7 +76,7 @@ def wait_window(p: subprocess.Popen, tmp_path: Path, index: int, after_s: float 
     pytest.fail(f"window {index} never opened")
 
 
-def finish(p: subprocess.Popen, timeout_s: float = 900.0) -> str:
+def finish(p: subprocess.Popen, timeout_s: float = WAIT_S) -> str:
     try:
         out, _ = p.communicate(timeout=timeout_s)
     finally:

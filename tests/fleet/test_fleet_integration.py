@@ -25,6 +25,7 @@ from adev.records import RunDir
 pytestmark = pytest.mark.integration
 
 S = 25.0  # time scale of these tests
+WAIT_S = 900.0  # wall seconds any wait of these tests allows: three times the slowest's need here
 LEASE_S = 12.5  # model seconds: 500 ms real at S (a real lease much shorter fails slow reads
 # on this loaded 2-core machine)
 
@@ -158,7 +159,7 @@ def test_kill9_in_window2_then_resume(tmp_path, state_dir):
     fleet, _ = _write_files(tmp_path, state_dir)
     p = _adev("fleet", "--config", str(fleet))
     run_path = None
-    deadline = time.monotonic() + 900
+    deadline = time.monotonic() + WAIT_S
     try:
         while time.monotonic() < deadline:
             time.sleep(0.2)
@@ -182,7 +183,7 @@ def test_kill9_in_window2_then_resume(tmp_path, state_dir):
     before = {k: rd.read(k) for k in ("calls", "sessions", "windows", "scrapes", "gates")}
     assert [(w["index"], w["valid"]) for w in before["windows"]] == [(1, True)]
     r = _adev("fleet", "--resume", str(run_path))
-    text, _ = r.communicate(timeout=900)
+    text, _ = r.communicate(timeout=WAIT_S)
     assert r.returncode == 0, text
     rd = RunDir(run_path)
     ws = rd.read("windows")

@@ -47,8 +47,12 @@ from .experiment import (
     EXPERIMENTS,
     MIN_SEGMENT_BYTES,
     SESSION_ORDERS,
+    SOURCE_ACTIVE,
+    SOURCE_GAP,
+    SOURCE_IN_FLIGHT,
     Experiment,
     ReplayOptions,
+    auto_active,
     check_jobs,
     mean_prompt,
     replay_payload_scale,
@@ -59,8 +63,9 @@ from .experiment import (
     select_sessions,
     source_mean_prompt,
     source_pool_tokens,
+    working_set_scale,
 )
-from .format import Call, Trace, TraceError, read_trace
+from .format import Trace, TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
 from .traces import new_prompt_tokens
@@ -196,7 +201,7 @@ def _main(args: argparse.Namespace) -> int:
     if interval is not None:
         base = dataclasses.replace(base, stream_interval=interval)
     if not args.stack and args.gpu_pool_tokens is not None:
-        base = _with_gpu_pool(base, [], args.gpu_pool_tokens)
+        base = _with_gpu_pool(base, args.gpu_pool_tokens)
     max_ctx = None if base.mode == "external" else _max_context(base)
     sessions = select_sessions(trace, sessions=args.sessions, min_turns=args.min_turns,
                                skip=args.skip, max_context=args.max_context or max_ctx,
@@ -205,25 +210,28 @@ def _main(args: argparse.Namespace) -> int:
         print("adev replay: no session of the trace matches --sessions/--min-turns/--skip",
               file=sys.stderr)
         return 2
-    if not args.stack and args.ram_gb is None:
-        ram, mean = scaled_ram_gb(sessions)
-        base = dataclasses.replace(base, store=dataclasses.replace(base.store, ram_gb=ram))
-        print(f"RAM store: {ram:.1f} GB at model scale = the source's 256 GiB x this slice's "
-              f"mean prompt {mean:,.0f} / the source's {source_mean_prompt():,.0f} tokens "
-              "(--ram-gb sets another)", file=sys.stderr)
-    if not args.stack:
-        if args.gpu_pool_tokens is None:
-            base = _with_gpu_pool(base, sessions, None)
-        base = _with_payload_scale(base, args.payload_scale)
+    mean = mean_prompt(sessions)
+    active = min(auto_active(mean), len(sessions)) if args.active == "auto" else args.active
+    opts = ReplayOptions(experiment=exps[0], routing=args.routing,
+                         threshold_tokens=args.threshold_tokens, active=active,
+                         gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
+                         stagger_s=args.stagger_s)
+    notes: list[str] = []   # printed once every stack is known to be valid
+    if args.active == "auto" and "short" in exps:
+        notes.append(f"short gap: {active} sessions active = the source's {SOURCE_ACTIVE} x its "
+                     f"mean prompt {source_mean_prompt():,.0f} / this slice's {mean:,.0f} "
+                     f"tokens, rounded, at most the slice's {len(sessions)} sessions (--active "
+                     "sets another)")
+    bases = {exp: base if args.stack else
+             _sized(base, dataclasses.replace(opts, experiment=exp), mean, args, notes)
+             for exp in exps}
+    for line in notes:
+        print(line, file=sys.stderr)
     new = new_prompt_tokens(Trace(trace.block_tokens, [c for cs in sessions for c in cs]))
     prompt = sum(c.prompt_tokens for cs in sessions for c in cs)
     print(f"new prompt tokens: {new.mean():,.0f} per call, {new.sum() / max(1, prompt):.1%} of "
           "prompt tokens (past the longest prefix an earlier call sent: the KV the store takes "
           "in per call)", file=sys.stderr)
-    opts = ReplayOptions(experiment=exps[0], routing=args.routing,
-                         threshold_tokens=args.threshold_tokens, active=args.active,
-                         gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
-                         stagger_s=args.stagger_s)
     from ..records import new_run_id
     out = Path(args.out) if args.out else ROOT / "results" / "replays" / new_run_id("replay")
     out.mkdir(parents=True, exist_ok=True)
@@ -233,13 +241,13 @@ def _main(args: argparse.Namespace) -> int:
     pace = None
     if scale is None and base.mode != "external":
         from .pace import choose_time_scales
-        pace = run_stoppable(choose_time_scales(trace, sessions, base, names, opts, out,
-                                                log=log, min_scale=min_scale))
+        pace = run_stoppable(choose_time_scales(trace, sessions, bases[exps[0]], names, opts,
+                                                out, log=log, min_scale=min_scale))
         if pace is None:
             return _stopped(out)
     runs = []
     for exp in exps:   # one set of pilots serves every experiment: they replay their own slice
-        got = run_stoppable(run_matrix(trace, sessions, base, names, seeds,
+        got = run_stoppable(run_matrix(trace, sessions, bases[exp], names, seeds,
                                        dataclasses.replace(opts, experiment=exp), out, log=log,
                                        pace=pace, tag=exp if len(exps) > 1 else "",
                                        jobs=args.jobs))
@@ -301,35 +309,58 @@ def _stopped(out: Path) -> int:
     return STOPPED
 
 
-def _with_gpu_pool(base: StackConfig, sessions: list[list[Call]], given: int | None) -> StackConfig:
-    """``base`` with its GPU prefix pool: ``given`` (refused where it cannot hold one request of
-    the model's full context, as vLLM refuses to start), or :func:`scaled_gpu_pool` for the
-    replayed sessions, printed with its derivation."""
+def _with_gpu_pool(base: StackConfig, given: int) -> StackConfig:
+    """``base`` with the GPU prefix pool ``given``, refused where it cannot hold one request of
+    the model's full context, as vLLM refuses to start."""
     prof = base.model_profile()
-    if given is not None:
-        if given < prof.max_model_len:
-            raise ConfigError(f"--gpu-pool-tokens: {given} is not allowed; allowed values: at least "
-                              f"the model's context, {prof.max_model_len} tokens ({base.profile})")
-        return dataclasses.replace(base, gpu_pool_tokens=given)
-    mean = mean_prompt(sessions)
-    pool = scaled_gpu_pool(mean, prof.bytes_per_token, prof.max_model_len)
-    src = source_pool_tokens(prof.bytes_per_token)
-    floor = " (the model's context: the floor)" if pool == prof.max_model_len else ""
-    print(f"GPU prefix pool: {pool:,} tokens per endpoint{floor} = the source's estimated "
-          f"{src:,.0f} x this slice's mean prompt {mean:,.0f} / the source's "
-          f"{source_mean_prompt():,.0f} tokens (--gpu-pool-tokens sets another)", file=sys.stderr)
-    return dataclasses.replace(base, gpu_pool_tokens=pool)
+    if given < prof.max_model_len:
+        raise ConfigError(f"--gpu-pool-tokens: {given} is not allowed; allowed values: at least "
+                          f"the model's context, {prof.max_model_len} tokens ({base.profile})")
+    return dataclasses.replace(base, gpu_pool_tokens=given)
 
 
-def _with_payload_scale(base: StackConfig, given: int | None) -> StackConfig:
+def _sized(base: StackConfig, opts: ReplayOptions, mean: float,
+           args: argparse.Namespace, notes: list[str]) -> StackConfig:
+    """The replay's own stack for experiment ``opts.experiment``: its RAM store and GPU prefix
+    pool, unless ``--ram-gb`` / ``--gpu-pool-tokens`` give them, sized to the experiment's
+    working set (:func:`working_set_scale`, each derivation added to ``notes``), and its payload
+    scale."""
+    f_ram, f_pool = working_set_scale(opts, mean)
+    exp = opts.experiment
+    why = {"short": f"{opts.active} active sessions / {SOURCE_ACTIVE}",
+           "long": f"a gap of {opts.gap} calls / {SOURCE_GAP}",
+           "timestamps": "1"}[exp]
+    src = source_mean_prompt()
+    if args.ram_gb is None:
+        ram = scaled_ram_gb(f_ram)
+        base = dataclasses.replace(base, store=dataclasses.replace(base.store, ram_gb=ram))
+        notes.append(f"{exp}: RAM store {ram:.1f} GB at model scale = the source's 256 GiB x "
+                     f"{why} x this slice's mean prompt {mean:,.0f} / the source's {src:,.0f} "
+                     "tokens (--ram-gb sets another)")
+    if args.gpu_pool_tokens is None:
+        prof = base.model_profile()
+        pool = scaled_gpu_pool(f_pool, prof.bytes_per_token, prof.max_model_len)
+        floor = " (the model's context: the floor)" if pool == prof.max_model_len else ""
+        pwhy = (f"{opts.max_in_flight} calls in flight / {SOURCE_IN_FLIGHT}" if exp == "long"
+                else why)
+        notes.append(f"{exp}: GPU prefix pool {pool:,} tokens per endpoint{floor} = the "
+                     f"source's estimated {source_pool_tokens(prof.bytes_per_token):,.0f} x "
+                     f"{pwhy} x this slice's mean prompt {mean:,.0f} / the source's {src:,.0f} "
+                     "tokens (--gpu-pool-tokens sets another)")
+        base = dataclasses.replace(base, gpu_pool_tokens=pool)
+    return _with_payload_scale(base, args.payload_scale, notes, exp)
+
+
+def _with_payload_scale(base: StackConfig, given: int | None, notes: list[str],
+                        exp: str) -> StackConfig:
     """The replay's own stack at ``--payload-scale`` (checked: no endpoint's RAM segment below
     Mooncake's 16 MiB minimum, which would hold more than ``ram_gb``), or at
-    :func:`replay_payload_scale` for its RAM store."""
+    :func:`replay_payload_scale` for its RAM store (added to ``notes``)."""
     n_eps = len(base.endpoints)
     if given is None:
         scale = replay_payload_scale(base.store.ram_gb, n_eps)
-        print(f"payload scale: {scale} (real store bytes = model bytes / {scale}; "
-              "--payload-scale sets another)", file=sys.stderr)
+        notes.append(f"{exp}: payload scale {scale} (real store bytes = model bytes / {scale}; "
+                     "--payload-scale sets another)")
         return dataclasses.replace(base, payload_scale=scale)
     seg = segment_bytes(base.store.ram_gb, given, n_eps)
     if seg < MIN_SEGMENT_BYTES:
@@ -363,6 +394,20 @@ def _stream_interval(n: int | None) -> int | None:
     if n is not None and n < 0:
         raise ConfigError(f"--stream-interval: {n!r} is not allowed; allowed values: an integer "
                           ">= 0 (tokens per stream event; 0 = once per decode macro step)")
+    return n
+
+
+def _active(text: str) -> str | int:
+    """``--active``: ``auto`` or an integer >= 1."""
+    if text == "auto":
+        return text
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not allowed; allowed values: auto or an "
+                                         "integer >= 1")
     return n
 
 
@@ -452,7 +497,10 @@ def register(subparsers: Any) -> None:
                    help="cut a session before a call longer than this (default: the model's)")
     p.add_argument("--routing", choices=POLICIES, default="soft-sticky")
     p.add_argument("--threshold-tokens", type=int, default=DEFAULT_THRESHOLD_TOKENS)
-    p.add_argument("--active", type=int, default=16, help="short gap: sessions active")
+    p.add_argument("--active", type=_active, default="auto",
+                   help="short gap: sessions active; auto (default): the source's 16 x its mean "
+                        "prompt / the slice's, so that the active sessions offer the source's "
+                        "prompt tokens (adev.replay.experiment.auto_active)")
     p.add_argument("--stagger-s", type=float, default=30.0)
     p.add_argument("--gap", type=int, default=128, help="long gap: other calls between turns")
     p.add_argument("--max-in-flight", type=int, default=16)

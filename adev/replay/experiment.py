@@ -69,18 +69,57 @@ def source_mean_prompt() -> float:
     return float(target_lengths(SynthParams()).mean())
 
 
-def scaled_ram_gb(sessions: Sequence[Sequence[Call]]) -> tuple[float, float]:
-    """(RAM store GB, the sessions' mean prompt): the source's 256 GiB scaled by the replayed
-    calls' mean prompt over the source's (:func:`source_mean_prompt`),
+SOURCE_ACTIVE = 16
+"""The source's short gap: 16 sessions active."""
+SOURCE_GAP = 128
+"""The source's long gap: at least 128 other calls complete between a session's turns."""
+SOURCE_IN_FLIGHT = 16
+"""The source's long gap: at most 16 calls in flight."""
 
-        ram_gb = SOURCE_RAM_GB x mean prompt / source mean prompt,
 
-    so that the store holds as many mean-sized contexts as the source's did: with the source's
-    16 active sessions (short gap) and 128 calls between a session's turns (long gap), the
-    short gap's working set fits it and the long gap's does not, in the same proportions as in
-    the source. Nothing of the source's results goes in."""
-    mean = mean_prompt(sessions)
-    return SOURCE_RAM_GB * mean / source_mean_prompt(), mean
+def auto_active(mean_prompt: float) -> int:
+    """``--active auto``: the short gap's active sessions that hold the source's 16 sessions'
+    prompt tokens with this slice's mean prompt,
+
+        active = max(1, round(16 x source mean prompt / mean prompt))
+
+    (29 for a slice of mean 35,340 tokens). The short gap's load is open: each active session
+    sends its next turn after a start-to-start interval drawn from the source's timing plan, so
+    the prefill work offered per second is active sessions x mean prompt / mean interval, and it
+    is this that saturated the source's recomputing replicas (median user TTFT 27.87 s). Sixteen
+    sessions of a slice with half the source's prompt offer half its work."""
+    if mean_prompt <= 0:
+        return SOURCE_ACTIVE
+    return max(1, round(SOURCE_ACTIVE * source_mean_prompt() / mean_prompt))
+
+
+def working_set_scale(opts: ReplayOptions, mean_prompt: float) -> tuple[float, float]:
+    """(RAM store, GPU prefix pool) of a replay relative to the source's: the replay's working
+    set in tokens over the source's, so that the store and the pools hold the same share of it
+    as the source's did. With ``m = mean prompt / source mean prompt``:
+
+        short gap:   RAM = pool = active / 16 x m                (the active sessions' contexts)
+        long gap:    RAM = gap / 128 x m                         (the contexts between two turns)
+                     pool = max in flight / 16 x m               (the contexts in flight)
+        timestamps:  RAM = pool = m
+
+    With the source's schedule and ``--active auto`` (:func:`auto_active`) the short gap's
+    factors are 1 up to the rounding of the active sessions; with 16 active sessions and the
+    long gap's they are ``m``, as many mean-sized contexts as the source's held."""
+    m = mean_prompt / source_mean_prompt()
+    if opts.experiment == "short":
+        f = opts.active / SOURCE_ACTIVE * m
+        return f, f
+    if opts.experiment == "long":
+        return opts.gap / SOURCE_GAP * m, opts.max_in_flight / SOURCE_IN_FLIGHT * m
+    return m, m
+
+
+def scaled_ram_gb(scale: float) -> float:
+    """The RAM store (GB) of a replay whose working set is ``scale`` times the source's
+    (:func:`working_set_scale`): ``SOURCE_RAM_GB x scale``. Nothing of the source's results
+    goes in."""
+    return SOURCE_RAM_GB * scale
 
 
 def mean_prompt(sessions: Sequence[Sequence[Call]]) -> float:
@@ -110,16 +149,16 @@ def source_pool_tokens(bytes_per_token: int) -> float:
     return FLEET_POOL_TOKENS + SOURCE_PARAMETERS * (2 - 1) / bytes_per_token
 
 
-def scaled_gpu_pool(mean_prompt: float, bytes_per_token: int, max_model_len: int) -> int:
-    """The GPU prefix pool per endpoint for a replayed slice of mean prompt ``mean_prompt``:
-    the source's (:func:`source_pool_tokens`) scaled as the RAM store is
-    (:func:`scaled_ram_gb`), so that it holds as many mean-sized contexts as the source's did,
+def scaled_gpu_pool(scale: float, bytes_per_token: int, max_model_len: int) -> int:
+    """The GPU prefix pool per endpoint of a replay whose working set on the GPUs is ``scale``
+    times the source's (:func:`working_set_scale`): the source's (:func:`source_pool_tokens`)
+    times ``scale``,
 
-        pool = source pool x mean prompt / source mean prompt,
+        pool = source pool x scale,
 
     and at least ``max_model_len`` (vLLM does not start with a pool that cannot hold one request
     of the full context). Nothing of the source's results goes in."""
-    pool = source_pool_tokens(bytes_per_token) * mean_prompt / source_mean_prompt()
+    pool = source_pool_tokens(bytes_per_token) * scale
     return max(int(max_model_len), int(pool))
 
 

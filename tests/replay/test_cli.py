@@ -204,16 +204,51 @@ def test_the_source_mean_prompt_from_its_prompt_length_groups():
     assert source_mean_prompt() == pytest.approx(64240.3, abs=0.5)
 
 
-def test_the_ram_store_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_path, bases):
+def test_the_ram_store_is_the_sources_scaled_by_the_working_set_unless_given(tmp_path, bases):
     from adev.replay.experiment import source_mean_prompt
-    _replay(tmp_path)                       # the trace's calls: 10 and 20 prompt tokens
+    m = 15 / source_mean_prompt()           # the trace's calls: 10 and 20 prompt tokens
+    _replay(tmp_path)                       # short gap, --active auto: its one session
+    _replay(tmp_path, "--experiment", "short,long")
+    _replay(tmp_path, "--experiment", "long", "--gap", "64")
+    _replay(tmp_path, "--active", "8")
     _replay(tmp_path, "--ram-gb", "32")
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\n[stack.store]\nram_gb = 8.0\n")
     _replay(tmp_path, "--stack", str(stack))
-    # 256 GiB = 274.877906944 GB, times a mean prompt of 15 tokens over the source's
+    # 256 GiB = 274.877906944 GB, times the working set over the source's: short gap, active /
+    # 16 x the mean prompt over the source's; long gap, gap / 128 x the same
+    src = 274.877906944
     assert [b.store.ram_gb for b in bases] == [
-        pytest.approx(274.877906944 * 15 / source_mean_prompt()), 32.0, 8.0]
+        pytest.approx(src / 16 * m), pytest.approx(src / 16 * m), pytest.approx(src / 2 * m),
+        pytest.approx(src / 2 * m), 32.0, 8.0]
+
+
+def test_auto_active_holds_the_sources_prompt_tokens_and_the_working_set_scale():
+    from adev.replay.experiment import ReplayOptions, auto_active, working_set_scale
+    # 16 x 64,240.3 / mean: 16.0 -> 16; 29.08 -> 29; 22.84 -> 23; 5.14 -> 5
+    assert [auto_active(x) for x in (64_240.3, 35_340, 45_000, 200_000, 0)] == [16, 29, 23, 5, 16]
+    # short gap: 29 / 16 x 35,340 / 64,240.3 = 1.8125 x 0.55012 = 0.99710, RAM and pool alike
+    ram, pool = working_set_scale(ReplayOptions("short", active=29), 35_340)
+    assert (ram, pool) == (pytest.approx(0.99710, abs=1e-5), pytest.approx(0.99710, abs=1e-5))
+    # long gap: gap 64 / 128 x 0.5 = 0.25 for RAM; 8 in flight / 16 x 0.5 = 0.25 for the pool;
+    # with the source's gap and 32 in flight: 0.5 and 1.0
+    half = 64_240.3 / 2
+    assert working_set_scale(ReplayOptions("long", gap=64, max_in_flight=8), half) == (
+        pytest.approx(0.25), pytest.approx(0.25))
+    assert working_set_scale(ReplayOptions("long", max_in_flight=32), half) == (
+        pytest.approx(0.5), pytest.approx(1.0))
+    assert working_set_scale(ReplayOptions("timestamps", active=29), half) == (
+        pytest.approx(0.5), pytest.approx(0.5))
+
+
+def test_active_must_be_auto_or_a_positive_integer(tmp_path, capsys):
+    p = write_trace(Trace(16, [Call("s", 0, 10, 1)]), tmp_path / "t.jsonl")
+    for bad in ("0", "x"):
+        with pytest.raises(SystemExit) as e:
+            main(["replay", str(p), "--active", bad])
+        assert e.value.code == 2
+        assert f"--active: {bad!r} is not allowed; allowed values: auto or an integer >= 1" \
+            in capsys.readouterr().err
 
 
 def test_the_sources_gpu_pool_from_its_fleet_studys_and_fp8_weights():
@@ -221,16 +256,16 @@ def test_the_sources_gpu_pool_from_its_fleet_studys_and_fp8_weights():
     # 166,512 + 30.5e9 bytes / 98,304 bytes per token (48 layers x 4 KV heads x 128 x 2 x 2 B)
     # = 166,512 + 310,262.04 = 476,774.04
     assert source_pool_tokens(98_304) == pytest.approx(476_774.04, abs=0.01)
-    # x 35,340 / 64,240.3 (the source's mean prompt) = 262,283.8; x 6,424.03 = 47,677 -> the floor
-    assert scaled_gpu_pool(35_340, 98_304, 131_072) == 262_283
-    assert scaled_gpu_pool(6_424.03, 98_304, 65_536) == 65_536
-    assert scaled_gpu_pool(64_240.3, 98_304, 131_072) == pytest.approx(476_774, abs=1)
+    # x 0.550122 (35,340 / 64,240.3) = 262,283.8; x 0.1 = 47,677 -> the floor
+    assert scaled_gpu_pool(35_340 / 64_240.3, 98_304, 131_072) == 262_283
+    assert scaled_gpu_pool(0.1, 98_304, 65_536) == 65_536
+    assert scaled_gpu_pool(1.0, 98_304, 131_072) == 476_774
 
 
-def test_the_gpu_pool_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_path, bases):
+def test_the_gpu_pool_is_the_sources_scaled_by_the_working_set_unless_given(tmp_path, bases):
     long = Trace(16, [Call("s", 0, 40_000, 1), Call("s", 1, 50_000, 1)])
     p = write_trace(long, tmp_path / "long.jsonl")
-    for args in ([], ["--gpu-pool-tokens", "200000"]):
+    for args in (["--experiment", "long"], ["--gpu-pool-tokens", "200000"]):
         with pytest.raises(_Stop):
             main(["replay", str(p), "--time-scale", "10", "--profile", "qwen3-coder-30b-a3b-128k",
                   *args, "--out", str(tmp_path / "o")])
@@ -238,7 +273,7 @@ def test_the_gpu_pool_is_the_sources_scaled_by_the_mean_prompt_unless_given(tmp_
     stack = tmp_path / "s.toml"
     stack.write_text("[stack]\ngpu_pool_tokens = 100000\n")
     _replay(tmp_path, "--stack", str(stack))
-    # 476,774.04 x 45,000 / 64,240.3 = 333,977.7
+    # the long gap's 16 calls in flight: 476,774.04 x 16 / 16 x 45,000 / 64,240.3 = 333,977.7
     assert [b.gpu_pool_tokens for b in bases] == [333_977, 200_000, 131_072,
                                                   100_000]
     assert bases[0].model_profile().gpu_pool_blocks == bases[0].gpu_pool_tokens // 16

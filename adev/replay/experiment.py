@@ -283,8 +283,8 @@ def select_sessions(trace: Trace, *, sessions: int | None = None, min_turns: int
     slice of a trace with many short conversations can be taken at the prompt lengths a study
     needs. The ranking only picks the sessions: they are returned, and replayed, in trace order,
     so the sessions active together are a mix of the slice's lengths, as in the trace, and not
-    its longest first (whose 16 active sessions would hold several times the mean working set
-    the store is sized for, :func:`scaled_ram_gb`)."""
+    its longest first (whose active sessions would hold several times the working set the
+    store is sized for, :func:`working_set_scale`)."""
     if order not in SESSION_ORDERS:
         raise ValueError(f"order: {order!r} not allowed; allowed values: "
                          + ", ".join(SESSION_ORDERS))

@@ -223,6 +223,32 @@ def test_the_ram_store_is_the_sources_scaled_by_the_working_set_unless_given(tmp
         pytest.approx(src / 2 * m), 32.0, 8.0]
 
 
+def test_each_experiment_of_one_replay_gets_the_stack_sized_to_its_working_set(tmp_path, monkeypatch):
+    from adev.replay.experiment import source_mean_prompt
+    seen = []
+
+    async def fake_matrix(trace, sessions, base, names, seeds, opts, *a, **kw):
+        seen.append((opts.experiment, opts.active, base.store.ram_gb, base.gpu_pool_tokens))
+        return []
+
+    def stop(*a, **kw):
+        raise _Stop
+    monkeypatch.setattr("adev.replay.cli.run_matrix", fake_matrix)
+    monkeypatch.setattr("adev.replay.report.build", stop)
+    calls = [Call(f"s{i}", t, 32_120, 1) for i in range(40) for t in range(2)]
+    p = write_trace(Trace(16, calls), tmp_path / "t.jsonl")
+    with pytest.raises(_Stop):
+        main(["replay", str(p), "--experiment", "short,long", "--time-scale", "10", "--profile",
+              "qwen3-coder-30b-a3b-128k", "--out", str(tmp_path / "o")])
+    m = 32_120 / source_mean_prompt()       # 0.5000 (the source's 64,240.3)
+    # short gap: round(16 / 0.5) = 32 active, the source's store and pool x 32 / 16 x 0.5;
+    # long gap: x 0.5 (the source's gap and calls in flight); both pools above the profile's
+    # 131,072-token floor
+    assert seen == [
+        ("short", 32, pytest.approx(274.877906944 * 2 * m), pytest.approx(476_774 * 2 * m, abs=1)),
+        ("long", 32, pytest.approx(274.877906944 * m), pytest.approx(476_774 * m, abs=1))]
+
+
 def test_auto_active_holds_the_sources_prompt_tokens_and_the_working_set_scale():
     from adev.replay.experiment import ReplayOptions, auto_active, working_set_scale
     # 16 x 64,240.3 / mean: 16.0 -> 16; 29.08 -> 29; 22.84 -> 23; 5.14 -> 5

@@ -357,14 +357,18 @@ class Engine:
         and the admission order, so the prefill order and which request waits for blocks,
         would follow the host's wall order. Events at ``t`` that arrive meanwhile are this
         boundary's (:meth:`_drop_events`; the caller has dropped those before it, and one that
-        arrives holds the clock at ``t`` until the next turn of the wait drops it)."""
+        arrives holds the clock at ``t`` until the next turn of the wait drops it). An event of
+        this engine's own that falls after ``t`` by less than :data:`SETTLE_S` holds its slot
+        below ``t + SETTLE_S``: the wait is then for the clock to be free to that event, the
+        loop's next boundary (waiting past it would wait for this engine's own hold, for ever)."""
         if self.held is None:
             return
-        target = self.wall(t + SETTLE_S)
         self._hold(_PLAN, t + SETTLE_S)
         start = self.real()
-        while not self.held.free_to(target):
+        while True:
             self._drop_events(t)
+            if self.held.free_to(self.wall(min([t + SETTLE_S, *self._events]))):
+                break
             self.clock()  # a reader of a clock that stands still releases dead processes' holds
             if self.real() - start < self.spin_wall_s:
                 await asyncio.sleep(0)

@@ -649,3 +649,24 @@ def test_a_request_slot_held_at_first_tokens_the_client_will_not_read_is_release
     assert seen == [("out", pytest.approx(t[0])), (None, float("inf")),
                     ("end", pytest.approx(t[-1]))]
     assert end == ("end", pytest.approx(t[-1])) and still
+
+
+def test_settle_does_not_wait_for_its_own_event_just_after_the_boundary(tmp_path):
+    """An event of the engine's own (an arrival, a read's ready time) that falls after a plan
+    boundary ``t`` by less than the settle margin (here 0.5 model us; anything above the 1 ns
+    tie) holds the engine's slot below ``t + SETTLE_S``. The settle at ``t`` waited for the
+    clock to be free to ``t + SETTLE_S``, which the engine's own hold at the event never
+    allowed: the engine, and every process on its held clock, stopped for good (seen in a
+    replay on a loaded host). The settle waits for the clock to be free to its own earliest
+    event instead; the event is the loop's next boundary."""
+    from adev.emulator.engine import SETTLE_S
+
+    async def main(loop_clock):
+        clock = held_clock(tmp_path, loop_clock)
+        eng = make_engine(clock)
+        t = 0.1
+        eng._event(t + SETTLE_S / 2)
+        await asyncio.wait_for(eng._settle(t), 0.05)   # 0.5 model s of virtual wall time
+        return eng
+    eng = run_virtual(main)
+    assert eng._events == [pytest.approx(0.1 + 5e-7)]   # still pending: the loop's next boundary

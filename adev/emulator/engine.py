@@ -367,7 +367,7 @@ class Engine:
         start = self.real()
         while True:
             self._drop_events(t)
-            if self.held.free_to(self.wall(min([t + SETTLE_S, *self._events]))):
+            if self.held.free_to(self.wall(min(t + SETTLE_S, min(self._events, default=math.inf)))):
                 break
             self.clock()  # a reader of a clock that stands still releases dead processes' holds
             if self.real() - start < self.spin_wall_s:

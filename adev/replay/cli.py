@@ -55,6 +55,7 @@ from .experiment import (
     auto_active,
     check_jobs,
     mean_prompt,
+    prompt_prefill_s,
     replay_payload_scale,
     run_matrix,
     scaled_gpu_pool,
@@ -63,6 +64,7 @@ from .experiment import (
     select_sessions,
     source_mean_prompt,
     source_pool_tokens,
+    source_prefill_s,
     working_set_scale,
 )
 from .format import Trace, TraceError, read_trace
@@ -211,7 +213,10 @@ def _main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     mean = mean_prompt(sessions)
-    active = min(auto_active(mean), len(sessions)) if args.active == "auto" else args.active
+    prompts = [c.prompt_tokens for cs in sessions for c in cs]
+    prefill = base.model_profile().prefill_time
+    active = (min(auto_active(prompts, prefill), len(sessions)) if args.active == "auto"
+              else args.active)
     opts = ReplayOptions(experiment=exps[0], routing=args.routing,
                          threshold_tokens=args.threshold_tokens, active=active,
                          gap=args.gap, max_in_flight=args.max_in_flight, speed=args.speed,
@@ -219,8 +224,10 @@ def _main(args: argparse.Namespace) -> int:
     notes: list[str] = []   # printed once every stack is known to be valid
     if args.active == "auto" and "short" in exps:
         notes.append(f"short gap: {active} sessions active = the source's {SOURCE_ACTIVE} x its "
-                     f"mean prompt {source_mean_prompt():,.0f} / this slice's {mean:,.0f} "
-                     f"tokens, rounded, at most the slice's {len(sessions)} sessions (--active "
+                     f"mean prefill of a whole prompt {source_prefill_s(prefill):.2f} s / this "
+                     f"slice's {prompt_prefill_s(prompts, prefill):.2f} s (the model profile's "
+                     f"prefill time; mean prompts {source_mean_prompt():,.0f} and {mean:,.0f} "
+                     f"tokens), rounded, at most the slice's {len(sessions)} sessions (--active "
                      "sets another)")
     bases = {exp: base if args.stack else
              _sized(base, dataclasses.replace(opts, experiment=exp), mean, args, notes)
@@ -499,8 +506,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--threshold-tokens", type=int, default=DEFAULT_THRESHOLD_TOKENS)
     p.add_argument("--active", type=_active, default="auto",
                    help="short gap: sessions active; auto (default): the source's 16 x its mean "
-                        "prompt / the slice's, so that the active sessions offer the source's "
-                        "prompt tokens (adev.replay.experiment.auto_active)")
+                        "time to prefill a prompt / the slice's, so that the active sessions "
+                        "offer the source's prefill work (adev.replay.experiment.auto_active)")
     p.add_argument("--stagger-s", type=float, default=30.0)
     p.add_argument("--gap", type=int, default=128, help="long gap: other calls between turns")
     p.add_argument("--max-in-flight", type=int, default=16)

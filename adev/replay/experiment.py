@@ -34,7 +34,7 @@ import numpy as np
 from ..client.llm import Endpoint, LLMClient
 from ..client.retry import LLMError
 from ..clock import RunClock, request_holds, stack_run_clock
-from ..config import ConfigError, Configuration, StackConfig
+from ..config import ConfigError, Configuration, PrefillTime, StackConfig
 from ..emulator.store import MIN_SEGMENT
 from ..records import RunDir
 from .format import Call, Trace, prompt_ids
@@ -77,20 +77,45 @@ SOURCE_IN_FLIGHT = 16
 """The source's long gap: at most 16 calls in flight."""
 
 
-def auto_active(mean_prompt: float) -> int:
-    """``--active auto``: the short gap's active sessions that hold the source's 16 sessions'
-    prompt tokens with this slice's mean prompt,
+def prompt_prefill_s(prompts: Sequence[int] | np.ndarray, prefill: PrefillTime) -> float:
+    """The mean time to prefill each prompt whole, from position 0, on the model ``prefill``
+    describes (:class:`adev.config.PrefillTime`): the recomputing replicas' work per call,
 
-        active = max(1, round(16 x source mean prompt / mean prompt))
+        t(L) = L x per_token_s + per_token_pos_s x L (L - 1) / 2
 
-    (29 for a slice of mean 35,340 tokens). The short gap's load is open: each active session
-    sends its next turn after a start-to-start interval drawn from the source's timing plan, so
-    the prefill work offered per second is active sessions x mean prompt / mean interval, and it
-    is this that saturated the source's recomputing replicas (median user TTFT 27.87 s). Sixteen
-    sessions of a slice with half the source's prompt offer half its work."""
-    if mean_prompt <= 0:
+    (0 without prompts)."""
+    n = np.asarray(prompts, dtype=np.float64)
+    if not n.size:
+        return 0.0
+    return float(np.mean(n * prefill.per_token_s + prefill.per_token_pos_s * n * (n - 1) / 2))
+
+
+def source_prefill_s(prefill: PrefillTime) -> float:
+    """:func:`prompt_prefill_s` of the source's prompts (its prompt-length groups, as
+    :func:`source_mean_prompt` takes them): 4.47 s on the replay's model profile."""
+    from .synth import SynthParams, target_lengths
+    return prompt_prefill_s(target_lengths(SynthParams()), prefill)
+
+
+def auto_active(prompts: Sequence[int] | np.ndarray, prefill: PrefillTime) -> int:
+    """``--active auto``: the short gap's active sessions that offer the source's 16 sessions'
+    prefill work with this slice's prompts,
+
+        active = max(1, round(16 x source t / slice t))
+
+    with ``t`` the mean time to prefill a prompt whole (:func:`prompt_prefill_s`, on the
+    stack's model profile). The short gap's load is open: each active session sends its next
+    turn after a start-to-start interval drawn from the source's timing plan, so the prefill
+    work offered per second is active sessions x t / mean interval, and it is this that
+    saturated the source's recomputing replicas (median user TTFT 27.87 s). Sixteen sessions of
+    a slice with half the source's prompts offer less than half its work: attention makes a
+    token of a long prompt dearer than one of a short prompt. With a flat prefill rate the rule
+    holds the source's prompt tokens, ``16 x 64,240 / mean prompt``; on the replay's profile it
+    gives 37 for the conversation trace's long-prompt slice (mean 35,340 tokens; 29 by tokens)."""
+    here = prompt_prefill_s(prompts, prefill)
+    if here <= 0:
         return SOURCE_ACTIVE
-    return max(1, round(SOURCE_ACTIVE * source_mean_prompt() / mean_prompt))
+    return max(1, round(SOURCE_ACTIVE * source_prefill_s(prefill) / here))
 
 
 def working_set_scale(opts: ReplayOptions, mean_prompt: float) -> tuple[float, float]:
@@ -103,9 +128,9 @@ def working_set_scale(opts: ReplayOptions, mean_prompt: float) -> tuple[float, f
                      pool = max in flight / 16 x m               (the contexts in flight)
         timestamps:  RAM = pool = m
 
-    With the source's schedule and ``--active auto`` (:func:`auto_active`) the short gap's
-    factors are 1 up to the rounding of the active sessions; with 16 active sessions and the
-    long gap's they are ``m``, as many mean-sized contexts as the source's held."""
+    With the source's schedule and 16 active sessions, or the long gap's, they are ``m``: as many
+    mean-sized contexts as the source's held. With ``--active auto`` (:func:`auto_active`) the
+    short gap holds the source's prefill work, and its working set in tokens follows."""
     m = mean_prompt / source_mean_prompt()
     if opts.experiment == "short":
         f = opts.active / SOURCE_ACTIVE * m

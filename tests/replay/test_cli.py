@@ -241,18 +241,40 @@ def test_each_experiment_of_one_replay_gets_the_stack_sized_to_its_working_set(t
         main(["replay", str(p), "--experiment", "short,long", "--time-scale", "10", "--profile",
               "qwen3-coder-30b-a3b-128k", "--out", str(tmp_path / "o")])
     m = 32_120 / source_mean_prompt()       # 0.5000 (the source's 64,240.3)
-    # short gap: round(16 / 0.5) = 32 active, the source's store and pool x 32 / 16 x 0.5;
-    # long gap: x 0.5 (the source's gap and calls in flight); both pools above the profile's
-    # 131,072-token floor
+    # short gap: the source's 16 x 4.4695 s / 1.4658 s (auto_active's test) = 48.79 -> 49,
+    # at most the 40 sessions: the source's store and pool x 40 / 16 x 0.5; long gap: x 0.5
+    # (the source's gap and calls in flight); both pools above the profile's 131,072-token floor
     assert seen == [
-        ("short", 32, pytest.approx(274.877906944 * 2 * m), pytest.approx(476_774 * 2 * m, abs=1)),
-        ("long", 32, pytest.approx(274.877906944 * m), pytest.approx(476_774 * m, abs=1))]
+        ("short", 40, pytest.approx(274.877906944 * 2.5 * m),
+         pytest.approx(476_774 * 2.5 * m, abs=1)),
+        ("long", 40, pytest.approx(274.877906944 * m), pytest.approx(476_774 * m, abs=1))]
 
 
-def test_auto_active_holds_the_sources_prompt_tokens_and_the_working_set_scale():
-    from adev.replay.experiment import ReplayOptions, auto_active, working_set_scale
-    # 16 x 64,240.3 / mean: 16.0 -> 16; 29.08 -> 29; 22.84 -> 23; 5.14 -> 5
-    assert [auto_active(x) for x in (64_240.3, 35_340, 45_000, 200_000, 0)] == [16, 29, 23, 5, 16]
+def test_auto_active_offers_the_sources_prefill_work_and_the_working_set_scale():
+    from adev.config import PrefillTime, load_model_profile
+    from adev.replay.experiment import (
+        ReplayOptions,
+        auto_active,
+        prompt_prefill_s,
+        source_prefill_s,
+        working_set_scale,
+    )
+    # a flat rate: the work is the prompt tokens, 16 x 64,240.3 / mean: 16.0 -> 16; 29.08 -> 29;
+    # 22.84 -> 23; 5.14 -> 5; no prompt: 16
+    flat = PrefillTime(1 / 14_850)
+    assert [auto_active([x], flat) for x in (64_240.3, 35_340, 45_000, 200_000)] == [16, 29, 23, 5]
+    assert auto_active([], flat) == 16
+    assert auto_active([30_000, 40_680], flat) == 29      # the mean, 35,340
+    # with attention: t(L) = L a + b L (L - 1) / 2; a = 1e-5, b = 1e-9: t(1,000) = 0.01 + 0.0004995
+    assert prompt_prefill_s([1_000, 3_000], PrefillTime(1e-5, 1e-9)) == pytest.approx(
+        (0.0104995 + 0.0344985) / 2)
+    # the replay's profile: a = 2.8569e-5 s, b = 1.0627e-9 s; the source's prompts 4.4695 s
+    # (1.8353 s of it a x 64,240.3); a prompt of 32,120 tokens 0.91764 + 0.54820 = 1.46584 s,
+    # 16 x 4.4695 / 1.46584 = 48.79 -> 49 where the tokens give 32
+    pt = load_model_profile("qwen3-coder-30b-a3b-128k").prefill_time
+    assert source_prefill_s(pt) == pytest.approx(4.4695, abs=1e-4)
+    assert prompt_prefill_s([32_120], pt) == pytest.approx(1.46584, abs=1e-5)
+    assert auto_active([32_120], pt) == 49
     # short gap: 29 / 16 x 35,340 / 64,240.3 = 1.8125 x 0.55012 = 0.99710, RAM and pool alike
     ram, pool = working_set_scale(ReplayOptions("short", active=29), 35_340)
     assert (ram, pool) == (pytest.approx(0.99710, abs=1e-5), pytest.approx(0.99710, abs=1e-5))

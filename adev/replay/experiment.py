@@ -79,15 +79,12 @@ SOURCE_IN_FLIGHT = 16
 
 def prompt_prefill_s(prompts: Sequence[int] | np.ndarray, prefill: PrefillTime) -> float:
     """The mean time to prefill each prompt whole, from position 0, on the model ``prefill``
-    describes (:class:`adev.config.PrefillTime`): the recomputing replicas' work per call,
-
-        t(L) = L x per_token_s + per_token_pos_s x L (L - 1) / 2
-
+    describes (:meth:`adev.config.PrefillTime.chunk_s`: the weights' time per token and
+    attention's, which grows with the earlier tokens): the recomputing replicas' work per call
     (0 without prompts)."""
-    n = np.asarray(prompts, dtype=np.float64)
-    if not n.size:
+    if not len(prompts):
         return 0.0
-    return float(np.mean(n * prefill.per_token_s + prefill.per_token_pos_s * n * (n - 1) / 2))
+    return float(np.mean([prefill.chunk_s(int(n)) for n in prompts]))
 
 
 def source_prefill_s(prefill: PrefillTime) -> float:

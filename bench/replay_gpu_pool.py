@@ -20,7 +20,6 @@ rule), so sub-block ``j`` of trace block ``b`` is one pool block whatever call i
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from pathlib import Path
 
@@ -29,6 +28,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from adev.emulator.pool import max_hit_blocks  # noqa: E402
+from adev.records import RunDir  # noqa: E402
 from adev.replay.format import read_trace  # noqa: E402
 from adev.whatif.gpu import GpuPool  # noqa: E402
 
@@ -65,8 +66,7 @@ def replay_pool(recs: list[dict], blocks, n_ids: int, pool_tokens: int) -> float
         ids = blocks[(r["session"], r["turn"])]
         p = pools.setdefault(r["prefill"], GpuPool(pool_tokens // BLOCK, n_ids))
         if kind == 0:
-            cap = (r["prompt_tokens"] - 1) // BLOCK
-            hits[i] = p.lookup(ids, min(cap, len(ids)))
+            hits[i] = p.lookup(ids, min(max_hit_blocks(r["prompt_tokens"], BLOCK), len(ids)))
             p.admit(ids, int(hits[i]))
         else:
             p.register(ids[hits[i]:])
@@ -99,8 +99,8 @@ def main() -> int:
     trace = read_trace(a.trace)
     runs = {}
     for run in a.runs:
-        recs = [json.loads(x) for x in open(Path(run) / "replay.jsonl")]
-        recs = [r for r in recs if r["status"] == "ok" and r["t_first_token"] is not None]
+        recs = [r for r in RunDir(run).read("replay")
+                if r["status"] == "ok" and r["t_first_token"] is not None]
         runs[run] = sorted(recs, key=lambda r: r["t_ready"])
     blocks, n_ids = pool_blocks(trace, {(r["session"], r["turn"]) for rs in runs.values()
                                         for r in rs})

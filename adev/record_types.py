@@ -40,6 +40,13 @@ passed), ``failed`` (tests still failing after the last round), ``ended`` (stopp
 limit: context, steps, no progress), ``error`` (an LLM call or the harness failed),
 ``cancelled`` (the fleet stopped it)."""
 
+RoleContext = Literal["shared", "per-role"]
+"""How a session's roles see its history (:mod:`adev.session.loop`): ``shared`` (one
+conversation through every role: one system message, so a role turn continues the previous
+turn's prefix) or ``per-role`` (each role, and each implementer's module, an agent of its own: a
+system message of its own ahead of the same history, so agents share only the system prompt and
+the spec)."""
+
 WindowProtocol = Literal["batch", "steady"]
 """The fleet protocol that cut a measurement window: ``steady`` (fixed-length windows of a
 running fleet) or ``batch`` (one window per run of the whole batch)."""

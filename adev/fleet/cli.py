@@ -6,7 +6,7 @@ import sys
 from typing import get_args
 
 from ..gate.registry import GATES
-from ..records import WindowProtocol
+from ..records import RoleContext, WindowProtocol
 
 OVERRIDES = {  # CLI option dest -> dotted fleet key
     "width": "width", "protocol": "protocol", "windows": "windows.count",
@@ -15,6 +15,7 @@ OVERRIDES = {  # CLI option dest -> dotted fleet key
     "stack": "stack", "warmup_max": "warmup.max_s", "scrape_interval": "scrape_interval_s",
     "results_dir": "results_dir", "drain": "drain_s", "min_completed": "warmup.min_completed",
     "client_realtime": "client_realtime", "allow_unconfined_gate": "allow_unconfined_gate",
+    "context": "context",
 }
 
 
@@ -27,6 +28,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--config", metavar="FILE", help="fleet file (default fleets/default.toml)")
     p.add_argument("--width", type=int, help="sessions in the fleet")
     p.add_argument("--protocol", choices=get_args(WindowProtocol))
+    p.add_argument("--context", choices=get_args(RoleContext),
+                   help="how roles see the session's history: shared (one conversation through "
+                        "every role) or per-role (each role a system message of its own)")
     p.add_argument("--windows", type=int, help="steady: number of windows")
     p.add_argument("--window-length", type=float, metavar="S", help="steady: window length")
     p.add_argument("--runs", type=int, help="batch: independent runs (fresh stack each)")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ROOT, ConfigError, StackConfig, check_cpus, from_dict, load_stack, load_toml
-from ..records import WindowProtocol
+from ..records import RoleContext, WindowProtocol
 
 DEFAULT_FLEET = ROOT / "fleets" / "default.toml"
 
@@ -85,6 +85,9 @@ class FleetConfig:
     # let the development gate "local-unconfined" run a real model's code (external endpoints)
     allow_unconfined_gate: bool = False
     roles: dict[str, str] = field(default_factory=dict)  # role -> logical endpoint
+    # how roles see the session's history: one conversation, or each role with a system message
+    # of its own (adev.session.loop, RoleContext)
+    context: RoleContext = "per-role"
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
     drain_s: float = field(default=300.0, metadata={"min": 0, "help":
                            "steady: wait this long for the last window's calls to finish"})

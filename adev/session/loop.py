@@ -8,6 +8,15 @@ suite passes at a gate. Every model call sends::
     + history                                        # every earlier role turn of this session
     + [user: this role's prompt] + this turn's own assistant/tool messages
 
+With ``role_context = "per-role"`` (fleet ``context``) each role is an agent of its own: its
+system message ends, after the spec, with a line naming the role, and an implementer's its
+module too (:data:`ROLE_SYSTEM`), so every agent sees the same history behind a system message of
+its own. Sessions and roles still share
+the system prompt and the spec as leading text, but a role's prompt shares nothing past it with
+another role's: each role turn's first call computes the history anew (or finds it in the store,
+from that role's own earlier rounds), where with the default ``"shared"`` one conversation runs
+through every role and a role turn continues the previous one's KV.
+
 and a finished role turn (its prompt, replies and tool results) is appended to ``history``;
 parallel implementers start from the same history and their turns are appended in module order.
 After a failing gate the report (failing tests and their messages) is appended, so round N's
@@ -49,7 +58,8 @@ from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
 from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, no_release, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
-from ..records import GateRecord, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
+from ..records import (GateRecord, RoleContext, RunDir, SessionRecord, SessionStatus, Suite,
+                       ToolEvent, Verdict)
 from .context_rule import ContextLimit, fit_context, message_chars
 from .model_output import args_summary, call_tool, clean_text
 from .roles import Role, Roles, load_roles
@@ -82,6 +92,7 @@ class SessionContext:
     context_margin_tokens: int = 256
     max_file_bytes: int = 256 * 1024
     failing_text_chars: int = 6000
+    role_context: RoleContext = "per-role"
 
     @property
     def ledger(self):
@@ -126,12 +137,19 @@ class _Turn:
     reason: str | None = None
 
 
+ROLE_SYSTEM = ("\nYou are the team's {title}{module}. The team's work so far follows; your "
+               "instructions come last.\n")
+"""The line that ends an agent's own system message with ``role_context = "per-role"``
+(``module``: `` of `path` `` for an implementer, else empty)."""
+
+
 class _Session:
     def __init__(self, ctx: SessionContext, task: Any, seed: int, session_id: str):
         self.ctx, self.task, self.seed, self.sid = ctx, task, seed, session_id
         self.run_id = ctx.run_dir.run_id
         self.system = {"role": "system",
                        "content": task.shared_prefix(ctx.roles.system_prompt)}
+        self._role_system: dict[tuple[str, str], dict[str, Any]] = {}
         self.history: list[dict[str, Any]] = []
         self.history_round: list[int] = []  # round each history message belongs to
         self.cpt = 3.0  # characters per token, measured per call
@@ -163,6 +181,21 @@ class _Session:
         once it holds the clock itself; the session no longer releases it."""
         release, self._handover = self._handover, no_release
         return release
+
+    def system_for(self, role: Role, module: Any = None) -> dict[str, Any]:
+        """The system message of ``role``'s calls (``module``: an implementer's): the shared one,
+        or with ``role_context = "per-role"`` the shared one and a line naming the role and
+        module (:data:`ROLE_SYSTEM`)."""
+        if self.ctx.role_context != "per-role":
+            return self.system
+        path = module.path if module is not None else ""
+        msg = self._role_system.get((role.name, path))
+        if msg is None:
+            line = ROLE_SYSTEM.format(title=role.name.replace("_", " "),
+                                      module=f" of `{path}`" if path else "")
+            msg = {"role": "system", "content": self.system["content"] + line}
+            self._role_system[(role.name, path)] = msg
+        return msg
 
     def _workspace(self) -> Workspace:
         if self.ws is None:
@@ -210,7 +243,7 @@ class _Session:
         finished = False
         reason = None
         for step in range(st.step_limit):
-            messages = [self.system, *self.history, *local]
+            messages = [self.system_for(role, module), *self.history, *local]
             max_tokens = self.fit_context(messages, tools_chars, st.max_tokens, endpoint)
             call_id = f"{self.sid}/r{rnd}/{tag}/s{step}"
             res = await self.chat(endpoint, messages, tools, max_tokens, role, rnd, step,
@@ -275,7 +308,7 @@ class _Session:
             except ContextLengthError:
                 # our estimate was low: measure it as 25% worse and re-fit, once
                 self.cpt *= 0.8
-                messages[:] = [self.system, *self.history, *messages[1 + len(self.history):]]
+                messages[:] = [messages[0], *self.history, *messages[1 + len(self.history):]]
                 max_tokens = self.fit_context(messages, tools_chars, max_tokens, endpoint)
                 continue
             except LLMError as e:

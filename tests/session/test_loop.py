@@ -105,7 +105,8 @@ async def test_resend_rule_round_n_begins_with_round_n_minus_1(tmp_path):
         last_prev = [r for r in llm.requests if r["round"] == n - 1][-1]
         first = next(r for r in llm.requests if r["round"] == n)
         k = len(last_prev["messages"])
-        assert first["messages"][:k] == last_prev["messages"]
+        # behind each agent's own system message (role_context "per-role", the default)
+        assert first["messages"][1:k] == last_prev["messages"][1:]
         # then the rest of that turn, the gate report with the failing test, the role prompt
         report = [m for m in first["messages"][k:] if m["role"] == "user"
                   and m["content"].startswith(f"## Gate report, round {n - 1}: FAIL")]
@@ -116,8 +117,9 @@ async def test_resend_rule_round_n_begins_with_round_n_minus_1(tmp_path):
     firsts = [next(c for c in out.call_tokens if c[0] == n) for n in (1, 2, 3)]
     assert firsts[0][3] < firsts[1][3] < firsts[2][3]
     # the shared leading text: system prompt + spec, the same in every call
-    assert all(r["messages"][0]["content"].endswith(task.spec.strip() + "\n")
-               for r in llm.requests)
+    lead = task.shared_prefix(ctx.roles.system_prompt)
+    assert lead.endswith(task.spec.strip() + "\n")
+    assert all(r["messages"][0]["content"].startswith(lead) for r in llm.requests)
 
 
 async def test_parallel_implementers_start_from_same_history(tmp_path):
@@ -130,7 +132,43 @@ async def test_parallel_implementers_start_from_same_history(tmp_path):
                   and r["messages"][-1]["content"].startswith("## Role: implementer")]
     assert len(impl_first) == 2
     a, b = (r["messages"] for r in impl_first)
-    assert a[:-1] == b[:-1] and a[-1] != b[-1]
+    assert a[1:-1] == b[1:-1] and a[-1] != b[-1]    # behind each one's own system message
+
+
+async def test_per_role_context_gives_each_agent_its_own_system_message(tmp_path):
+    """``role_context = "per-role"``: every call of an agent (a role; an implementer per module)
+    carries the shared leading text (system prompt + spec) and then that agent's line; the
+    history behind it is the shared conversation's, so an agent's prompt shares the leading text
+    with another agent's and nothing after it."""
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, llm, _ = make_ctx(tmp_path / "a", oracle)               # "per-role": the default
+    seed = seed_for(oracle, 2)
+    out = await run_session(ctx, task, seed, "s1")
+    assert out.status == "passed" and out.rounds == 2
+    lead = task.shared_prefix(ctx.roles.system_prompt)
+    tails: dict[str, set[str]] = {}
+    for r in llm.requests:
+        sys_msg = r["messages"][0]
+        assert sys_msg["role"] == "system" and sys_msg["content"].startswith(lead)
+        tails.setdefault(r["role"], set()).add(sys_msg["content"][len(lead):])
+    assert set(tails) == {"architect", "contract", "test_writer", "implementer", "integrator"}
+    assert tails["test_writer"] == {"\nYou are the team's test writer. The team's work so far "
+                                    "follows; your instructions come last.\n"}
+    paths = sorted(m.path for m in task.modules)
+    assert len(paths) == 2
+    assert tails["implementer"] == {f"\nYou are the team's implementer of `{p}`. The team's work "
+                                    "so far follows; your instructions come last.\n" for p in paths}
+    every = [t for v in tails.values() for t in v]
+    assert len(every) == len(set(every)) == 6        # one per agent, no two agents share one
+    # the history behind it is the same as with one shared conversation: same calls, same
+    # messages after the system message
+    ctx2, llm2, _ = make_ctx(tmp_path / "b", OraclePolicy(tasks={"calc": task}),
+                             role_context="shared")
+    await run_session(ctx2, task, seed, "s1")
+    assert len(llm2.requests) == len(llm.requests)
+    assert all(a["messages"][0]["content"] == lead for a in llm2.requests)
+    assert [a["messages"][1:] for a in llm2.requests] == [b["messages"][1:] for b in llm.requests]
 
 
 async def test_tool_errors_are_answered_and_recorded(tmp_path):

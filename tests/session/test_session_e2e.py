@@ -41,7 +41,10 @@ async def test_every_task_on_embedded_stack(embedded_stack, tmp_path):
     assert len(tasks) >= 3
     runs = [(t, one) for t in tasks] + [(tasks[0], two)]
     rd = RunDir.create("run", base=tmp_path)
-    ctx, llm = _ctx(info, rd)
+    # one conversation through every role: a role turn continues the previous turn's KV (with
+    # the default "per-role" each agent's round 2 continues its own round 1, which this small
+    # stack's pool and store need not still hold)
+    ctx, llm = _ctx(info, rd, role_context="shared")
     async with llm:
         await llm.discover()
         outs = await asyncio.gather(*(run_session(ctx, load_task(t), s, f"{t}-{s}")

@@ -58,8 +58,7 @@ from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
 from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, no_release, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
-from ..records import (GateRecord, RoleContext, RunDir, SessionRecord, SessionStatus, Suite,
-                       ToolEvent, Verdict)
+from ..records import GateRecord, RoleContext, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
 from .context_rule import ContextLimit, fit_context, message_chars
 from .model_output import args_summary, call_tool, clean_text
 from .roles import Role, Roles, load_roles

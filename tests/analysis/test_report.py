@@ -291,6 +291,13 @@ def test_run_header_torn_and_missing_windows():
     assert R._run_header(ld) == (
         "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
         " · pause 0.5 s · windows 4 (1 invalid, 2 with preemption bursts)\n")
+    # a fleet run says how its roles saw the history; one recorded before the setting: shared
+    for fleet, ctx in (({"context": "per-role"}, "per-role"), ({"width": 3}, "shared")):
+        ld_f = NS(run=NS(**{**vars(run), "fleet": fleet}), summary=_summ())
+        assert R._run_header(ld_f) == (
+            "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
+            f" · role context {ctx} · pause 0.5 s · windows 4 (1 invalid, 2 with preemption "
+            "bursts)\n")
     run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
               pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"})
     ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))

@@ -6,7 +6,7 @@ from adev.fleet.config import fleet_from_dict, load_campaign, load_fleet
 
 def test_default_file_loads_and_overrides_apply():
     cfg, base = load_fleet()
-    assert cfg.width == 12 and cfg.protocol == "steady"
+    assert cfg.width == 12 and cfg.protocol == "steady" and cfg.context == "per-role"
     cfg2, _ = load_fleet(None, {"width": 3, "windows.count": 2, "windows.length_s": 60.0,
                                 "time_scale": 50.0})
     assert (cfg2.width, cfg2.windows.count, cfg2.windows.length_s) == (3, 2, 60.0)
@@ -18,6 +18,7 @@ def test_default_file_loads_and_overrides_apply():
     ({"widht": 3}, "fleet.widht"),
     ({"width": 0}, "fleet.width"),
     ({"protocol": "sprint"}, "fleet.protocol"),
+    ({"context": "per-agent"}, "fleet.context"),
     ({"windows": {"count": 0}}, "fleet.windows.count"),
     ({"windows": {"length_s": -5}}, "fleet.windows.length_s"),
     ({"windows": {"lenght_s": 5}}, "fleet.windows.lenght_s"),
@@ -102,3 +103,20 @@ def test_client_realtime_from_file_cli_and_applied_by_pin_client(monkeypatch):
     monkeypatch.setattr(event_loop, "set_realtime", lambda where: calls.append(where))
     runner.pin_client(cfg, cfg.stack_config(base))
     assert calls == ["fleet.client_realtime"]
+
+
+def test_context_from_cli_reaches_the_sessions():
+    """``--context shared`` overrides the file's per-role default, and the fleet's sessions get
+    it (``SessionContext.role_context``)."""
+    import argparse
+    import inspect
+
+    from adev.fleet import wiring
+    from adev.fleet.cli import overrides_from_args, register
+    ap = argparse.ArgumentParser()
+    register(ap.add_subparsers())
+    cfg, _ = load_fleet(None, overrides_from_args(ap.parse_args(["fleet", "--context", "shared"])))
+    assert cfg.context == "shared"
+    cfg2, _ = load_fleet(None, overrides_from_args(ap.parse_args(["fleet"])))
+    assert cfg2.context == "per-role"
+    assert "role_context=cfg.context" in inspect.getsource(wiring.make_sessions)

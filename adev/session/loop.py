@@ -4,23 +4,23 @@ A round is: architect -> contract -> test writer -> implementers (one per module
 -> integrator -> gate. Up to ``max_rounds`` (3) rounds; the session passes when the agent-written
 suite passes at a gate. Every model call sends::
 
-    [system: roles/system.md + task spec]            # shared by all sessions of a fleet
+    [system: roles/system.md + task spec (+ the agent's line)]  # shared by all sessions
     + history                                        # every earlier role turn of this session
     + [user: this role's prompt] + this turn's own assistant/tool messages
-
-With ``role_context = "per-role"`` (fleet ``context``) each role is an agent of its own: its
-system message ends, after the spec, with a line naming the role, and an implementer's its
-module too (:data:`ROLE_SYSTEM`), so every agent sees the same history behind a system message of
-its own. Sessions and roles still share
-the system prompt and the spec as leading text, but a role's prompt shares nothing past it with
-another role's: each role turn's first call computes the history anew (or finds it in the store,
-from that role's own earlier rounds), where with the default ``"shared"`` one conversation runs
-through every role and a role turn continues the previous one's KV.
 
 and a finished role turn (its prompt, replies and tool results) is appended to ``history``;
 parallel implementers start from the same history and their turns are appended in module order.
 After a failing gate the report (failing tests and their messages) is appended, so round N's
 prompts begin with round N-1's full text plus the failing-test text.
+
+With ``role_context = "per-role"`` (the default; fleet ``context``) each role is an agent of its
+own: its system message ends, after the spec, with a line naming the role, and an implementer's
+its module too (:data:`ROLE_SYSTEM`), so every agent sends the same history behind a system
+message of its own, as agent frameworks do. Sessions and agents still share the system prompt and
+the spec as leading text, but an agent's prompt shares nothing past it with another agent's: an
+agent's first call of a turn computes the history anew (or finds it in the store, from its own
+earlier rounds). With ``"shared"`` one conversation runs through every role behind one system
+message, and a role turn continues the previous turn's KV.
 
 Model output is untrusted: tool calls run through :class:`adev.session.tools.Workspace`, whose
 errors are answered to the model as tool results. A reply without a tool call is answered with a

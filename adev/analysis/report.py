@@ -60,9 +60,8 @@ def _run_header(ld: Loaded) -> str:
             f"configuration {_fmt(r.configuration)}", f"lease {_fmt(r.lease_ttl_s)} s",
             f"pause {_fmt(r.pause_s)} s", f"windows {s.windows} ({s.invalid_windows} invalid, "
             f"{s.burst_windows} with preemption bursts)"]
-    fleet = getattr(r, "fleet", None)
-    if fleet is not None:  # how its roles saw the history (fleets recorded before it: shared)
-        bits.insert(5, f"role context {fleet.get('context', 'shared')}")
+    if r.fleet is not None:  # how its roles saw the history (fleets recorded before it: shared)
+        bits.insert(5, f"role context {r.fleet.get('context', 'shared')}")
     txt = " · ".join(bits) + "\n"
     if r.torn:
         txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"

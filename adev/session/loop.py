@@ -4,7 +4,8 @@ A round is: architect -> contract -> test writer -> implementers (one per module
 -> integrator -> gate. Up to ``max_rounds`` (3) rounds; the session passes when the agent-written
 suite passes at a gate. Every model call sends::
 
-    [system: roles/system.md + task spec (+ the agent's line)]  # shared by all sessions
+    [system: roles/system.md + task spec]            # shared by all sessions of a fleet
+    (+ the agent's line: role_context "per-role")
     + history                                        # every earlier role turn of this session
     + [user: this role's prompt] + this turn's own assistant/tool messages
 

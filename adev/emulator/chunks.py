@@ -67,11 +67,3 @@ def lookup_span(hashes: Sequence[int], first: int, end: int, chunk: int,
     ends = [hashes[(j + 1) * chunk - 1] for j in range(start, stop)]
     return Span(keys=keys(ends) if ends else [], first=first, end=max(first, stop * chunk),
                 start=start, chunk=chunk)
-
-
-def save_chunks(hashes: Sequence[int], n_full: int, offered: Sequence[int], chunk: int) -> list[int]:
-    """Indices of the complete chunks (within the first ``n_full`` blocks) to put: those holding
-    at least one block whose hash is in ``offered`` (the blocks the store did not serve)."""
-    want = set(offered)
-    return [j for j in range(n_full // chunk)
-            if any(hashes[b] in want for b in range(j * chunk, (j + 1) * chunk))]

@@ -51,7 +51,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 
 from adev.clock import WAKE_TOLERANCE_S, HeldClock, Holds, arrival_from_header
-from adev.emulator.chunks import lookup_span, save_chunks
+from adev.emulator.chunks import lookup_span
 from adev.emulator.disk_device import DiskDevice
 from adev.emulator.metrics import Metrics
 from adev.emulator.pool import PrefixPool
@@ -130,6 +130,10 @@ class Engine:
         self._t_free = 0.0
         self._task: asyncio.Task | None = None
         self._bg: set[asyncio.Task] = set()
+        # the store's write path (:meth:`_save`): one save at a time, and vLLM's pressure state
+        self._save_lock = asyncio.Lock()
+        self._pressure = False
+        self._pressure_skip: set[str] = set()
         self.dead: BaseException | None = None
         self.on_finish: Callable[[Request], None] | None = None
 
@@ -256,6 +260,7 @@ class Engine:
             r.queue.put_nowait((n, r.t_last_token))
         self._writer_hold(r, _END, r.t_last_token)
         r.queue.put_nowait((0, None))
+        self._pressure_skip.discard(r.rid)
         if self.on_finish:
             self.on_finish(r)
 
@@ -443,18 +448,24 @@ class Engine:
         self._hold(id(r), t_admit + self.sched.read_path_s(0, 0)[0])
         self._spawn(self._read_path(r, t_admit, hit, self._turns.ticket()))
 
-    def _start_save(self, r: Request, hashes: list[int]) -> None:
-        """Put the complete chunks holding a block of ``hashes`` (the blocks the store did not
-        serve; see :mod:`adev.emulator.chunks`). The put costs no model time, so its objects are
-        in the store from the prefill's end on: on a held clock model time does not pass that end
-        before the real put has ended, so which later lookups, on any endpoint of the stack, find
-        them does not depend on how fast this host puts."""
+    def _start_save(self, r: Request, n_blocks: int) -> None:
+        """Put what a prefill step completed: the complete chunks (objects of ``chunk_blocks``
+        blocks, :mod:`adev.emulator.chunks`) from the request's last successful save
+        (``r.saved_blocks``) up to its first ``n_blocks`` prompt blocks, as vLLM's Mooncake store
+        connector saves each step from the worker's last successful save on (a failed or skipped
+        range is offered again by the next step). The existence check leaves out what the store
+        holds (the blocks it served too). The put costs no model time, so its objects are in the
+        store from the step's end on: on a held clock model time does not pass that end before
+        the real put has ended, so which later lookups, on any endpoint of the stack, find them
+        does not depend on how fast this host puts."""
         c = self.store.chunk_blocks
-        idx = save_chunks(r.hashes, len(r.prompt) // self.cfg.block_size, hashes, c)
-        keys = self.store.keys([r.hashes[(j + 1) * c - 1] for j in idx])
-        key = (_SAVE, id(r))
+        first, stop = r.saved_blocks // c, n_blocks // c
+        if stop <= first:
+            return
+        keys = self.store.keys([r.hashes[(j + 1) * c - 1] for j in range(first, stop)])
+        key = (_SAVE, id(r), stop)
         self._hold(key, self.now())
-        self._spawn(self._save(r, keys, c, key))
+        self._spawn(self._save(r, keys, c, key, stop * c))
 
     def _hold(self, key: object, until: float | None) -> None:
         """Hold the shared clock at model time ``until`` for ``key`` (a read, a save, the loop's
@@ -567,11 +578,34 @@ class Engine:
         return wait
 
     async def _save(self, r: Request, keys: list[str], chunk: int = 1,
-                    hold: object = None) -> None:
-        """Put ``keys`` (objects of ``chunk`` blocks each); counted per block. ``hold``: the key of
-        the clock hold :meth:`_start_save` took, released when the put has ended."""
+                    hold: object = None, upto: int | None = None) -> None:
+        """Put ``keys`` (objects of ``chunk`` blocks each, up to block ``upto`` of ``r``'s prompt);
+        counted per block. ``hold``: the key of the clock hold :meth:`_start_save` took, released
+        when the put has ended.
+
+        One save at a time, in the order the steps asked for them (vLLM's one sending thread per
+        worker), with its handling of a full store: a put refused for want of space (-200, RAM
+        full of leased objects) marks the store under pressure and the request skipped, and
+        while the store is under pressure a skipped request's later saves are not offered
+        (counted as skipped); the next put that stores every block it offers clears the
+        pressure for every request. A save that stores everything it offered, or finds nothing
+        missing, moves ``r.saved_blocks`` to ``upto``; otherwise the next step offers the range
+        again."""
         try:
-            res = await self.store.save(keys)
+            async with self._save_lock:
+                if self._pressure and r.rid in self._pressure_skip:
+                    self.m.store_put_skipped_blocks.inc(len(keys) * chunk)
+                    return
+                res = await self.store.save(keys)
+                if res.refused:
+                    self._pressure = True
+                    self._pressure_skip.add(r.rid)
+                elif not res.error:
+                    if upto is not None:
+                        r.saved_blocks = max(r.saved_blocks, upto)
+                    if res.put:
+                        self._pressure = False
+                        self._pressure_skip.clear()
         finally:
             if hold is not None:
                 self._hold(hold, None)

@@ -48,7 +48,8 @@ class Scheduler:
     """Admission, chunked prefill, preemption, the GPU prefix pool, store-hit accounting.
 
     Hooks the driver sets (all optional): ``on_load(r, t_admit, hit_blocks)`` a request needs its
-    store read; ``on_save(r, hashes)`` a prefilled request's blocks to put; ``on_tokens(r, t)``
+    store read; ``on_save(r, n_blocks)`` a step's prefill has completed ``r``'s first ``n_blocks``
+    full prompt blocks (:meth:`_on_prefill_step`); ``on_tokens(r, t)``
     ``r.n_gen`` grew, last token at model time ``t``; ``on_finish(r)`` ``r`` is done;
     ``on_event(t)`` something becomes ready at model time ``t`` (a disaggregated transfer)."""
 
@@ -60,7 +61,7 @@ class Scheduler:
         self.waiting: deque[Request] = deque()
         self.active: list[Request] = []   # admitted: loading, prefill, decode (admission order)
         self.on_load: Callable[[Request, float, int], None] | None = None
-        self.on_save: Callable[[Request, list[int]], None] | None = None
+        self.on_save: Callable[[Request, int], None] | None = None
         self.on_event: Callable[[float], None] | None = None
         self.on_tokens: Callable[[Request, float], None] | None = None
         self.on_finish: Callable[[Request], None] | None = None
@@ -420,11 +421,12 @@ class Scheduler:
             if r.state != PREFILL:
                 continue
             r.n_computed += take
+            if r.t_prefill_done is None:
+                self._on_prefill_step(r)
             if r.n_computed >= len(r.prompt) + r.n_gen:
                 r.state = DECODE
                 if r.t_prefill_done is None:
                     r.t_prefill_done = end
-                    self._on_prefilled(r)
                 self._register(r)
         # decode tokens: every request in the plan's decode set gets min(k, remaining) tokens
         prev = plan.start
@@ -479,17 +481,20 @@ class Scheduler:
         r.held.extend(got)
         r.n_anon -= len(got)
 
-    def _on_prefilled(self, r: Request) -> None:
-        """Offer the prompt's full blocks the store did not serve to the store (first prefill)."""
-        if not self.has_store or r.preemptions or r.remote_prefill:  # the prefill replica saved
+    def _on_prefill_step(self, r: Request) -> None:
+        """A step of ``r``'s first prefill has ended: offer its prompt's full blocks up to there to
+        the store, as vLLM's Mooncake store connector does per scheduler step (its
+        ``RequestTracker``: a save once the computed tokens reach a block boundary past the last
+        save; the worker then checks and puts the blocks from its own last successful save on,
+        :meth:`adev.emulator.engine.Engine._start_save`). Not after a preemption, and not for a
+        prompt prefilled on a prefill replica (that replica saved it)."""
+        if not self.has_store or r.preemptions or r.remote_prefill:
             return
-        bs = self.cfg.block_size
-        n_full = len(r.prompt) // bs
-        hit = r.gpu_hit_tokens // bs
-        got = r.ram_blocks + r.disk_blocks
-        hs = r.hashes[:hit] + r.hashes[hit + got:n_full]
-        if hs and self.on_save is not None:
-            self.on_save(r, hs)
+        n = min(r.n_computed, len(r.prompt)) // self.cfg.block_size
+        if n > r.save_sched_blocks:
+            r.save_sched_blocks = n
+            if self.on_save is not None:
+                self.on_save(r, n)
 
     def _on_first_token(self, r: Request, t_first: float) -> None:
         m = self.m

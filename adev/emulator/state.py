@@ -118,6 +118,8 @@ class Request:
     store_hit_blocks: int = 0
     put_blocks: int = 0
     put_refused_blocks: int = 0
+    save_sched_blocks: int = 0         # full prompt blocks offered to the store so far (steps)
+    saved_blocks: int = 0              # full prompt blocks up to the last successful save
     store_errors: int = 0
     preemptions: int = 0
     lookup_s: float = 0.0

@@ -17,10 +17,12 @@ What it does, per request, like vLLM's MooncakeStoreConnector:
   scaled lease; in model time it would not be) is renewed and re-read, at most ``LEASE_RETRIES``
   times in a row (a batch read in full resets the count); any other failed block and every block
   after it are recomputed;
-- save (after prefill): ``batch_is_exist`` over the request's blocks to skip present keys, then
-  ``batch_put_from`` of the missing ones in batches of ``batch_keys`` blocks; a batch with
-  refused keys (-200: RAM above the high watermark and nothing evictable, i.e. everything leased)
-  stops saving that request (no retry), and refused / never-offered blocks are counted;
+- save (per prefill step, :meth:`adev.emulator.engine.Engine._start_save`): ``batch_is_exist``
+  over the step's blocks to skip present keys, then one ``batch_put_from`` of all the missing
+  ones, as vLLM's connector puts them (``batch_keys = 0``); each refused key (-200: RAM above the
+  high watermark and nothing evictable, i.e. everything leased) is counted. With ``batch_keys >
+  0`` the puts go in batches of that many blocks and a batch with a refused key ends the save
+  (the later batches are counted as skipped, never offered);
 - model-time leases (``leases``, :class:`adev.emulator.leases.ModelLeases`, where the stack splits
   a long lease): every grant (a lookup's or a save's hits) is noted with its model time, and the
   keys whose model lease has not ended are renewed on a thread of their own (:meth:`renew`).
@@ -78,7 +80,7 @@ class StoreSettings:
     segment_bytes: int                # RAM this client contributes (>= 16 MiB)
     disk_dir: str | None = None       # offload directory (disk tier on) or None
     master_http: str | None = None    # "host:port" of the master's HTTP (metrics) server
-    batch_keys: int = 128             # blocks per batch: small batches end well inside the lease
+    batch_keys: int = 0               # blocks per put batch (0: one batch per save, as vLLM)
     load_batch_keys: int = 1024       # blocks per load call (see the module doc)
     chunk_blocks: int = 1             # blocks per store object (adev.emulator.chunks)
     io_timeout_s: float = 10.0        # wall seconds before a hung store call is given up (counted)
@@ -132,7 +134,8 @@ class MooncakeTier:
         self.s = settings
         self.chunk_blocks = settings.chunk_blocks
         self.obj_bytes = settings.payload_bytes * settings.chunk_blocks   # real bytes per object
-        self.batch = max(1, settings.batch_keys // settings.chunk_blocks)  # objects per put batch
+        # objects per put batch (0: all of a save's)
+        self.batch = max(1, settings.batch_keys // settings.chunk_blocks) if settings.batch_keys else 0
         self.load_batch = max(1, settings.load_batch_keys // settings.chunk_blocks)  # per load call
         c = settings.chunk_blocks
         self._key_prefix = f"{settings.model_name}@tp_rank:0@" + (f"c{c}@" if c > 1 else "")
@@ -416,8 +419,9 @@ class MooncakeTier:
         missing = [k for k, e in zip(cand, ex, strict=True) if not e]
         res.present = len(cand) - len(missing)
         p = self.obj_bytes
-        for i in range(0, len(missing), self.batch):
-            batch = missing[i:i + self.batch]
+        step = self.batch or len(missing)
+        for i in range(0, len(missing), step):
+            batch = missing[i:i + step]
 
             def put(c, b=batch):
                 ptr = ctypes.addressof(c.src)

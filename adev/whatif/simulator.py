@@ -92,7 +92,7 @@ class Params:
     eviction_ratio: float = 0.05
     tick_s: float = 0.1
     offload_delay_s: float = 10.0
-    batch_keys: int = 128
+    batch_keys: int = 0               # blocks per put batch (0: one batch per save, as vLLM)
     prefill_tokens_per_s: float = 14850.0
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps
@@ -175,7 +175,8 @@ def simulate(w: Workload, p: Params) -> Result:
         store = StoreModel(StoreRules(p.ram_blocks() // CB, p.lease_s, p.high_watermark,
                                       p.eviction_ratio, p.tick_s, p.disk,
                                       None if disk_cap is None else disk_cap // CB,
-                                      p.offload_delay_s, max(1, p.batch_keys // CB),
+                                      p.offload_delay_s,
+                                      max(1, p.batch_keys // CB) if p.batch_keys else 0,
                                       p.disk_writes, p.promotion_threshold if p.disk else 0,
                                       p.promotion_per_heartbeat), n_ids)
     gpu_hit = np.zeros(n, dtype=np.int64)

@@ -36,9 +36,12 @@ put (its lease timeout the copy's time; it keeps its disk copy, so eviction free
 Keys that find no room are dropped from the queue (Mooncake counts them as failed).
 
 Per call, a save mirrors the emulator's and vLLM's connector: an existence check over the blocks
-to write (leases on those present), then puts of the missing ones in batches of ``batch_keys``;
-a batch with a refused put ends the save (the batch's refused puts count as refused, later
-batches are never offered).
+to write (leases on those present), then one put of all the missing ones (``batch_keys = 0``),
+each that finds no room counted as refused; with ``batch_keys > 0``, puts in batches of that many
+and a batch with a refused put ends the save (the batch's refused puts count as refused, later
+batches are never offered). The emulator saves per prefill step, with vLLM's skipping of a
+refused request's later saves while the store is under pressure
+(:meth:`adev.emulator.engine.Engine._save`); the model saves once per call.
 """
 from __future__ import annotations
 
@@ -62,7 +65,7 @@ class StoreRules:
     disk: bool = False
     disk_capacity_blocks: int | None = None
     offload_delay_s: float = 10.0     # offload heartbeat, model seconds
-    batch_keys: int = 128
+    batch_keys: int = 0               # objects per put batch (0: one batch per save)
     disk_writes: str = "evict"        # "evict": offload when chosen; "put": offload every put
     promotion_threshold: int = 0      # reads of a disk-only key before promotion; 0 = off
     promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
@@ -316,7 +319,7 @@ class StoreModel:
         put = missing[:room]
         refused = 0
         if len(missing) > room:
-            b = self.r.batch_keys
+            b = self.r.batch_keys or len(missing)
             refused = min(len(missing), (room // b + 1) * b) - room
             self.need_eviction = True
         if len(put):   # PutEnd: GrantReadLease(0), the lease timeout is the put time

@@ -1,7 +1,7 @@
 """Store objects of whole chunks (adev.emulator.chunks), with spans worked out by hand."""
 from __future__ import annotations
 
-from adev.emulator.chunks import lookup_span, save_chunks
+from adev.emulator.chunks import lookup_span
 
 H = list(range(100, 120))          # block hashes of a 20-block prompt: block b has hash 100 + b
 
@@ -35,15 +35,6 @@ def test_one_block_per_object_is_the_block_list():
 def test_no_complete_chunk_past_the_hit():
     s = lookup_span(H, 5, 7, 4, keys)                       # chunk 1 would end at block 8
     assert s.keys == [] and s.blocks == 0 and s.per_block([]) == []
-
-
-def test_save_puts_complete_chunks_with_a_block_the_store_did_not_serve():
-    # 18 full blocks, C = 4: chunks 0-3 (16 blocks); blocks 4..9 were loaded from the store, so
-    # the offered blocks are 0-3 and 10-17: chunk 1 (4-7) is entirely loaded and not put
-    offered = H[:4] + H[10:18]
-    assert save_chunks(H, 18, offered, 4) == [0, 2, 3]
-    assert save_chunks(H, 18, offered, 1) == [0, 1, 2, 3] + list(range(10, 18))
-    assert save_chunks(H, 3, H[:3], 4) == []
 
 
 def test_span_without_a_complete_chunk_asks_for_no_keys():

@@ -245,7 +245,8 @@ def test_held_clock_keeps_a_saves_objects_in_the_store_from_the_prefills_end(tmp
     starts its save at 0.101; c, a's prompt, reaches engine 2 at 0.102. The put costs no model
     time, so model time stands at 0.101 until it has ended (held 0.005 wall s) and c's lookup
     finds a's 6 full blocks: 96 tokens from the store, 4 computed. Without the hold c would be
-    looked up at 0.102, before the put ended at 0.151, and computed whole."""
+    looked up at 0.102, before the put ended at 0.151, and computed whole. c's own prefill step
+    saves too (its existence check finds all 6 blocks there): held another 0.005 wall s."""
     async def main(loop_clock):
         clock = held_clock(tmp_path, loop_clock)
         store = FakeStore(io_s=0.00001, save_s=0.005)
@@ -265,7 +266,7 @@ def test_held_clock_keeps_a_saves_objects_in_the_store_from_the_prefills_end(tmp
     assert rc.t_arrival == pytest.approx(0.102)
     assert rc.tokens_split(16) == {"gpu": 0, "store_ram": 96, "store_disk": 0, "kv_transfer": 0,
                                   "computed": 4}
-    assert clock.held_s() == pytest.approx(0.005, abs=1e-4)
+    assert clock.held_s() == pytest.approx(0.010, abs=1e-4)
 
 
 def test_free_clock_shows_the_late_read_to_the_client():
@@ -338,8 +339,9 @@ def _rounded(text: bytes) -> str:
 
 @pytest.mark.parametrize("refused,skipped,error", [(2, 1, True), (0, 0, False)])
 def test_save_counts_accepted_refused_and_skipped_blocks(refused, skipped, error):
-    """One save of 6 keys: 3 accepted, ``refused`` refused, ``skipped`` already there. The
-    request and the endpoint's counters each add them once (refused bytes = blocks x 1 MB)."""
+    """A save of 2 objects of 2 blocks: 3 accepted, ``refused`` refused, ``skipped`` not offered.
+    The request's counters add them once, the endpoint's counters once per save (refused bytes =
+    blocks x 1 MB); a second request's save is offered whatever the first's refusals."""
     from adev.emulator.store import SaveResult
     saved = []
 
@@ -350,17 +352,50 @@ def test_save_counts_accepted_refused_and_skipped_blocks(refused, skipped, error
 
     eng = make_engine(lambda: 0.0, store=Store())
     r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
+    q = Request(rid="b", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop")
     r.put_blocks, r.put_refused_blocks, r.store_errors = 1, 1, 1
-    for _ in range(2):
-        asyncio.run(eng._save(r, ["k1", "k2"]))
+    asyncio.run(eng._save(r, ["k1", "k2"], 2))
+    asyncio.run(eng._save(q, ["k1", "k2"], 2))
     assert saved == [["k1", "k2"]] * 2
     assert (r.put_blocks, r.put_refused_blocks, r.store_errors) == (
-        1 + 6, 1 + 2 * refused, 1 + (2 if error else 0))
+        1 + 6, 1 + 2 * refused, 1 + (1 if error else 0))
     sched = eng.sched
-    assert value(sched, "adev_emulator_store_put_blocks_total") == 6
-    assert value(sched, "adev_emulator_store_put_refused_blocks_total") == 2 * refused
-    assert value(sched, "adev_emulator_store_put_refused_bytes_total") == 2 * refused * 1_000_000
-    assert value(sched, "adev_emulator_store_put_skipped_blocks_total") == 2 * skipped
+    assert value(sched, "adev_emulator_store_put_blocks_total") == 12
+    assert value(sched, "adev_emulator_store_put_refused_blocks_total") == 4 * refused
+    assert value(sched, "adev_emulator_store_put_refused_bytes_total") == 4 * refused * 1_000_000
+    assert value(sched, "adev_emulator_store_put_skipped_blocks_total") == 4 * skipped
+
+
+def test_a_refused_put_skips_the_requests_later_saves_until_a_put_stores_everything():
+    """vLLM's connector under store pressure: a's save is refused in part (-200): the store is
+    under pressure and a's next save is not offered (its 2 blocks counted as skipped), nor does
+    either move a's last successful save. b's save stores everything it offers: the pressure is
+    cleared, and a's next save offers its range again; stored in full, it moves a's last save."""
+    from adev.emulator.store import SaveResult
+    saved = []
+    answers = iter([SaveResult(put=1, refused=1), SaveResult(put=2), SaveResult(put=2)])
+
+    class Store:
+        async def save(self, keys):
+            saved.append(keys)
+            return next(answers)
+
+    eng = make_engine(lambda: 0.0, store=Store())
+    a = Request(rid="a", prompt=tokens(0, 64), out_ids=[7], finish_reason="stop")
+    b = Request(rid="b", prompt=tokens(0, 64), out_ids=[7], finish_reason="stop")
+
+    async def main():
+        await eng._save(a, ["a0", "a1"], upto=2)
+        assert eng._pressure and a.saved_blocks == 0
+        await eng._save(a, ["a0", "a1", "a2"], upto=3)      # skipped: nothing offered
+        assert saved == [["a0", "a1"]] and a.saved_blocks == 0
+        await eng._save(b, ["b0", "b1"], upto=2)
+        assert not eng._pressure and b.saved_blocks == 2
+        await eng._save(a, ["a0", "a1", "a2", "a3"], upto=4)
+    asyncio.run(main())
+    assert saved[1:] == [["b0", "b1"], ["a0", "a1", "a2", "a3"]] and a.saved_blocks == 4
+    assert (a.put_blocks, a.put_refused_blocks) == (3, 1)
+    assert value(eng.sched, "adev_emulator_store_put_skipped_blocks_total") == 3
 
 
 def test_engine_decode_step_and_abort_of_a_finished_request():
@@ -397,7 +432,7 @@ def test_stop_cancels_the_loop_and_the_store_io_in_flight():
         eng.start()
         r = Request(rid="a", prompt=tokens(0, 32), out_ids=[7], finish_reason="stop",
                     hashes=[1, 2])
-        eng._start_save(r, [1, 2])
+        eng._start_save(r, 2)
         await asyncio.sleep(0)
         [bg] = list(eng._bg)
         await eng.stop()
@@ -409,29 +444,40 @@ def test_stop_cancels_the_loop_and_the_store_io_in_flight():
 
 
 def test_start_save_accounts_to_its_request_and_stop_before_start():
+    """Objects of 2 blocks; the request's last successful save reached block 2: a step that has
+    completed 7 blocks saves the complete chunks from there, blocks 2-5 (objects keyed by blocks
+    4 and 6), and moves the last save to block 6; a step that completes no further chunk saves
+    nothing."""
     import time
 
     from adev.emulator.store import SaveResult
 
     async def main():
+        saved = []
+
         class Store:
-            chunk_blocks = 1
+            chunk_blocks = 2
 
             def keys(self, hashes):
                 return [f"k{h}" for h in hashes]
 
             async def save(self, keys):
+                saved.append(keys)
                 return SaveResult(put=len(keys))
 
         eng = make_engine(time.monotonic, store=Store())
         await eng.stop()                      # never started: nothing to cancel
-        r = Request(rid="a", prompt=tokens(0, 48), out_ids=[7], finish_reason="stop",
-                    hashes=[1, 2, 3])
-        eng._start_save(r, [1, 2, 3])
+        r = Request(rid="a", prompt=tokens(0, 120), out_ids=[7], finish_reason="stop",
+                    hashes=[1, 2, 3, 4, 5, 6, 7])
+        r.saved_blocks = 2
+        eng._start_save(r, 7)
         while eng._bg:
             await asyncio.sleep(0)
-        return r
-    assert asyncio.run(main()).put_blocks == 3
+        eng._start_save(r, 7)
+        assert not eng._bg
+        return r, saved
+    r, saved = asyncio.run(main())
+    assert saved == [["k4", "k6"]] and r.put_blocks == 4 and r.saved_blocks == 6
 
 
 def held_lag_run(tmp_path, *, hog_at: float = 0.0, hog_s: float = 0.0, writer_holds: bool = False,

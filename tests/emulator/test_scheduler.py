@@ -201,8 +201,8 @@ def test_recompute_has_no_hits():
 # ---------------------------------------------------------------------------- store hits
 def test_store_hits_from_ram_and_disk():
     s = make(has_store=True)
-    saved: list[list[int]] = []
-    s.on_save = lambda r, hs: saved.append(hs)
+    saved: list[int] = []
+    s.on_save = lambda r, n: saved.append(n)
     r = request("r", tokens(1000, 100), 1)
     s.add(r)
     out = s.step(0.0)
@@ -232,14 +232,15 @@ def test_store_hits_from_ram_and_disk():
     assert value(s, "vllm:prompt_tokens_by_source_total", source="external_kv_transfer") == 96
     assert value(s, "vllm:prompt_tokens_cached_total") == 96
     assert value(s, "adev_emulator_read_path_seconds_sum") == pytest.approx(0.019)
-    # the store served all 6 whole blocks: nothing to offer back
-    assert saved == []
+    # the prefill step completed the prompt's 6 full blocks: one save up to block 6 (the worker's
+    # existence check then finds the ones the store served)
+    assert saved == [6]
 
 
 def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     s = make(has_store=True)
-    saved: list[list[int]] = []
-    s.on_save = lambda r, hs: saved.append(hs if r is a else (r.rid, hs))
+    saved: list = []
+    s.on_save = lambda r, n: saved.append(n if r is a else (r.rid, n))
     shared = tokens(1000, 64)
     a = request("a", shared, 1)
     s.add(a)
@@ -248,7 +249,7 @@ def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     t = run_until_done(s, 0.0)
     # a: lookup 0.001, then 64 tokens (64 ms), first token decode(1, 64) = 0.01164
     assert a.t_first == pytest.approx(0.001 + 0.064 + 0.01164)
-    assert saved == [block_hashes(shared)]   # all 4 full blocks offered to the store
+    assert saved == [4]                      # the step saved up to the 4th full block
     b = request("b", shared + tokens(5000, 100), 1, t)
     s.add(b)
     s.step(t)
@@ -265,10 +266,39 @@ def test_store_hits_after_a_gpu_hit_and_the_blocks_offered_back():
     assert b.t_first - b.t_arrival == pytest.approx(0.007 + 0.020 + 0.01264)
     assert b.tokens_split(BS) == {"gpu": 64, "store_ram": 80, "store_disk": 0, "kv_transfer": 0,
                                   "computed": 20}
-    # external queries: a 64 + b (164 - 64); the blocks b computed itself are offered back:
-    # the GPU hit blocks 0..3 and the one full block after the store's (164 // 16 = 10 blocks)
+    # external queries: a 64 + b (164 - 64); b's step offers its 10 full blocks (164 // 16)
     assert value(s, "vllm:external_prefix_cache_queries_total") == 64 + 100
-    assert saved[1] == ("b", b.hashes[:4] + b.hashes[9:10])
+    assert saved[1] == ("b", 10)
+
+
+def test_each_prefill_step_offers_the_blocks_it_completed():
+    """vLLM's connector saves per scheduler step: a 150-token prompt prefilled in steps of 64
+    tokens (the budget) asks for saves up to blocks 4 (64 tokens), 8 (128) and 9 (150 // 16); a
+    70-token prompt's second step (64 -> 70 tokens) completes no new block and asks for nothing;
+    a request prefilled after a preemption asks for nothing, nor does an engine without a store."""
+    s = make(has_store=True)
+    saved: list = []
+    s.on_save = lambda r, n: saved.append((r.rid, n))
+    r = request("r", tokens(1000, 150), 1)
+    s.add(r)
+    s.step(0.0)
+    t = run_until_done(s, serve_from_store(s, r, []))
+    assert saved == [("r", 4), ("r", 8), ("r", 9)] and r.save_sched_blocks == 9
+    q = request("q", tokens(5000, 70), 1, t)
+    s.add(q)
+    s.step(t)
+    t = run_until_done(s, serve_from_store(s, q, [], now=t))
+    assert saved[3:] == [("q", 4)]
+    p = request("p", tokens(9000, 40), 1, t)
+    p.preemptions = 1
+    s.add(p)
+    s.step(t)
+    run_until_done(s, serve_from_store(s, p, [], now=t))
+    n = make(has_store=False)
+    n.on_save = s.on_save
+    n.add(request("x", tokens(7000, 40), 1))
+    run_until_done(n, 0.0)
+    assert saved[4:] == []
 
 
 def test_failed_store_load_is_recomputed_not_counted_as_served():

@@ -66,6 +66,13 @@ def test_refused_puts_end_the_save_at_the_batch():
     assert (s.put_blocks, s.refused_blocks) == (5, 1)
 
 
+def test_one_put_of_every_missing_block_counts_each_that_finds_no_room():
+    s = StoreModel(StoreRules(capacity_blocks=5, lease_s=5.0, tick_s=100.0), 100)
+    # one batch (vLLM's connector): 0..4 fit, 5..8 are all offered and refused
+    assert s.save(rng(0, 9), 0.0) == (5, 4)
+    assert (s.put_blocks, s.refused_blocks) == (5, 4)
+
+
 def test_save_existence_check_grants_leases():
     s = StoreModel(StoreRules(capacity_blocks=10, lease_s=5.0, tick_s=0.1), 100)
     s.save(rng(0, 10), 0.0)

@@ -142,9 +142,10 @@ class Metrics:
                                           "Blocks the store refused (put returned an error such as -200).")
         self.store_put_refused_bytes = c("adev_emulator_store_put_refused_bytes",
                                          "Model-scale bytes of refused blocks (blocks x bytes_per_block).")
-        self.store_put_skipped_blocks = c("adev_emulator_store_put_skipped_blocks",
-                                          "Blocks not offered: a save of a request skipped while the store is under pressure (a "
-                                          "put of it was refused), or after a refused or failed put batch.")
+        self.store_put_skipped_blocks = c(
+            "adev_emulator_store_put_skipped_blocks",
+            "Blocks not offered: a save of a request skipped while the store is under pressure "
+            "(a put of it was refused), or after a refused or failed put batch.")
         self.store_hit_blocks = c("adev_emulator_store_hit_blocks",
                                   "Store hit blocks of lookups, by the tier holding them (counted with "
                                   "vllm:external_prefix_cache_hits; failed loads are counted apart).",

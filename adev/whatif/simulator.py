@@ -92,7 +92,7 @@ class Params:
     eviction_ratio: float = 0.05
     tick_s: float = 0.1
     offload_delay_s: float = 10.0
-    batch_keys: int = 0               # blocks per put batch (0: one batch per save, as vLLM)
+    batch_keys: int = 0               # blocks per put batch, a prefill step's worth (0: one batch)
     prefill_tokens_per_s: float = 14850.0
     ram_capacity_blocks: int | None = None   # overrides ram_gb (the stack's exact segment sizes)
     decode_chunks: int = 8            # a request's output blocks are allocated in this many steps

@@ -36,12 +36,13 @@ put (its lease timeout the copy's time; it keeps its disk copy, so eviction free
 Keys that find no room are dropped from the queue (Mooncake counts them as failed).
 
 Per call, a save mirrors the emulator's and vLLM's connector: an existence check over the blocks
-to write (leases on those present), then one put of all the missing ones (``batch_keys = 0``),
-each that finds no room counted as refused; with ``batch_keys > 0``, puts in batches of that many
-and a batch with a refused put ends the save (the batch's refused puts count as refused, later
-batches are never offered). The emulator saves per prefill step, with vLLM's skipping of a
-refused request's later saves while the store is under pressure
-(:meth:`adev.emulator.engine.Engine._save`); the model saves once per call.
+to write (leases on those present), then puts of the missing ones in batches of ``batch_keys``
+(0: one batch), each put that finds no room counted as refused; a batch with a refused put ends
+the save (later batches are never offered). The emulator saves per prefill step, one put of
+every missing block of the step, and skips a refused request's later saves while the store is
+under pressure (vLLM's connector; :meth:`adev.emulator.engine.Engine._save`): the model saves
+once per call, in batches of a step's worth of blocks (``max_num_batched_tokens / block_size``,
+:func:`adev.whatif.validate.stack_params`), all at the call's prefill end.
 """
 from __future__ import annotations
 

@@ -74,6 +74,7 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   disk_read_bytes_per_s=disk_t.read_bytes_per_s,
                   tick_s=EVICT_PERIOD_REAL_S * s, offload_delay_s=_heartbeat_real_s(store, s) * s,
                   prefill_tokens_per_s=prof.prefill_tokens_per_s, ram_capacity_blocks=cap,
+                  batch_keys=max(1, prof.max_num_batched_tokens // bs),
                   chunk_blocks=int(store.get("chunk_blocks", 1)) if bs == prof.block_size else 1,
                   promotion_threshold=int(store.get("promotion_threshold", 2))
                   if store.get("promotion_on_hit") and conf == "store-ram+disk" else 0,

@@ -28,6 +28,8 @@ def test_default_stack_segments():
     assert p.lease_s == 5.0 and p.disk
     assert p.tick_s == pytest.approx(0.1) and p.offload_delay_s == pytest.approx(10.0)
     assert p.gpu_pool_tokens == 166512 and p.bytes_per_block == 1572864
+    # saves in batches of one prefill step's worth: max_num_batched_tokens 8192 / 16 = 512 blocks
+    assert p.batch_keys == 512
 
 
 def test_small_segments_are_raised_to_mooncakes_minimum():

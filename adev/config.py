@@ -450,7 +450,7 @@ class StoreSpec:
     # on its offload heartbeat, at most promotion_per_heartbeat objects per heartbeat (0: every
     # queued one; Mooncake's own default is 1) and only while RAM is below the eviction high
     # watermark. Off, as in Mooncake: a block evicted from RAM is then read from disk on every
-    # later hit, since the save after a prefill skips keys present in any tier.
+    # later hit, since a save skips keys present in any tier.
     promotion_on_hit: bool = False
     promotion_threshold: int = field(default=2, metadata={"positive": True})
     promotion_per_heartbeat: int = field(default=0, metadata={"min": 0})

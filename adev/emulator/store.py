@@ -418,6 +418,8 @@ class MooncakeTier:
             return res
         missing = [k for k, e in zip(cand, ex, strict=True) if not e]
         res.present = len(cand) - len(missing)
+        if not missing:
+            return res
         p = self.obj_bytes
         step = self.batch or len(missing)
         for i in range(0, len(missing), step):

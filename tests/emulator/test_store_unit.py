@@ -47,6 +47,41 @@ async def test_sampled_tier_query_is_exact_for_runs_and_cheap():
     assert len(asked) < 200  # sampled: ~1/16 of the keys plus the strides around tier changes
 
 
+async def test_save_puts_every_missing_key_in_one_batch_and_counts_each_refusal():
+    """vLLM's connector: one ``batch_is_exist``, then one put of every missing key (the default
+    ``batch_keys = 0``), each refused key (-200) counted; a save that finds every key present puts
+    nothing; with ``batch_keys`` set, a refused batch ends the save and the rest is skipped."""
+    from adev.emulator.store import REFUSED
+
+    def store(batch_keys=0):
+        t = tier(StoreSettings(master="127.0.0.1:1", model_name="M", payload_bytes=1024,
+                               segment_bytes=1 << 24, master_http=None, batch_keys=batch_keys))
+        ops = []
+
+        async def fake_call(op, fn, *args):
+            if args:                                  # batch_is_exist(keys)
+                ops.append(("exists", list(args[0])))
+                return [1 if k in ("k1", "k9") else 0 for k in args[0]]
+            b = fn.__defaults__[0]
+            ops.append(("put", list(b)))
+            return [0, 0] + [REFUSED] * (len(b) - 2)  # the first two fit
+        t._call = fake_call
+        return t, ops
+
+    t, ops = store()
+    keys = [f"k{i}" for i in range(8)]
+    res = await t.save(keys)
+    assert ops == [("exists", keys), ("put", [k for k in keys if k != "k1"])]
+    assert (res.present, res.offered, res.put, res.refused, res.skipped) == (1, 7, 2, 5, 0)
+    ops.clear()
+    res = await t.save(["k1", "k9"])
+    assert ops == [("exists", ["k1", "k9"])] and (res.present, res.put, res.offered) == (2, 0, 0)
+    t, ops = store(batch_keys=3)
+    res = await t.save(keys)
+    assert [o[0] for o in ops] == ["exists", "put"] and ops[1][1] == ["k0", "k2", "k3"]
+    assert (res.offered, res.put, res.refused, res.skipped) == (3, 2, 1, 4)
+
+
 async def test_load_renews_leases_before_each_later_batch():
     """Real I/O is not time-scaled but the lease is: every batch after the first is preceded by a
     ``batch_is_exist`` on exactly its keys (which renews their leases) so a long load cannot

@@ -130,9 +130,9 @@ class Engine:
         self._t_free = 0.0
         self._task: asyncio.Task | None = None
         self._bg: set[asyncio.Task] = set()
-        # the store's write path (:meth:`_save`): one save at a time, and vLLM's pressure state
+        # the store's write path (:meth:`_save`): one save at a time; the requests skipped while
+        # the store is under pressure (vLLM's connector)
         self._save_lock = asyncio.Lock()
-        self._pressure = False
         self._pressure_skip: set[str] = set()
         self.dead: BaseException | None = None
         self.on_finish: Callable[[Request], None] | None = None
@@ -448,6 +448,11 @@ class Engine:
         self._hold(id(r), t_admit + self.sched.read_path_s(0, 0)[0])
         self._spawn(self._read_path(r, t_admit, hit, self._turns.ticket()))
 
+    @property
+    def _pressure(self) -> bool:
+        """Whether the store is under pressure: a refused request waits for a put to succeed."""
+        return bool(self._pressure_skip)
+
     def _start_save(self, r: Request, n_blocks: int) -> None:
         """Put what a prefill step completed: the complete chunks (objects of ``chunk_blocks``
         blocks, :mod:`adev.emulator.chunks`) from the request's last successful save
@@ -593,18 +598,16 @@ class Engine:
         again."""
         try:
             async with self._save_lock:
-                if self._pressure and r.rid in self._pressure_skip:
+                if r.rid in self._pressure_skip:
                     self.m.store_put_skipped_blocks.inc(len(keys) * chunk)
                     return
                 res = await self.store.save(keys)
                 if res.refused:
-                    self._pressure = True
                     self._pressure_skip.add(r.rid)
                 elif not res.error:
                     if upto is not None:
                         r.saved_blocks = max(r.saved_blocks, upto)
                     if res.put:
-                        self._pressure = False
                         self._pressure_skip.clear()
         finally:
             if hold is not None:

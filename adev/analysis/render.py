@@ -54,6 +54,7 @@ LABELS = {
     "reuse_owner_share_same_session": "Same-session reuse (ownership)",
     "reuse_owner_share_cross_session": "Cross-session reuse (ownership)",
     "reuse_aged_share": "Aged reuse", "store_gib_served": "Store served (GiB)",
+    "reuse_distance_p99_s": "Reuse distance p99 (s)", "reuse_distance_max_s": "Reuse distance max (s)",
     "dispatch_p50": "Dispatch delay p50 (s)",
     "throughput_rps": "Throughput (calls/s)", "ttft_p50_s": "User TTFT p50 (s)",
     "ttft_p90_s": "User TTFT p90 (s)", "ttft_p99_s": "User TTFT p99 (s)",

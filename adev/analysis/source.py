@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from .aggregate import RunSummary
-from .render import fmt, label
+from .render import PCT_COLS, fmt, label
 
 SOURCE_FILE = Path(__file__).with_name("source_figures.toml")
 LONG_LEASE_S = 300.0
@@ -36,10 +36,17 @@ class SourceFigure:
     lo: float | None = None
     hi: float | None = None
 
+    @property
+    def share(self) -> bool:
+        """Whether the figure is a share of 0..1 (printed as a percentage); otherwise it is in
+        the unit its label names (seconds for the reuse distances)."""
+        return self.figure in PCT_COLS
+
     def text(self) -> str:
         if self.value is not None:
-            return fmt(self.value, True)
-        return f"{fmt(self.lo or 0.0, True)[:-1]}-{fmt(self.hi or 0.0, True)}"
+            return fmt(float(self.value), self.share)
+        lo, hi = fmt(float(self.lo or 0.0), self.share), fmt(float(self.hi or 0.0), self.share)
+        return f"{lo[:-1]}-{hi}" if self.share else f"{lo}-{hi}"
 
     def point_text(self) -> str:
         return point_text(self.point)
@@ -149,11 +156,13 @@ class Beside:
 
     @property
     def within(self) -> bool | None:
-        """Whether ours lies in the source's range (or within 1.5 points of its value)."""
+        """Whether ours lies in the source's range, or near its value: within 1.5 points for a
+        share, within 10% of it for a figure with a unit."""
         if self.ours is None:
             return None
-        if self.source.value is not None:
-            return abs(self.ours - self.source.value) <= 0.015
+        v = self.source.value
+        if v is not None:
+            return abs(self.ours - v) <= (0.015 if self.source.share else 0.10 * abs(v))
         return (self.source.lo or 0) <= self.ours <= (self.source.hi or 0)
 
 
@@ -182,7 +191,7 @@ def beside_markdown(rows: Sequence[Beside], only_matched: bool = True) -> str:
                 "6, 12, 18; see `adev nightly`)._\n")
     lines = ["| Point | Figure | Source | adev | Where in the source |", "|---|---|---:|---:|---|"]
     for r in shown:
-        o = r.why_missing if r.ours is None else fmt(r.ours, True)
+        o = r.why_missing if r.ours is None else fmt(r.ours, r.source.share)
         lines.append(f"| {r.source.point_text()} | {label(r.source.figure)} | {r.source.text()} "
                      f"| {o} | {r.source.where} |")
     return "\n".join(lines) + "\n"

@@ -386,7 +386,7 @@ def test_build_report_blocks_in_order(small, tmp_path):
                     "between points, held against these runs:\n\n"
                     + shapes_markdown(judge_all(summ), only_judged=True))
     # widths 1 and 3, steady: no shape's points are all present
-    assert b[2].endswith("0 of 0 judged shape(s) hold; 14 could not be judged from these runs.\n")
+    assert b[2].endswith("0 of 0 judged shape(s) hold; 15 could not be judged from these runs.\n")
     assert b[3] == "## Runs\n\n" + "\n".join("- " + R._run_header(ld).strip()
                                              for ld in loaded) + "\n"
     assert b[3].startswith("## Runs\n\n- **synth-w1** (`synth-w1-s1-steady`) · width 1 ·")

@@ -148,3 +148,17 @@ def test_malformed_shapes_name_index_and_field(tmp_path, text, message):
     p.write_text("[[shape]]\n" + text)
     with pytest.raises(ValueError, match=message):
         load(p)
+
+
+def test_the_reuse_distance_shape_is_judged_in_seconds():
+    """The data file's p99 reuse distance at 6 sessions with the pause: a band of 300-500 s,
+    judged on the run's reuse ledger and printed in seconds."""
+    sh = [s for s in load() if s.figure == "reuse_distance_p99_s"]
+    assert len(sh) == 1 and (sh[0].lo, sh[0].hi) == (300.0, 500.0) and not sh[0].share
+    near = summary(6, reuse={"distance_p99_s": 410.0})
+    far = summary(6, reuse={"distance_p99_s": 1500.0})
+    assert judge(sh[0], [near]).holds is True
+    assert judge(sh[0], [far]).holds is False
+    assert judge(sh[0], [summary(6, pause_s=0.0, reuse={"distance_p99_s": 410.0})]).holds is None
+    md = shapes_markdown(judge_all([far], sh))
+    assert "| 6 sessions, steady, pause 300 s: 300 to 500 | 1500 | **no** |" in md

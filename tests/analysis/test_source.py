@@ -75,7 +75,7 @@ def test_malformed_entry_names_index_and_field(tmp_path):
 
 
 def test_point_text_and_value_text_of_every_key():
-    f = SourceFigure("x", {"width": 1, "protocol": "batch", "pause_s": 0,
+    f = SourceFigure("gross_saving", {"width": 1, "protocol": "batch", "pause_s": 0,
                            "configuration": "store-ram", "disk_tier": "nvmeof", "lease": "short"},
                      "w", lo=0.0, hi=0.05)
     assert f.point_text() == "1 session, batch, pause 0 s, store-ram, nvmeof, short lease"
@@ -83,7 +83,7 @@ def test_point_text_and_value_text_of_every_key():
     assert SourceFigure("x", {"width": 12, "lease": 300}, "w", 0.5).point_text() == \
         "12 sessions, lease 300 s"
     assert SourceFigure("x", {}, "w", 0.5).point_text() == ""
-    assert SourceFigure("x", {}, "w", lo=-0.01, hi=0.0).text() == "-1.00-0.00%"
+    assert SourceFigure("gross_saving", {}, "w", lo=-0.01, hi=0.0).text() == "-1.00-0.00%"
 
 
 def test_point_matching_protocol_configuration_disk_tier_and_missing_lease():
@@ -130,3 +130,28 @@ def test_beside_reads_the_data_file_by_default_and_markdown_exactly():
         "6, 12, 18; see `adev nightly`)._\n")
     assert "| 12 sessions | Gross saving | 17.53% | no run at this point | T12 |" in \
         beside_markdown(none, only_matched=False)
+
+
+def test_a_figure_in_seconds_is_printed_and_judged_in_seconds():
+    mx = SourceFigure("reuse_distance_max_s", {"width": 6, "pause_s": 0}, "A", 121.5)
+    p99 = SourceFigure("reuse_distance_p99_s", {"width": 6}, "B", lo=328.0, hi=443.0)
+    assert not mx.share and mx.text() == "121.5" and p99.text() == "328-443"
+    runs = [summary(6, pause_s=0.0, reuse={"distance_max_s": 130.0, "distance_p99_s": 400.0}),
+            summary(6, pause_s=0.0, reuse={"distance_max_s": 140.0, "distance_p99_s": 500.0})]
+    rows = beside(runs, [mx, p99])
+    assert rows[0].ours == pytest.approx(135.0)
+    assert rows[0].within is False                  # 13.5 s off 121.5: over 10% of it
+    assert beside(runs[:1], [mx])[0].within is True  # 8.5 s off: within 10%
+    assert rows[1].ours == pytest.approx(450.0) and rows[1].within is False
+    md = beside_markdown(rows).splitlines()
+    assert md[2] == "| 6 sessions, pause 0 s | Reuse distance max (s) | 121.5 | 135 | A |"
+    assert md[3] == "| 6 sessions | Reuse distance p99 (s) | 328-443 | 450 | B |"
+
+
+def test_the_data_file_holds_the_reuse_distances_in_seconds():
+    by = {(f.figure, tuple(sorted(f.point.items()))): f for f in load()}
+    assert by[("reuse_distance_max_s", (("pause_s", 0), ("width", 6)))].value == 121.5
+    p99 = by[("reuse_distance_p99_s", (("pause_s", 300), ("width", 6)))]
+    assert (p99.lo, p99.hi) == (328.0, 443.0)
+    mx = by[("reuse_distance_max_s", (("pause_s", 300), ("width", 6)))]
+    assert (mx.lo, mx.hi) == (330.0, 694.0) and mx.text() == "330-694"

@@ -83,7 +83,7 @@ def test_two_nights_and_comparison(tmp_path, monkeypatch):
     # no point of this campaign is one the source measured (width 2 in steady state): said so
     assert "## The source study beside this night" in md
     assert "No run of this report was made at a point the source measured" in md
-    assert "## Shapes of the source\n\n0 of 0 judged shape(s) hold; 14 could not be judged" in md
+    assert "## Shapes of the source\n\n0 of 0 judged shape(s) hold; 15 could not be judged" in md
 
 
 def test_source_beside_a_night_at_a_source_point(tmp_path):
@@ -97,7 +97,7 @@ def test_source_beside_a_night_at_a_source_point(tmp_path):
     six = make_run(tmp_path / "six", width=6, windows=2, window_s=120, seed=2, max_prompt=20000,
                    protocol="batch")
     md = C.source_beside_markdown([str(run), str(six)])
-    assert "judged shape(s) hold; 13 could not be judged" in md
+    assert "judged shape(s) hold; 14 could not be judged" in md
     assert ("| Gross saving | the saving rises with width: 0.28% at one session, 16.12% at six "
             "(batch, no pause) | rises over 1 session, batch, pause 0 s → 6 sessions, batch, "
             "pause 0 s |") in md

@@ -76,7 +76,7 @@ LABELS = {
     "store_load_bytes_per_call": "Store loads per call (bytes)",
     "physical_read_bytes_per_call": "Disk reads per call (bytes)",
     "evicted_bytes_per_call": "Evicted per call (bytes)",
-    "unsaved_bytes": "Not saved after a refusal (bytes)",
+    "unsaved_bytes": "Refused or skipped saves (bytes)",
     "disk_read_rate_Bps": "Disk read rate while loading (B/s)",
     "disk_read_avg_Bps": "Disk reads per run second (B/s)",
     "disk_wait_mean_s": "Disk device wait, mean (s)",

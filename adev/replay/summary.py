@@ -37,8 +37,11 @@ with its reason in ``missing``.
   reads the disk as a load does); ``physical_read_share`` = physical_read_bytes /
   store_load_bytes (None without loads);
   ``refused_share``: :func:`adev.analysis.figures.refusal_share` of the endpoints' refused and
-  accepted blocks; ``unsaved_bytes`` = (refused + skipped blocks: those a request then stopped
-  saving) x model bytes per block, the prefilled KV the store never received; ``evictions`` =
+  accepted blocks; ``unsaved_bytes`` = (refused + skipped blocks) x model bytes per block: the KV
+  that saves offered and the store refused, and the KV that saves skipped while the store was
+  under pressure would have offered, per save (a refused or skipped range is offered again by the
+  request's next prefill step, so a block can count more than once, and a block counted here may
+  be stored by a later save); ``evictions`` =
   the master's successful eviction cycles; ``evicted_bytes`` = its evicted bytes x payload scale
   (model bytes); ``disk_read_rate_Bps``: :func:`adev.analysis.figures.disk_rate_estimate` over
   the calls' tier split and load time (the rate of a load while it runs);

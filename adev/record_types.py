@@ -40,12 +40,14 @@ passed), ``failed`` (tests still failing after the last round), ``ended`` (stopp
 limit: context, steps, no progress), ``error`` (an LLM call or the harness failed),
 ``cancelled`` (the fleet stopped it)."""
 
-RoleContext = Literal["shared", "per-role"]
+RoleContext = Literal["shared", "per-role", "per-round"]
 """How a session's roles see its history (:mod:`adev.session.loop`): ``shared`` (one
 conversation through every role: one system message, so a role turn continues the previous
-turn's prefix) or ``per-role`` (each role, and each implementer's module, an agent of its own: a
+turn's prefix), ``per-role`` (each role, and each implementer's module, an agent of its own: a
 system message of its own ahead of the same history, so agents share only the system prompt and
-the spec)."""
+the spec) or ``per-round`` (the session's earlier rounds one conversation ahead of every agent,
+then a line naming the agent, then this round's history: agents share the earlier rounds and
+nothing of the current one)."""
 
 WindowProtocol = Literal["batch", "steady"]
 """The fleet protocol that cut a measurement window: ``steady`` (fixed-length windows of a

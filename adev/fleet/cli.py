@@ -30,7 +30,8 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--protocol", choices=get_args(WindowProtocol))
     p.add_argument("--context", choices=get_args(RoleContext),
                    help="how roles see the session's history: shared (one conversation through "
-                        "every role) or per-role (each role a system message of its own)")
+                        "every role), per-role (each role a system message of its own) or "
+                        "per-round (earlier rounds shared ahead of each role's line)")
     p.add_argument("--windows", type=int, help="steady: number of windows")
     p.add_argument("--window-length", type=float, metavar="S", help="steady: window length")
     p.add_argument("--runs", type=int, help="batch: independent runs (fresh stack each)")

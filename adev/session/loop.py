@@ -46,6 +46,7 @@ turn to the next or to the gate, clean-up) holds model time too (:meth:`_Session
 from __future__ import annotations
 
 import asyncio
+import bisect
 import contextlib
 import json
 import shutil
@@ -141,6 +142,10 @@ ROLE_SYSTEM = ("\nYou are the team's {title}{module}. The team's work so far fol
                "instructions come last.\n")
 """The line that ends an agent's own system message with ``role_context = "per-role"``
 (``module``: `` of `path` `` for an implementer, else empty)."""
+ROUND_AGENT = ("You are the team's {title}{module}. The team's work in this round follows; your "
+               "instructions come last.")
+"""With ``role_context = "per-round"``: the message naming the agent after the earlier rounds'
+history and before this round's (``module`` as in :data:`ROLE_SYSTEM`)."""
 
 
 class _Session:
@@ -197,6 +202,20 @@ class _Session:
             self._role_system[(role.name, path)] = msg
         return msg
 
+    def prompt(self, role: Role, module: Any, rnd: int,
+               local: list[dict[str, Any]]) -> list[dict[str, Any]]:
+        """The messages of a call of ``role`` in round ``rnd`` (the module docstring): the system
+        message, the history and this turn's ``local`` messages; with ``role_context =
+        "per-round"`` the agent's line (:data:`ROUND_AGENT`) stands between the earlier rounds'
+        history and this round's."""
+        if self.ctx.role_context != "per-round":
+            return [self.system_for(role, module), *self.history, *local]
+        cut = bisect.bisect_left(self.history_round, rnd)  # rounds are appended in order
+        path = module.path if module is not None else ""
+        line = {"role": "user", "content": ROUND_AGENT.format(
+            title=role.name.replace("_", " "), module=f" of `{path}`" if path else "")}
+        return [self.system, *self.history[:cut], line, *self.history[cut:], *local]
+
     def _workspace(self) -> Workspace:
         if self.ws is None:
             raise RuntimeError("the session has no workspace yet (run_session creates it)")
@@ -243,11 +262,12 @@ class _Session:
         finished = False
         reason = None
         for step in range(st.step_limit):
-            messages = [self.system_for(role, module), *self.history, *local]
+            messages = self.prompt(role, module, rnd, local)
             max_tokens = self.fit_context(messages, tools_chars, st.max_tokens, endpoint)
             call_id = f"{self.sid}/r{rnd}/{tag}/s{step}"
             res = await self.chat(endpoint, messages, tools, max_tokens, role, rnd, step,
-                                  call_id, tools_chars, slot)
+                                  call_id, tools_chars, slot,
+                                  rebuild=lambda: self.prompt(role, module, rnd, local))
             if res is None:  # context refused twice
                 raise _SessionEnd("ended", f"context_limit: {tag} round {rnd}: the endpoint "
                                   "refused the prompt as over its context")
@@ -293,7 +313,8 @@ class _Session:
 
     async def chat(self, endpoint: str, messages: list[dict[str, Any]], tools: list, max_tokens:
                    int, role: Role, rnd: int, step: int, call_id: str,
-                   tools_chars: int, slot: int | None = None) -> ChatResult | None:
+                   tools_chars: int, slot: int | None = None,
+                   rebuild: Callable[[], list[dict[str, Any]]] | None = None) -> ChatResult | None:
         ctx = self.ctx
         for refusal in range(2):
             # counted when made: a call cancelled with its session (a parallel sibling's fault)
@@ -308,7 +329,8 @@ class _Session:
             except ContextLengthError:
                 # our estimate was low: measure it as 25% worse and re-fit, once
                 self.cpt *= 0.8
-                messages[:] = [messages[0], *self.history, *messages[1 + len(self.history):]]
+                if rebuild is not None:  # the prompt again from the (elided) history
+                    messages[:] = rebuild()
                 max_tokens = self.fit_context(messages, tools_chars, max_tokens, endpoint)
                 continue
             except LLMError as e:

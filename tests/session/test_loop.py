@@ -171,6 +171,49 @@ async def test_per_role_context_gives_each_agent_its_own_system_message(tmp_path
     assert [a["messages"][1:] for a in llm2.requests] == [b["messages"][1:] for b in llm.requests]
 
 
+async def test_per_round_context_puts_earlier_rounds_ahead_of_every_agent(tmp_path):
+    """``role_context = "per-round"``: every call sends the shared system message, then the
+    session's earlier rounds (so round N's calls of every agent begin with the full text of
+    round N-1 and its gate report), then the agent's line, then this round's history; within a
+    round the messages after the agent's line are those of one shared conversation."""
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    seed = seed_for(oracle, 2)
+    ctx, llm, _ = make_ctx(tmp_path / "a", oracle, role_context="per-round")
+    out = await run_session(ctx, task, seed, "s1")
+    assert out.status == "passed" and out.rounds == 2
+    lead = task.shared_prefix(ctx.roles.system_prompt)
+    assert all(r["messages"][0] == {"role": "system", "content": lead} for r in llm.requests)
+    line = "You are the team's {}. The team's work in this round follows; your instructions come last."
+    paths = sorted(m.path for m in task.modules)
+    r1 = [r for r in llm.requests if r["round"] == 1]
+    r2 = [r for r in llm.requests if r["round"] == 2]
+    # round 1: the agent's line right after the system message
+    assert {r["messages"][1]["content"] for r in r1 if r["role"] == "implementer"} == {
+        line.format(f"implementer of `{p}`") for p in paths}
+    assert all(r["messages"][1] == {"role": "user", "content": line.format(
+        r["role"].replace("_", " "))} for r in r1 if r["role"] != "implementer")
+    # round 2: every call begins with round 1's whole text and the gate report, then its line
+    last1 = r1[-1]["messages"]
+    report = next(i for i, m in enumerate(r2[0]["messages"]) if m["role"] == "user"
+                  and m["content"].startswith("## Gate report, round 1: FAIL"))
+    prefix = r2[0]["messages"][:report + 1]
+    assert prefix[:2] == [last1[0]] + last1[2:3]       # round 1 without the integrator's line
+    for r in r2:
+        assert r["messages"][:report + 1] == prefix
+        assert r["messages"][report + 1]["content"] in (
+            {line.format(f"implementer of `{p}`") for p in paths} if r["role"] == "implementer"
+            else {line.format(r["role"].replace("_", " "))})
+    # the same calls as one shared conversation, each with the agent's line inserted
+    ctx2, llm2, _ = make_ctx(tmp_path / "b", OraclePolicy(tasks={"calc": task}),
+                             role_context="shared")
+    await run_session(ctx2, task, seed, "s1")
+    assert len(llm2.requests) == len(llm.requests)
+    for a, b in zip(llm2.requests, llm.requests, strict=True):
+        cut = report + 1 if b["round"] == 2 else 1
+        assert b["messages"][:cut] + b["messages"][cut + 1:] == a["messages"]
+
+
 async def test_tool_errors_are_answered_and_recorded(tmp_path):
     bad = PolicyReply(content="trying", tool_calls=[
         ToolCall("write_file", json.dumps({"path": "../escape.py", "content": "x"})),

@@ -21,11 +21,20 @@ import copy
 import re
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
+from typing import Literal
 
 from .config import ROOT, ConfigError, from_dict, load_toml
 
 TASKS_DIR = ROOT / "fleets" / "tasks"
 """Folder holding the built-in tasks."""
+
+SpecPlace = Literal["prompt", "file"]
+"""Where a session's agents find the task spec: ``prompt`` (all of it in every call's leading text)
+or ``file`` (the leading text carries its opening section; the whole spec is the workspace's
+:data:`SPEC_FILE`, which the architect reads)."""
+SPEC_FILE = "SPEC.md"
+SPEC_FILE_LINE = (f"The whole specification, module by module, is the workspace's `{SPEC_FILE}`: "
+                  "read it before you plan or write anything it covers.\n")
 
 ACCEPTANCE_DIR = "acceptance"
 TESTS_DIR = "tests"
@@ -158,9 +167,16 @@ class Task:
         return dest
 
     # ---- the text roles see -----------------------------------------------------------
-    def shared_prefix(self, system_prompt: str) -> str:
-        """The leading text all sessions of a fleet share: system prompt, then the spec."""
-        return f"{system_prompt.rstrip()}\n\n{self.spec.strip()}\n"
+    def shared_prefix(self, system_prompt: str, spec: SpecPlace = "prompt") -> str:
+        """The leading text all sessions of a fleet share: system prompt, then the spec, or with
+        ``spec = "file"`` the spec's opening section (its title and statement, the text before
+        its first level-2 heading) and a line saying the whole spec is the workspace's
+        :data:`SPEC_FILE`."""
+        if spec == "prompt":
+            return f"{system_prompt.rstrip()}\n\n{self.spec.strip()}\n"
+        head = self.spec_sections()[0]
+        statement = head[1].strip() if head[0] == "" else ""
+        return (f"{system_prompt.rstrip()}\n\n{statement}\n\n" + SPEC_FILE_LINE)
 
     def spec_sections(self) -> list[tuple[str, str]]:
         """The spec cut at level-2 headings: [(heading, text including the heading)].

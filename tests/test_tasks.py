@@ -15,7 +15,7 @@ import pytest
 
 from adev.config import ConfigError
 from adev.gate.base import parse_junit
-from adev.tasks import Mistake, Task, apply_mistake, list_tasks, load_task, public_interface
+from adev.tasks import SPEC_FILE_LINE, Mistake, Task, apply_mistake, list_tasks, load_task, public_interface
 
 TASKS = list_tasks()
 DEVICE_BYTES = 64 * 1024 * 1024
@@ -75,6 +75,12 @@ def test_task_shape(name):
     for m in t.modules:
         assert m.path in t.module_section(m.path), f"no spec section for {m.path}"
     assert t.shared_prefix("SYSTEM").startswith("SYSTEM\n\n# ")
+    # with the spec as a workspace file: its opening section only, and where the rest is
+    short = t.shared_prefix("SYSTEM", "file")
+    head = t.spec_sections()[0][1].strip()
+    assert short == f"SYSTEM\n\n{head}\n\n{SPEC_FILE_LINE}" and "SPEC.md" in SPEC_FILE_LINE
+    assert len(short) < len(t.shared_prefix("SYSTEM")) / 3
+    assert not any(m.path in short for m in t.modules)   # no module section in the leading text
 
 
 @pytest.mark.parametrize("name", TASKS)

@@ -7,6 +7,7 @@ from typing import get_args
 
 from ..gate.registry import GATES
 from ..records import RoleContext, WindowProtocol
+from ..tasks import SpecPlace
 
 OVERRIDES = {  # CLI option dest -> dotted fleet key
     "width": "width", "protocol": "protocol", "windows": "windows.count",
@@ -15,7 +16,7 @@ OVERRIDES = {  # CLI option dest -> dotted fleet key
     "stack": "stack", "warmup_max": "warmup.max_s", "scrape_interval": "scrape_interval_s",
     "results_dir": "results_dir", "drain": "drain_s", "min_completed": "warmup.min_completed",
     "client_realtime": "client_realtime", "allow_unconfined_gate": "allow_unconfined_gate",
-    "context": "context",
+    "context": "context", "spec": "spec",
 }
 
 
@@ -32,6 +33,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                    help="how roles see the session's history: shared (one conversation through "
                         "every role), per-role (each role a system message of its own) or "
                         "per-round (earlier rounds shared ahead of each role's line)")
+    p.add_argument("--spec", choices=get_args(SpecPlace),
+                   help="where agents find the task spec: prompt (all of it in every call's "
+                        "leading text) or file (its opening there, the whole spec as SPEC.md)")
     p.add_argument("--windows", type=int, help="steady: number of windows")
     p.add_argument("--window-length", type=float, metavar="S", help="steady: window length")
     p.add_argument("--runs", type=int, help="batch: independent runs (fresh stack each)")

@@ -16,6 +16,7 @@ from typing import Any, Literal
 
 from ..config import ROOT, ConfigError, StackConfig, check_cpus, from_dict, load_stack, load_toml
 from ..records import RoleContext, WindowProtocol
+from ..tasks import SpecPlace
 
 DEFAULT_FLEET = ROOT / "fleets" / "default.toml"
 
@@ -88,6 +89,9 @@ class FleetConfig:
     # how roles see the session's history: one conversation, or each role with a system message
     # of its own (adev.session.loop, RoleContext)
     context: RoleContext = "per-role"
+    # where agents find the task spec: all of it in every call's leading text, or its opening
+    # section there and the whole spec as the workspace's SPEC.md (adev.tasks.SpecPlace)
+    spec: SpecPlace = "prompt"
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
     drain_s: float = field(default=300.0, metadata={"min": 0, "help":
                            "steady: wait this long for the last window's calls to finish"})

@@ -61,6 +61,7 @@ from ..client.stream import ChatResult
 from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, no_release, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
 from ..records import GateRecord, RoleContext, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
+from ..tasks import SPEC_FILE, SpecPlace
 from .context_rule import ContextLimit, fit_context, message_chars
 from .model_output import args_summary, call_tool, clean_text
 from .roles import Role, Roles, load_roles
@@ -94,6 +95,7 @@ class SessionContext:
     max_file_bytes: int = 256 * 1024
     failing_text_chars: int = 6000
     role_context: RoleContext = "per-role"
+    spec: SpecPlace = "prompt"  # where agents find the task spec (adev.tasks.SpecPlace)
 
     @property
     def ledger(self):
@@ -153,7 +155,7 @@ class _Session:
         self.ctx, self.task, self.seed, self.sid = ctx, task, seed, session_id
         self.run_id = ctx.run_dir.run_id
         self.system = {"role": "system",
-                       "content": task.shared_prefix(ctx.roles.system_prompt)}
+                       "content": task.shared_prefix(ctx.roles.system_prompt, ctx.spec)}
         self._role_system: dict[tuple[str, str], dict[str, Any]] = {}
         self.history: list[dict[str, Any]] = []
         self.history_round: list[int] = []  # round each history message belongs to
@@ -495,6 +497,8 @@ async def run_session(ctx: SessionContext, task: Any, seed: int, session_id: str
         if wroot.exists():
             shutil.rmtree(wroot)
         s.ws = Workspace(wroot, max_file_bytes=ctx.max_file_bytes)
+        if ctx.spec == "file":
+            (wroot / SPEC_FILE).write_text(task.spec)
         status: SessionStatus = "error"
         acceptance: Verdict | None = None
         reason: str | None = None

@@ -214,6 +214,33 @@ async def test_per_round_context_puts_earlier_rounds_ahead_of_every_agent(tmp_pa
         assert b["messages"][:cut] + b["messages"][cut + 1:] == a["messages"]
 
 
+async def test_spec_as_a_workspace_file(tmp_path):
+    """``spec = "file"``: every call's leading text is the system prompt and the spec's opening
+    section, the whole spec is the workspace's SPEC.md, and the architect reads it in round 1,
+    so the rest of the session sees it in its history (a tool result), not in its leading text."""
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    seed = seed_for(oracle, 1)
+    ctx, llm, _ = make_ctx(tmp_path, oracle, spec="file")
+    out = await run_session(ctx, task, seed, "s1")
+    assert out.status == "passed"
+    lead = task.shared_prefix(ctx.roles.system_prompt, "file")
+    assert lead != task.shared_prefix(ctx.roles.system_prompt) and "SPEC.md" in lead
+    assert task.spec.strip() not in lead
+    assert all(r["messages"][0]["content"].startswith(lead) for r in llm.requests)
+    arch = [r for r in llm.requests if r["role"] == "architect"]
+    reads = [m for m in arch[1]["messages"] if m["role"] == "tool" and m["content"] == task.spec]
+    assert len(reads) == 1                       # read once, in the architect's first step
+    later = llm.requests[-1]["messages"]
+    assert sum(m["role"] == "tool" and m["content"] == task.spec for m in later) == 1
+    assert (tmp_path / "run" / "workspaces" / "s1" / "SPEC.md").read_text() == task.spec
+    # with the spec in the prompt (the default) nobody reads a SPEC.md
+    ctx2, llm2, _ = make_ctx(tmp_path / "b", OraclePolicy(tasks={"calc": task}))
+    await run_session(ctx2, task, seed, "s1")
+    assert not any("SPEC.md" in (m.get("content") or "") for r in llm2.requests
+                   for m in r["messages"][1:])
+
+
 async def test_tool_errors_are_answered_and_recorded(tmp_path):
     bad = PolicyReply(content="trying", tool_calls=[
         ToolCall("write_file", json.dumps({"path": "../escape.py", "content": "x"})),

@@ -41,6 +41,7 @@ import re
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from ...tasks import SPEC_FILE
 from .base import PolicyReply, PolicyRequest, ToolCall
 from .oracle_config import OracleConfig
 from .oracle_mistakes import Mistake, apply_mistake, mistake_pool
@@ -53,6 +54,7 @@ from .oracle_text import (
     message_text,
     plan_text,
     role_reasoning,
+    spec_is_file,
     tests_for,
     voice,
 )
@@ -193,6 +195,8 @@ class OraclePolicy:
             calls = [_call("list_files", path=".")]
             if st.rnd > 1:
                 calls.append(_call("read_file", path="INTEGRATION.md"))
+            elif spec_is_file(st.history):  # the spec is a workspace file: read it
+                calls.append(_call("read_file", path=SPEC_FILE))
             return (f"I'll look at the workspace{' and the integrator notes' if st.rnd > 1 else ''}"
                     " before writing the plan.", role_reasoning("architect", t, st), calls)
         if st.step == 1:

@@ -10,6 +10,8 @@ from dataclasses import dataclass
 from pathlib import PurePosixPath
 from typing import TYPE_CHECKING, Any
 
+from ...tasks import SPEC_FILE_LINE
+
 if TYPE_CHECKING:
     from .oracle import OraclePolicy
 
@@ -184,3 +186,10 @@ def failing_files(history: list[dict[str, Any]]) -> list[str]:
             if GATE_HEAD.search(text):
                 return sorted(set(NODE.findall(text)))
     return []
+
+
+def spec_is_file(history: list[dict[str, Any]]) -> bool:
+    """Whether the request's system message says the task spec is a workspace file (fleet
+    ``spec = "file"``: :data:`adev.tasks.SPEC_FILE_LINE`), which the architect then reads."""
+    line = SPEC_FILE_LINE.strip()
+    return any(m.get("role") == "system" and line in message_text(m) for m in history)

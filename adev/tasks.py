@@ -4,7 +4,8 @@ A task lives in ``fleets/tasks/<name>/``::
 
     task.toml      name, title, modules = [{path, summary}], needs_block_device, test_timeout_s,
                    optional mistakes = [{path, find, replace, note}] (seeded bugs the tests catch)
-    spec.md        the long task spec every session of a fleet shares (leading text)
+    spec.md        the long task spec; its opening section (or all of it) is the leading text
+                   every session of a fleet shares (:meth:`Task.shared_prefix`)
     reference/     reference implementation, files at their workspace paths
     tests/         reference tests (what a test writer would write), workspace paths ``tests/...``
     acceptance/    hidden acceptance tests, workspace paths ``acceptance/...``

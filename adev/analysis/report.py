@@ -62,6 +62,8 @@ def _run_header(ld: Loaded) -> str:
             f"{s.burst_windows} with preemption bursts)"]
     if r.fleet is not None:  # how its roles saw the history (fleets recorded before it: shared)
         bits.insert(5, f"role context {r.fleet.get('context', 'shared')}")
+        # where its agents found the task spec (fleets recorded before the setting: the prompt)
+        bits.insert(6, f"spec {r.fleet.get('spec', 'prompt')}")
     txt = " · ".join(bits) + "\n"
     if r.torn:
         txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"

@@ -91,7 +91,7 @@ class FleetConfig:
     context: RoleContext = "per-role"
     # where agents find the task spec: all of it in every call's leading text, or its opening
     # section there and the whole spec as the workspace's SPEC.md (adev.tasks.SpecPlace)
-    spec: SpecPlace = "prompt"
+    spec: SpecPlace = "file"
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
     drain_s: float = field(default=300.0, metadata={"min": 0, "help":
                            "steady: wait this long for the last window's calls to finish"})

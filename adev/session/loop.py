@@ -9,6 +9,11 @@ suite passes at a gate. Every model call sends::
     + history                                        # every earlier role turn of this session
     + [user: this role's prompt] + this turn's own assistant/tool messages
 
+(with ``role_context = "per-round"`` the agent's line is a message between the earlier rounds'
+history and this round's; with ``spec = "file"`` the system message carries the spec's opening
+section only, the whole spec is the workspace's ``SPEC.md``, and the architect reads it in round
+1, so it reaches later calls as a tool result in the history.)
+
 and a finished role turn (its prompt, replies and tool results) is appended to ``history``;
 parallel implementers start from the same history and their turns are appended in module order.
 After a failing gate the report (failing tests and their messages) is appended, so round N's
@@ -21,7 +26,10 @@ message of its own, as agent frameworks do. Sessions and agents still share the 
 the spec as leading text, but an agent's prompt shares nothing past it with another agent's: an
 agent's first call of a turn computes the history anew (or finds it in the store, from its own
 earlier rounds). With ``"shared"`` one conversation runs through every role behind one system
-message, and a role turn continues the previous turn's KV.
+message, and a role turn continues the previous turn's KV. With ``"per-round"`` the session's
+earlier rounds are one conversation ahead of every agent (round N's calls all begin with the
+full text of round N-1 and its gate report), and each agent's line stands before this round's
+history.
 
 Model output is untrusted: tool calls run through :class:`adev.session.tools.Workspace`, whose
 errors are answered to the model as tool results. A reply without a tool call is answered with a
@@ -95,7 +103,7 @@ class SessionContext:
     max_file_bytes: int = 256 * 1024
     failing_text_chars: int = 6000
     role_context: RoleContext = "per-role"
-    spec: SpecPlace = "prompt"  # where agents find the task spec (adev.tasks.SpecPlace)
+    spec: SpecPlace = "file"  # where agents find the task spec (adev.tasks.SpecPlace)
 
     @property
     def ledger(self):

@@ -291,12 +291,15 @@ def test_run_header_torn_and_missing_windows():
     assert R._run_header(ld) == (
         "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
         " · pause 0.5 s · windows 4 (1 invalid, 2 with preemption bursts)\n")
-    # a fleet run says how its roles saw the history; one recorded before the setting: shared
-    for fleet, ctx in (({"context": "per-role"}, "per-role"), ({"width": 3}, "shared")):
+    # a fleet run says how its roles saw the history and where the spec was; one recorded
+    # before the settings: shared, in the prompt
+    for fleet, ctx, spec in (({"context": "per-role", "spec": "file"}, "per-role", "file"),
+                             ({"width": 3}, "shared", "prompt")):
         ld_f = NS(run=NS(**{**vars(run), "fleet": fleet}), summary=_summ())
         assert R._run_header(ld_f) == (
             "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
-            f" · role context {ctx} · pause 0.5 s · windows 4 (1 invalid, 2 with preemption "
+            f" · role context {ctx} · spec {spec} · pause 0.5 s · windows 4 (1 invalid, 2 with "
+            "preemption "
             "bursts)\n")
     run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
               pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"}, fleet=None)

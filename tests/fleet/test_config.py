@@ -121,8 +121,8 @@ def test_context_from_cli_reaches_the_sessions():
     assert cfg2.context == "per-role"
     assert "role_context=cfg.context" in inspect.getsource(wiring.make_sessions)
     cfg3, _ = load_fleet(None, overrides_from_args(ap.parse_args(
-        ["fleet", "--context", "per-round", "--spec", "file"])))
-    assert (cfg3.context, cfg3.spec, cfg2.spec) == ("per-round", "file", "prompt")
+        ["fleet", "--context", "per-round", "--spec", "prompt"])))
+    assert (cfg3.context, cfg3.spec, cfg2.spec) == ("per-round", "prompt", "file")
     assert "spec=cfg.spec" in inspect.getsource(wiring.make_sessions)
     with pytest.raises(ConfigError, match="spec"):
         load_fleet(None, {"spec": "inline"})

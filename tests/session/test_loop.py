@@ -17,6 +17,7 @@ from adev.gate.local import LocalGate
 from adev.records import CallRecord, RunDir
 from adev.session.loop import SessionContext, run_session
 from adev.session.roles import load_roles
+from adev.tasks import SPEC_FILE_LINE
 
 from .fakes import PolicyLLM, ScriptedPolicy, call
 from .tinytask import tiny_task
@@ -116,9 +117,10 @@ async def test_resend_rule_round_n_begins_with_round_n_minus_1(tmp_path):
     # cached tokens grow by round (first call of each round vs the previous round's first)
     firsts = [next(c for c in out.call_tokens if c[0] == n) for n in (1, 2, 3)]
     assert firsts[0][3] < firsts[1][3] < firsts[2][3]
-    # the shared leading text: system prompt + spec, the same in every call
-    lead = task.shared_prefix(ctx.roles.system_prompt)
-    assert lead.endswith(task.spec.strip() + "\n")
+    # the shared leading text: system prompt + the spec's opening and where the rest is (the
+    # default, spec = "file"), the same in every call
+    lead = task.shared_prefix(ctx.roles.system_prompt, ctx.spec)
+    assert ctx.spec == "file" and lead.endswith(SPEC_FILE_LINE)
     assert all(r["messages"][0]["content"].startswith(lead) for r in llm.requests)
 
 
@@ -146,7 +148,7 @@ async def test_per_role_context_gives_each_agent_its_own_system_message(tmp_path
     seed = seed_for(oracle, 2)
     out = await run_session(ctx, task, seed, "s1")
     assert out.status == "passed" and out.rounds == 2
-    lead = task.shared_prefix(ctx.roles.system_prompt)
+    lead = task.shared_prefix(ctx.roles.system_prompt, ctx.spec)
     tails: dict[str, set[str]] = {}
     for r in llm.requests:
         sys_msg = r["messages"][0]
@@ -182,7 +184,7 @@ async def test_per_round_context_puts_earlier_rounds_ahead_of_every_agent(tmp_pa
     ctx, llm, _ = make_ctx(tmp_path / "a", oracle, role_context="per-round")
     out = await run_session(ctx, task, seed, "s1")
     assert out.status == "passed" and out.rounds == 2
-    lead = task.shared_prefix(ctx.roles.system_prompt)
+    lead = task.shared_prefix(ctx.roles.system_prompt, ctx.spec)
     assert all(r["messages"][0] == {"role": "system", "content": lead} for r in llm.requests)
     line = "You are the team's {}. The team's work in this round follows; your instructions come last."
     paths = sorted(m.path for m in task.modules)
@@ -215,7 +217,7 @@ async def test_per_round_context_puts_earlier_rounds_ahead_of_every_agent(tmp_pa
 
 
 async def test_spec_as_a_workspace_file(tmp_path):
-    """``spec = "file"``: every call's leading text is the system prompt and the spec's opening
+    """``spec = "file"`` (the default): every call's leading text is the system prompt and the spec's opening
     section, the whole spec is the workspace's SPEC.md, and the architect reads it in round 1,
     so the rest of the session sees it in its history (a tool result), not in its leading text."""
     task = tiny_task()
@@ -234,8 +236,8 @@ async def test_spec_as_a_workspace_file(tmp_path):
     later = llm.requests[-1]["messages"]
     assert sum(m["role"] == "tool" and m["content"] == task.spec for m in later) == 1
     assert (tmp_path / "run" / "workspaces" / "s1" / "SPEC.md").read_text() == task.spec
-    # with the spec in the prompt (the default) nobody reads a SPEC.md
-    ctx2, llm2, _ = make_ctx(tmp_path / "b", OraclePolicy(tasks={"calc": task}))
+    # with the spec in the prompt nobody reads a SPEC.md
+    ctx2, llm2, _ = make_ctx(tmp_path / "b", OraclePolicy(tasks={"calc": task}), spec="prompt")
     await run_session(ctx2, task, seed, "s1")
     assert not any("SPEC.md" in (m.get("content") or "") for r in llm2.requests
                    for m in r["messages"][1:])

@@ -158,6 +158,12 @@ ROUND_AGENT = ("You are the team's {title}{module}. The team's work in this roun
 history and before this round's (``module`` as in :data:`ROLE_SYSTEM`)."""
 
 
+def _agent_words(role: Role, path: str) -> dict[str, str]:
+    """The fields of :data:`ROLE_SYSTEM` and :data:`ROUND_AGENT` for ``role`` (``path``: an
+    implementer's module, else empty)."""
+    return {"title": role.name.replace("_", " "), "module": f" of `{path}`" if path else ""}
+
+
 class _Session:
     def __init__(self, ctx: SessionContext, task: Any, seed: int, session_id: str):
         self.ctx, self.task, self.seed, self.sid = ctx, task, seed, session_id
@@ -206,8 +212,7 @@ class _Session:
         path = module.path if module is not None else ""
         msg = self._role_system.get((role.name, path))
         if msg is None:
-            line = ROLE_SYSTEM.format(title=role.name.replace("_", " "),
-                                      module=f" of `{path}`" if path else "")
+            line = ROLE_SYSTEM.format(**_agent_words(role, path))
             msg = {"role": "system", "content": self.system["content"] + line}
             self._role_system[(role.name, path)] = msg
         return msg
@@ -222,8 +227,7 @@ class _Session:
             return [self.system_for(role, module), *self.history, *local]
         cut = bisect.bisect_left(self.history_round, rnd)  # rounds are appended in order
         path = module.path if module is not None else ""
-        line = {"role": "user", "content": ROUND_AGENT.format(
-            title=role.name.replace("_", " "), module=f" of `{path}`" if path else "")}
+        line = {"role": "user", "content": ROUND_AGENT.format(**_agent_words(role, path))}
         return [self.system, *self.history[:cut], line, *self.history[cut:], *local]
 
     def _workspace(self) -> Workspace:
@@ -276,8 +280,7 @@ class _Session:
             max_tokens = self.fit_context(messages, tools_chars, st.max_tokens, endpoint)
             call_id = f"{self.sid}/r{rnd}/{tag}/s{step}"
             res = await self.chat(endpoint, messages, tools, max_tokens, role, rnd, step,
-                                  call_id, tools_chars, slot,
-                                  rebuild=lambda: self.prompt(role, module, rnd, local))
+                                  call_id, tools_chars, slot)
             if res is None:  # context refused twice
                 raise _SessionEnd("ended", f"context_limit: {tag} round {rnd}: the endpoint "
                                   "refused the prompt as over its context")
@@ -323,8 +326,7 @@ class _Session:
 
     async def chat(self, endpoint: str, messages: list[dict[str, Any]], tools: list, max_tokens:
                    int, role: Role, rnd: int, step: int, call_id: str,
-                   tools_chars: int, slot: int | None = None,
-                   rebuild: Callable[[], list[dict[str, Any]]] | None = None) -> ChatResult | None:
+                   tools_chars: int, slot: int | None = None) -> ChatResult | None:
         ctx = self.ctx
         for refusal in range(2):
             # counted when made: a call cancelled with its session (a parallel sibling's fault)
@@ -337,10 +339,9 @@ class _Session:
                     call_id=call_id if not refusal else f"{call_id}+trim", role=role.name,
                     round=rnd, step=step, hold_slot=slot)
             except ContextLengthError:
-                # our estimate was low: measure it as 25% worse and re-fit, once
+                # our estimate was low: measure it as 25% worse and re-fit, once (eliding
+                # history in place: ``messages`` holds the same message dicts)
                 self.cpt *= 0.8
-                if rebuild is not None:  # the prompt again from the (elided) history
-                    messages[:] = rebuild()
                 max_tokens = self.fit_context(messages, tools_chars, max_tokens, endpoint)
                 continue
             except LLMError as e:

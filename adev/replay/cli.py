@@ -70,7 +70,7 @@ from .experiment import (
 from .format import Trace, TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
-from .traces import new_prompt_tokens
+from .traces import new_prompt_tokens, working_set_tokens
 
 T = TypeVar("T")
 
@@ -213,6 +213,7 @@ def _main(args: argparse.Namespace) -> int:
               file=sys.stderr)
         return 2
     mean = mean_prompt(sessions)
+    held = float(working_set_tokens(sessions, trace.block_tokens).mean())
     prompts = [c.prompt_tokens for cs in sessions for c in cs]
     prefill = base.model_profile().prefill_time
     active = (min(auto_active(prompts, prefill), len(sessions)) if args.active == "auto"
@@ -230,7 +231,7 @@ def _main(args: argparse.Namespace) -> int:
                      f"tokens), rounded, at most the slice's {len(sessions)} sessions (--active "
                      "sets another)")
     bases = {exp: base if args.stack else
-             _sized(base, dataclasses.replace(opts, experiment=exp), mean, args, notes)
+             _sized(base, dataclasses.replace(opts, experiment=exp), mean, held, args, notes)
              for exp in exps}
     for line in notes:
         print(line, file=sys.stderr)
@@ -239,6 +240,9 @@ def _main(args: argparse.Namespace) -> int:
     print(f"new prompt tokens: {new.mean():,.0f} per call, {new.sum() / max(1, prompt):.1%} of "
           "prompt tokens (past the longest prefix an earlier call sent: the KV the store takes "
           "in per call)", file=sys.stderr)
+    print(f"working set per session: {held:,.0f} tokens, {held / max(1.0, mean):.2f} x the mean "
+          "prompt (at each call, its prompt and the latest prompt of each of its session's other "
+          "chains that a later call continues)", file=sys.stderr)
     from ..records import new_run_id
     out = Path(args.out) if args.out else ROOT / "results" / "replays" / new_run_id("replay")
     out.mkdir(parents=True, exist_ok=True)
@@ -326,13 +330,13 @@ def _with_gpu_pool(base: StackConfig, given: int) -> StackConfig:
     return dataclasses.replace(base, gpu_pool_tokens=given)
 
 
-def _sized(base: StackConfig, opts: ReplayOptions, mean: float,
+def _sized(base: StackConfig, opts: ReplayOptions, mean: float, held: float,
            args: argparse.Namespace, notes: list[str]) -> StackConfig:
     """The replay's own stack for experiment ``opts.experiment``: its RAM store and GPU prefix
     pool, unless ``--ram-gb`` / ``--gpu-pool-tokens`` give them, sized to the experiment's
-    working set (:func:`working_set_scale`, each derivation added to ``notes``), and its payload
-    scale."""
-    f_ram, f_pool = working_set_scale(opts, mean)
+    working set (:func:`working_set_scale`: ``mean`` prompt and ``held`` tokens per session, each
+    derivation added to ``notes``), and its payload scale."""
+    f_ram, f_pool = working_set_scale(opts, mean, held)
     exp = opts.experiment
     why = {"short": f"{opts.active} active sessions / {SOURCE_ACTIVE}",
            "long": f"a gap of {opts.gap} calls / {SOURCE_GAP}",
@@ -342,8 +346,9 @@ def _sized(base: StackConfig, opts: ReplayOptions, mean: float,
         ram = scaled_ram_gb(f_ram)
         base = dataclasses.replace(base, store=dataclasses.replace(base.store, ram_gb=ram))
         notes.append(f"{exp}: RAM store {ram:.1f} GB at model scale = the source's 256 GiB x "
-                     f"{why} x this slice's mean prompt {mean:,.0f} / the source's {src:,.0f} "
-                     "tokens (--ram-gb sets another)")
+                     f"{why} x this slice's working set per session {held:,.0f} / the source's "
+                     f"{src:,.0f} tokens (its mean prompt: one conversation per session; "
+                     "--ram-gb sets another)")
     if args.gpu_pool_tokens is None:
         prof = base.model_profile()
         pool = scaled_gpu_pool(f_pool, prof.bytes_per_token, prof.max_model_len)

@@ -115,26 +115,34 @@ def auto_active(prompts: Sequence[int] | np.ndarray, prefill: PrefillTime) -> in
     return max(1, round(SOURCE_ACTIVE * source_prefill_s(prefill) / here))
 
 
-def working_set_scale(opts: ReplayOptions, mean_prompt: float) -> tuple[float, float]:
+def working_set_scale(opts: ReplayOptions, mean_prompt: float,
+                      working_set: float | None = None) -> tuple[float, float]:
     """(RAM store, GPU prefix pool) of a replay relative to the source's: the replay's working
     set in tokens over the source's, so that the store and the pools hold the same share of it
-    as the source's did. With ``m = mean prompt / source mean prompt``:
+    as the source's did. With ``m = mean prompt / source mean prompt`` and ``w = working set /
+    source mean prompt``, ``working set`` the mean tokens a session must keep to serve its later
+    calls (:func:`adev.replay.traces.working_set_tokens`; the mean prompt when not given):
 
-        short gap:   RAM = pool = active / 16 x m                (the active sessions' contexts)
-        long gap:    RAM = gap / 128 x m                         (the contexts between two turns)
-                     pool = max in flight / 16 x m               (the contexts in flight)
-        timestamps:  RAM = pool = m
+        short gap:   RAM = active / 16 x w,  pool = active / 16 x m   (the active sessions)
+        long gap:    RAM = gap / 128 x w                              (the sessions between two turns)
+                     pool = max in flight / 16 x m                    (the contexts in flight)
+        timestamps:  RAM = w, pool = m
 
-    With the source's schedule and 16 active sessions, or the long gap's, they are ``m``: as many
-    mean-sized contexts as the source's held. With ``--active auto`` (:func:`auto_active`) the
-    short gap holds the source's prefill work, and its working set in tokens follows."""
+    The source's sessions were one conversation each (one agent's trajectory), so its working
+    set per session was its mean prompt; a session of several agents, each continuing a prompt
+    of its own, keeps several prompts' worth, and the store holds them. The pool holds the
+    contexts of the calls being served, one prompt per call, whatever the session keeps. With
+    the source's schedule and 16 active sessions, or the long gap's, and one conversation per
+    session, both are ``m``: as many mean-sized contexts as the source's held. With ``--active
+    auto`` (:func:`auto_active`) the short gap holds the source's prefill work, and its working
+    set in tokens follows."""
     m = mean_prompt / source_mean_prompt()
+    w = (mean_prompt if working_set is None else working_set) / source_mean_prompt()
     if opts.experiment == "short":
-        f = opts.active / SOURCE_ACTIVE * m
-        return f, f
+        return opts.active / SOURCE_ACTIVE * w, opts.active / SOURCE_ACTIVE * m
     if opts.experiment == "long":
-        return opts.gap / SOURCE_GAP * m, opts.max_in_flight / SOURCE_IN_FLIGHT * m
-    return m, m
+        return opts.gap / SOURCE_GAP * w, opts.max_in_flight / SOURCE_IN_FLIGHT * m
+    return w, m
 
 
 def scaled_ram_gb(scale: float) -> float:

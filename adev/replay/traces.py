@@ -14,13 +14,14 @@ import argparse
 import itertools
 import json
 import sys
+from collections.abc import Sequence
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from .format import Trace, TraceError, read_trace, write_trace
+from .format import Call, Trace, TraceError, read_trace, write_trace
 from .importers import IMPORTERS, import_adev_run
 
 GROUPS = ((0, 32768, "<=32K"), (32768, 65536, "32-64K"), (65536, 98304, "64-96K"),
@@ -46,7 +47,8 @@ class TraceStats:
     session (tokens, p50 and mean over all consecutive pairs); ``gap``: t[k+1] - t[k] within a
     session (seconds, where both calls have a time); ``interarrival``: consecutive call times
     over the whole trace (seconds); ``new_tokens_mean`` and ``new_share``:
-    :func:`new_prompt_tokens` per call (mean) and summed over prompt tokens summed."""
+    :func:`new_prompt_tokens` per call (mean) and summed over prompt tokens summed;
+    ``working_set_mean``: :func:`working_set_tokens` per call (mean)."""
 
     sessions: int
     calls: int
@@ -67,6 +69,7 @@ class TraceStats:
     block_tokens: int
     new_tokens_mean: float | None = None
     new_share: float | None = None
+    working_set_mean: float | None = None
 
 
 def new_prompt_tokens(trace: Trace) -> np.ndarray:
@@ -97,6 +100,77 @@ def new_prompt_tokens(trace: Trace) -> np.ndarray:
     return out
 
 
+def _chain_keys(blocks: list[int]) -> list[int]:
+    """Prefix-chained keys of a call's blocks: block k's key names blocks 0..k, as a prefix
+    cache keys a block by its whole prefix."""
+    key, out = 0, []
+    for b in blocks:
+        key = hash((key, b))
+        out.append(key)
+    return out
+
+
+def working_set_tokens(sessions: Sequence[Sequence[Call]], block_tokens: int) -> np.ndarray:
+    """Per call (sessions in the given order, each in turn order), the tokens of its session's
+    *working set* as the call is sent: the call's prompt tokens and the blocks (x
+    ``block_tokens``) of the latest prompt of each of the session's other chains that a later
+    call continues, those the call's prompt holds counted once. It is what a cache must keep of
+    the session, at that call, to serve every later call from where its chain stopped.
+
+    A *chain* is a run of calls each of which continues the one before: a call continues the
+    chain whose latest prompt shares the most leading blocks with it, when those are at least half
+    of that prompt's blocks, and then becomes that chain's latest prompt; otherwise it starts a
+    chain of its own (so does every call of a trace without block ids). One conversation is one
+    chain, and its working set at each call is that call's prompt: the mean is the mean prompt.
+    A session of agents each with a prompt of its own (a fleet run's roles, ``context =
+    "per-role"``) has a chain per agent, and its working set is several prompts at once: a
+    replay that sized its store by the mean prompt would give such a session a fraction of the
+    room the source's store gave one of its conversations.
+
+        working set at c = prompt_tokens(c) + block_tokens x |U_h keys(latest prompt of h) - keys(c)|
+
+    over the session's chains ``h`` other than c's that have a call after c.
+    """
+    out: list[float] = []
+    for calls in sessions:
+        keys = [_chain_keys(c.blocks) for c in calls]
+        chain: list[int] = []
+        latest: list[int] = []          # chain -> index of its latest call so far
+        for i, ks in enumerate(keys):
+            best, lead = -1, 0
+            for h, j in enumerate(latest):
+                n = 0
+                for x, y in zip(keys[j], ks, strict=False):
+                    if x != y:
+                        break
+                    n += 1
+                if n > lead:
+                    best, lead = h, n
+            if best >= 0 and 2 * lead >= len(keys[latest[best]]):
+                latest[best] = i
+            else:
+                best = len(latest)
+                latest.append(i)
+            chain.append(best)
+        last = {h: i for i, h in enumerate(chain)}
+        count: dict[int, int] = {}       # keys of the other chains' latest prompts -> how many
+        held: dict[int, int] = {}        # chain -> the call whose keys it holds in ``count``
+        for i, h in enumerate(chain):
+            if h in held:
+                for k in set(keys[held.pop(h)]):
+                    count[k] -= 1
+                    if not count[k]:
+                        del count[k]
+            own = set(keys[i])
+            others = len(count) - sum(1 for k in own if k in count)
+            out.append(float(calls[i].prompt_tokens + others * block_tokens))
+            if last[h] != i:
+                held[h] = i
+                for k in own:
+                    count[k] = count.get(k, 0) + 1
+    return np.array(out, dtype=float)
+
+
 def trace_stats(trace: Trace) -> TraceStats:
     sess = trace.sessions()
     pt = np.array([c.prompt_tokens for c in trace.calls], dtype=float)
@@ -114,6 +188,7 @@ def trace_stats(trace: Trace) -> TraceStats:
     ts = np.sort(np.array([c.t for c in trace.calls if c.t is not None], dtype=float))
     turns = np.array([len(cs) for cs in sess.values()], dtype=float)
     new = new_prompt_tokens(trace)
+    ws = working_set_tokens(list(sess.values()), trace.block_tokens)
     return TraceStats(
         sessions=len(sess), calls=len(trace.calls), turns_p50=_q(turns, 50),
         turns_max=int(turns.max()) if len(turns) else 0,
@@ -126,7 +201,8 @@ def trace_stats(trace: Trace) -> TraceStats:
         duration_s=float(ts[-1] - ts[0]) if len(ts) > 1 else None,
         block_tokens=trace.block_tokens,
         new_tokens_mean=float(new.mean()) if len(new) else None,
-        new_share=float(new.sum()) / float(pt.sum()) if pt.sum() > 0 else None)
+        new_share=float(new.sum()) / float(pt.sum()) if pt.sum() > 0 else None,
+        working_set_mean=float(ws.mean()) if len(ws) else None)
 
 
 def format_stats(s: TraceStats) -> str:
@@ -145,7 +221,11 @@ def format_stats(s: TraceStats) -> str:
              f"new prompt tokens (past the longest prefix an earlier call sent): mean "
              f"{f(s.new_tokens_mean)} per call, "
              + ("n/a" if s.new_share is None else f"{100 * s.new_share:.1f}%")
-             + " of prompt tokens"]
+             + " of prompt tokens",
+             f"working set per session (the latest prompt of each of its chains): mean "
+             f"{f(s.working_set_mean)} tokens"
+             + ("" if not s.working_set_mean or not s.prompt_tokens_mean else
+                f", {s.working_set_mean / s.prompt_tokens_mean:.2f} x the mean prompt")]
     return "\n".join(lines)
 
 

@@ -250,6 +250,35 @@ def test_each_experiment_of_one_replay_gets_the_stack_sized_to_its_working_set(t
         ("long", 40, pytest.approx(274.877906944 * m), pytest.approx(476_774 * m, abs=1))]
 
 
+def test_the_store_is_sized_to_the_sessions_working_set(tmp_path, monkeypatch, capsys):
+    from adev.replay.experiment import source_mean_prompt
+    seen = []
+
+    async def fake_matrix(trace, sessions, base, names, seeds, opts, *a, **kw):
+        seen.append((base.store.ram_gb, base.gpu_pool_tokens))
+        raise _Stop
+    monkeypatch.setattr("adev.replay.cli.run_matrix", fake_matrix)
+    # each session two agents, A and B, sharing block 0, each call 2,008 blocks (32,128 tokens):
+    # A1, B1, A2, B2, the second call of each agent continuing its first. Working sets (block 0
+    # counted once): A1 32,128; B1 32,128 + A1's other 2,007 blocks x 16 = 64,240; A2 the same
+    # (B1 held for B2); B2 32,128 (A has no later call): mean 48,184. The pool: the mean prompt
+    def agent(tag: int, n: int) -> list[int]:
+        return [0] + [tag * 10_000 + k for k in range(1, n)]
+    calls = []
+    for i in range(16):
+        a, b = agent(1, 2008), agent(2, 2008)
+        calls += [Call(f"s{i}", 0, 32_128, 1, blocks=a), Call(f"s{i}", 1, 32_128, 1, blocks=b),
+                  Call(f"s{i}", 2, 32_128, 1, blocks=a), Call(f"s{i}", 3, 32_128, 1, blocks=b)]
+    p = write_trace(Trace(16, calls), tmp_path / "t.jsonl")
+    with pytest.raises(_Stop):
+        main(["replay", str(p), "--experiment", "long", "--time-scale", "10", "--profile",
+              "qwen3-coder-30b-a3b-128k", "--out", str(tmp_path / "o")])
+    src = source_mean_prompt()
+    assert seen == [(pytest.approx(274.877906944 * 48_184 / src),
+                     pytest.approx(476_774 * 32_128 / src, abs=1))]
+    assert "working set per session: 48,184 tokens, 1.50 x the mean prompt" in capsys.readouterr().err
+
+
 def test_auto_active_offers_the_sources_prefill_work_and_the_working_set_scale():
     from adev.config import PrefillTime, load_model_profile
     from adev.replay.experiment import (
@@ -287,6 +316,12 @@ def test_auto_active_offers_the_sources_prefill_work_and_the_working_set_scale()
         pytest.approx(0.5), pytest.approx(1.0))
     assert working_set_scale(ReplayOptions("timestamps", active=29), half) == (
         pytest.approx(0.5), pytest.approx(0.5))
+    # sessions that keep two prompts' worth (agents of their own): the store holds the working
+    # set, the pool the calls' contexts: half-size prompts, a full-size working set
+    full = 64_240.3
+    for exp in ("short", "long", "timestamps"):
+        assert working_set_scale(ReplayOptions(exp), half, full) == (
+            pytest.approx(1.0), pytest.approx(0.5))
 
 
 def test_active_must_be_auto_or_a_positive_integer(tmp_path, capsys):

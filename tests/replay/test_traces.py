@@ -85,3 +85,25 @@ def test_cli_bad_trace_exit_2(tmp_path, capsys, content, msg):
     assert main(["trace", "stats", str(p)]) == 2
     err = capsys.readouterr().err
     assert msg in err and err.count("\n") == 1
+
+
+def test_working_set_holds_each_chain_a_later_call_continues():
+    from adev.replay.traces import working_set_tokens
+    # agents A and B share block 1; A2 continues A1 (4 of A1's 4 blocks), B2 continues B1
+    # (4 of 4); B1 shares 1 of A1's 4 blocks (under half): a chain of its own
+    a1, b1 = Call("s", 0, 70, 1, blocks=[1, 3, 4, 7]), Call("s", 1, 66, 1, blocks=[1, 5, 6, 8])
+    a2 = Call("s", 2, 100, 1, blocks=[1, 3, 4, 7, 9, 10])
+    b2 = Call("s", 3, 80, 1, blocks=[1, 5, 6, 8, 11])
+    # a1: its prompt, 70; b1: 66 + A1's 4 blocks less block 1 (b1 holds it): 66 + 3 x 16 = 114;
+    # a2: 100 + B1's 3 blocks past block 1 = 148; b2: A has no later call: 80
+    assert working_set_tokens([[a1, b1, a2, b2]], 16).tolist() == [70, 114, 148, 80]
+    # one conversation: each call's prompt; a call sharing exactly half its chain's blocks
+    # continues it (c2), one sharing less starts a chain (c3's chain holds c2 for c4)
+    c1, c2 = Call("t", 0, 40, 1, blocks=[1, 2]), Call("t", 1, 64, 1, blocks=[1, 2, 3, 4])
+    c3 = Call("t", 2, 50, 1, blocks=[1, 9, 9, 9])
+    c4 = Call("t", 3, 90, 1, blocks=[1, 2, 3, 4, 5])
+    assert working_set_tokens([[c1, c2], [c1, c2, c3, c4]], 16).tolist() == [
+        40, 64, 40, 64, 50 + 3 * 16, 90]
+    # no block ids: every call its own chain, never continued: the prompt alone
+    s = trace_stats(_trace())
+    assert s.working_set_mean == pytest.approx((100 + 100000 + 40000 + 70000) / 4)

@@ -222,7 +222,8 @@ def format_stats(s: TraceStats) -> str:
              f"{f(s.new_tokens_mean)} per call, "
              + ("n/a" if s.new_share is None else f"{100 * s.new_share:.1f}%")
              + " of prompt tokens",
-             f"working set per session (the latest prompt of each of its chains): mean "
+             f"working set per session (a call's prompt and each other chain a later call "
+             f"continues): mean "
              f"{f(s.working_set_mean)} tokens"
              + ("" if not s.working_set_mean or not s.prompt_tokens_mean else
                 f", {s.working_set_mean / s.prompt_tokens_mean:.2f} x the mean prompt")]

@@ -138,8 +138,8 @@ def cmd_capacity(args: argparse.Namespace) -> int:
     elif measured is not None:
         per = measured.kv_per_session_max_bytes if args.kv_stat == "max" \
             else measured.kv_per_session_mean_bytes
-        per_src = (f"measured: {args.kv_stat} over {measured.sessions} sessions of the largest "
-                   f"prompt x {bpt} B/token ({args.run})")
+        per_src = (f"measured: {args.kv_stat} over {measured.sessions} sessions of the "
+                   f"{measured.kv_per_session_source} x {bpt} B/token ({args.run})")
     else:
         raise ConfigError("give KV per session: --kv-per-session, --context-tokens or --run")
     rate = parse_bytes(args.new_kv_per_hour, "--new-kv-per-hour") if args.new_kv_per_hour \

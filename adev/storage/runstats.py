@@ -5,8 +5,13 @@
   from the run's calls that hit no cache (``cached_tokens`` 0 or absent, and no store tokens in
   the emulator's extension field): the median over those calls of
   ``(t_first_content - t_sent) / prompt_tokens``;
-- KV per session: each session's largest prompt (the context it holds at its end) x bytes per
-  token; the planner takes the mean and the largest over sessions;
+- KV per session: each session's largest working set x bytes per token; the planner takes the
+  mean and the largest over sessions. A session's working set at one of its calls is that
+  call's prompt and the latest prompt of each other chain of the session that a later call
+  continues (:func:`adev.replay.traces.working_set_tokens`, from the run's reuse ledger): a
+  session of one conversation holds its largest prompt, one whose roles are agents of their own
+  (``context = "per-role"``) a prompt per agent. A run without a reuse ledger gives each
+  session's largest prompt (``kv_per_session_source`` says which);
 - new KV per hour: tokens the run computed (prefilled), which become new KV, per model hour:
   ``sum(computed) * bytes_per_token / (span_s / 3600)``, with computed tokens from the
   emulator's extension field when present, else ``prompt_tokens - cached_tokens``, and the span
@@ -21,6 +26,7 @@ from pathlib import Path
 import numpy as np
 
 from ..config import ConfigError
+from ..replay.format import TraceError
 
 
 @dataclass
@@ -34,6 +40,7 @@ class RunKV:
     span_s: float
     new_kv_bytes_per_hour: float
     computed_source: str
+    kv_per_session_source: str = "largest prompt"
 
 
 def _load(path: str | Path):
@@ -72,6 +79,13 @@ def run_kv(path: str | Path, bytes_per_token: int | None = None) -> RunKV:
     peak = c.groupby("session_id")["prompt_tokens"].max().dropna()
     if not len(peak):
         raise ConfigError(f"{path}: no call records prompt_tokens")
+    kv_src = "largest prompt"
+    try:
+        held = _working_set_peaks(path)
+    except TraceError as e:
+        held, kv_src = None, f"largest prompt (the reuse ledger was not read: {e})"
+    if held is not None and len(held):
+        peak, kv_src = held, "largest working set (reuse ledger)"
     srv = c["srv_tok_computed"]
     if srv.notna().all():
         computed, src = float(srv.sum()), "emulator extension field (tokens.computed)"
@@ -86,4 +100,20 @@ def run_kv(path: str | Path, bytes_per_token: int | None = None) -> RunKV:
                  kv_per_session_mean_bytes=float(peak.mean()) * bpt,
                  kv_per_session_max_bytes=float(peak.max()) * bpt, computed_tokens=computed,
                  span_s=span, new_kv_bytes_per_hour=computed * bpt / (span / 3600.0),
-                 computed_source=src)
+                 computed_source=src, kv_per_session_source=kv_src)
+
+
+def _working_set_peaks(path: str | Path) -> np.ndarray | None:
+    """Each session's largest working set in tokens (module doc), or None without a reuse
+    ledger."""
+    from ..analysis.ledger import has_ledger
+    from ..replay.importers import import_adev_run
+    from ..replay.traces import working_set_tokens
+    if not has_ledger(path):
+        return None
+    trace = import_adev_run(path)
+    sessions = list(trace.sessions().values())
+    ws = working_set_tokens(sessions, trace.block_tokens)
+    ends = np.cumsum([len(cs) for cs in sessions])
+    return np.array([ws[e - len(cs):e].max() for cs, e in zip(sessions, ends, strict=True)
+                     if len(cs)], dtype=float)

@@ -60,3 +60,28 @@ def test_missing_profile_and_missing_run(tmp_path):
     assert run_kv(tmp_path / "r1", bytes_per_token=10).bytes_per_token == 10
     with pytest.raises(ConfigError, match="not found"):
         run_kv(tmp_path / "nope")
+
+
+def test_kv_per_session_is_the_largest_working_set_with_a_reuse_ledger(tmp_path):
+    from adev.analysis.ledger import LedgerWriter
+    rd = RunDir.create("r2", base=tmp_path)
+    rd.write_json("manifest.json", {"run_id": "r2", "time_scale": 10.0, "config": {
+        "stack": {"profile": "qwen3-coder-30b-a3b", "store": {"lease_ttl_s": 5}}}})
+    lead = list(range(16))                        # one block every agent's prompt begins with
+    a1, b1 = lead + list(range(100, 148)), lead + list(range(200, 248))   # 4 blocks each
+    a2, b2 = a1 + list(range(300, 332)), b1 + list(range(400, 416))       # 6 and 5 blocks
+    c1, c2 = list(range(500, 532)), list(range(500, 580))                 # one conversation
+    led = LedgerWriter(rd, block_size=16)
+    for t, (sid, cid, tok) in enumerate([("s1", "a1", a1), ("s1", "b1", b1), ("s2", "c1", c1),
+                                         ("s1", "a2", a2), ("s1", "b2", b2), ("s2", "c2", c2)]):
+        led.add(float(t), sid, cid, tok)
+        rd.append(CallRecord(run_id="r2", session_id=sid, call_id=cid, endpoint="coder",
+                             t_sent=float(t), t_end=t + 0.5, prompt_tokens=len(tok),
+                             completion_tokens=1))
+    led.close()
+    rd.close()
+    k = run_kv(rd.path)
+    # s1: a1 64; b1 64 + a1's 3 blocks past the shared one = 112; a2 96 + b1's 3 = 144; b2 80
+    # (a has no later call): 144. s2: its largest prompt, 80. Largest prompts would give 96, 80
+    assert k.kv_per_session_source == "largest working set (reuse ledger)"
+    assert (k.kv_per_session_max_bytes, k.kv_per_session_mean_bytes) == (144 * BPT, 112 * BPT)

@@ -70,7 +70,7 @@ from .experiment import (
 from .format import Trace, TraceError, read_trace
 from .pace import MIN_SCALE
 from .routing import DEFAULT_THRESHOLD_TOKENS, POLICIES
-from .traces import new_prompt_tokens, working_set_tokens
+from .traces import new_prompt_tokens, split_chains, working_set_tokens
 
 T = TypeVar("T")
 
@@ -161,6 +161,11 @@ def _main(args: argparse.Namespace) -> int:
     except TraceError as e:
         print(f"adev replay: {e}", file=sys.stderr)
         return 2
+    if args.split_chains:
+        before = len(trace.sessions())
+        trace = split_chains(trace)
+        print(f"--split-chains: {before:,} sessions -> {len(trace.sessions()):,} chains, each "
+              "replayed as a session", file=sys.stderr)
     names, seeds = _names(args.configurations), _seeds(args.seeds)
     exps = _experiments(args.experiment)
     scale = None if args.time_scale == "auto" else _scale("--time-scale", args.time_scale)
@@ -499,6 +504,11 @@ def register(subparsers: Any) -> None:
                         "file's). No replay figure depends on it: a first token always leaves at "
                         "its own model time, and inter-token latency is (end - first token) / "
                         "(tokens - 1)")
+    p.add_argument("--split-chains", action="store_true",
+                   help="replay each chain of a session as a session of its own: a call "
+                        "continues the earlier call it shares most of its leading blocks with, "
+                        "so a fleet run's agents (context = per-role) become one session each "
+                        "(adev.replay.traces.split_chains)")
     p.add_argument("--sessions", type=int, default=None, help="replay at most N sessions")
     p.add_argument("--min-turns", type=int, default=2, help="sessions with at least K turns")
     p.add_argument("--skip", type=int, default=0, help="skip the first M matching sessions")

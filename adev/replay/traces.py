@@ -11,6 +11,7 @@ The format is described in :mod:`adev.replay.format` (and docs/replay.md); impor
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import itertools
 import json
 import sys
@@ -110,6 +111,46 @@ def _chain_keys(blocks: list[int]) -> list[int]:
     return out
 
 
+def _chains(keys: Sequence[Sequence[int]]) -> list[int]:
+    """The chain of each call of one session (:func:`working_set_tokens`), given each call's
+    :func:`_chain_keys`: 0, 1, ... in order of each chain's first call."""
+    chain: list[int] = []
+    latest: list[int] = []          # chain -> index of its latest call so far
+    for i, ks in enumerate(keys):
+        best, lead = -1, 0
+        for h, j in enumerate(latest):
+            n = 0
+            for x, y in zip(keys[j], ks, strict=False):
+                if x != y:
+                    break
+                n += 1
+            if n > lead:
+                best, lead = h, n
+        if best >= 0 and 2 * lead >= len(keys[latest[best]]):
+            latest[best] = i
+        else:
+            best = len(latest)
+            latest.append(i)
+        chain.append(best)
+    return chain
+
+
+def split_chains(trace: Trace) -> Trace:
+    """The trace with each session's chains (:func:`working_set_tokens`) as sessions of their own:
+    session ``<session>/<k>`` for its k-th chain (in order of first call), its calls renumbered
+    from turn 0 in their order. A session of agents each continuing a prompt of its own (a fleet
+    run's roles) becomes one session per agent, each one agent's trajectory as the source's
+    replayed sessions were; a conversation stays one session (``<session>/0``)."""
+    calls: list[Call] = []
+    for sid, cs in trace.sessions().items():
+        chain = _chains([_chain_keys(c.blocks) for c in cs])
+        turns: dict[int, int] = {}
+        for c, h in zip(cs, chain, strict=True):
+            calls.append(dataclasses.replace(c, session=f"{sid}/{h}", turn=turns.get(h, 0)))
+            turns[h] = turns.get(h, 0) + 1
+    return Trace(trace.block_tokens, calls, dict(trace.source), dict(trace.contents))
+
+
 def working_set_tokens(sessions: Sequence[Sequence[Call]], block_tokens: int) -> np.ndarray:
     """Per call (sessions in the given order, each in turn order), the tokens of its session's
     *working set* as the call is sent: the call's prompt tokens and the blocks (x
@@ -134,24 +175,7 @@ def working_set_tokens(sessions: Sequence[Sequence[Call]], block_tokens: int) ->
     out: list[float] = []
     for calls in sessions:
         keys = [_chain_keys(c.blocks) for c in calls]
-        chain: list[int] = []
-        latest: list[int] = []          # chain -> index of its latest call so far
-        for i, ks in enumerate(keys):
-            best, lead = -1, 0
-            for h, j in enumerate(latest):
-                n = 0
-                for x, y in zip(keys[j], ks, strict=False):
-                    if x != y:
-                        break
-                    n += 1
-                if n > lead:
-                    best, lead = h, n
-            if best >= 0 and 2 * lead >= len(keys[latest[best]]):
-                latest[best] = i
-            else:
-                best = len(latest)
-                latest.append(i)
-            chain.append(best)
+        chain = _chains(keys)
         last = {h: i for i, h in enumerate(chain)}
         count: dict[int, int] = {}       # keys of the other chains' latest prompts -> how many
         held: dict[int, int] = {}        # chain -> the call whose keys it holds in ``count``

@@ -408,3 +408,25 @@ def test_an_error_on_the_way_out_after_a_signal_counts_as_stopped():
     assert run_stoppable(failing_after_signal()) is None
     with pytest.raises(RunFailed, match="status 1"):
         run_stoppable(failing())
+
+
+def test_split_chains_replays_each_agent_as_a_session(tmp_path, monkeypatch, capsys):
+    seen = []
+
+    async def fake_matrix(trace, sessions, base, *a, **kw):
+        seen.append([[(c.session, c.turn) for c in cs] for cs in sessions])
+        raise _Stop
+    monkeypatch.setattr("adev.replay.cli.run_matrix", fake_matrix)
+    # two agents sharing block 1, two calls each: two sessions of two turns with --split-chains,
+    # one of four without
+    calls = [Call("s", 0, 64, 1, blocks=[1, 3, 4, 7]), Call("s", 1, 64, 1, blocks=[1, 5, 6, 8]),
+             Call("s", 2, 96, 1, blocks=[1, 3, 4, 7, 9, 10]),
+             Call("s", 3, 80, 1, blocks=[1, 5, 6, 8, 11])]
+    p = write_trace(Trace(16, calls), tmp_path / "t.jsonl")
+    for extra in ([], ["--split-chains"]):
+        with pytest.raises(_Stop):
+            main(["replay", str(p), "--time-scale", "10", *extra, "--out", str(tmp_path / "o")])
+    assert seen == [[[("s", 0), ("s", 1), ("s", 2), ("s", 3)]],
+                    [[("s/0", 0), ("s/0", 1)], [("s/1", 0), ("s/1", 1)]]]
+    assert "--split-chains: 1 sessions -> 2 chains, each replayed as a session" in \
+        capsys.readouterr().err

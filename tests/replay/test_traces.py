@@ -107,3 +107,17 @@ def test_working_set_holds_each_chain_a_later_call_continues():
     # no block ids: every call its own chain, never continued: the prompt alone
     s = trace_stats(_trace())
     assert s.working_set_mean == pytest.approx((100 + 100000 + 40000 + 70000) / 4)
+
+
+def test_split_chains_makes_each_agent_a_session():
+    from adev.replay.traces import split_chains
+    a1, b1 = Call("s", 0, 70, 1, blocks=[1, 3, 4, 7], t=0.0), Call("s", 1, 66, 1, blocks=[1, 5, 6, 8], t=1.0)
+    a2 = Call("s", 2, 100, 1, blocks=[1, 3, 4, 7, 9, 10], t=2.0)
+    b2 = Call("s", 3, 80, 1, blocks=[1, 5, 6, 8, 11], t=3.0)
+    c1, c2 = Call("t", 0, 40, 1, blocks=[1, 2], t=0.5), Call("t", 1, 64, 1, blocks=[1, 2, 3, 4], t=4.0)
+    out = split_chains(Trace(16, [a1, b1, c1, a2, b2, c2], source={"kind": "x"}))
+    got = {sid: [(c.turn, c.prompt_tokens, c.t) for c in cs] for sid, cs in out.sessions().items()}
+    assert got == {"s/0": [(0, 70, 0.0), (1, 100, 2.0)], "s/1": [(0, 66, 1.0), (1, 80, 3.0)],
+                   "t/0": [(0, 40, 0.5), (1, 64, 4.0)]}
+    assert out.block_tokens == 16 and out.source == {"kind": "x"}
+    assert a1.session == "s" and a2.turn == 2          # the input trace is left as it was

@@ -73,6 +73,16 @@ class TraceStats:
     working_set_mean: float | None = None
 
 
+def _chain_keys(blocks: list[int]) -> list[int]:
+    """Prefix-chained keys of a call's blocks: block k's key names blocks 0..k, as a prefix
+    cache keys a block by its whole prefix."""
+    key, out = 0, []
+    for b in blocks:
+        key = hash((key, b))
+        out.append(key)
+    return out
+
+
 def new_prompt_tokens(trace: Trace) -> np.ndarray:
     """Per call (in the trace's call order), the prompt tokens past the longest block prefix that
     any earlier call sent: what an unbounded prefix cache could not serve, the new content a
@@ -89,25 +99,14 @@ def new_prompt_tokens(trace: Trace) -> np.ndarray:
     out = np.zeros(len(calls), dtype=float)
     for i in order:
         c = calls[i]
-        key, lead, leading = 0, 0, True
-        for b in c.blocks:
-            key = hash((key, b))
+        lead, leading = 0, True
+        for key in _chain_keys(c.blocks):
             if leading and key in seen:
                 lead += 1
             else:
                 leading = False
                 seen.add(key)
         out[i] = c.prompt_tokens - min(c.prompt_tokens, lead * trace.block_tokens)
-    return out
-
-
-def _chain_keys(blocks: list[int]) -> list[int]:
-    """Prefix-chained keys of a call's blocks: block k's key names blocks 0..k, as a prefix
-    cache keys a block by its whole prefix."""
-    key, out = 0, []
-    for b in blocks:
-        key = hash((key, b))
-        out.append(key)
     return out
 
 

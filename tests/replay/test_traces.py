@@ -98,7 +98,8 @@ def test_working_set_holds_each_chain_a_later_call_continues():
     # a2: 100 + B1's 3 blocks past block 1 = 148; b2: A has no later call: 80
     assert working_set_tokens([[a1, b1, a2, b2]], 16).tolist() == [70, 114, 148, 80]
     # one conversation: each call's prompt; a call sharing exactly half its chain's blocks
-    # continues it (c2), one sharing less starts a chain (c3's chain holds c2 for c4)
+    # continues it (c2), one sharing less starts a chain (c3: 50 + the 3 blocks of c2 past
+    # block 1, which c4 continues later)
     c1, c2 = Call("t", 0, 40, 1, blocks=[1, 2]), Call("t", 1, 64, 1, blocks=[1, 2, 3, 4])
     c3 = Call("t", 2, 50, 1, blocks=[1, 9, 9, 9])
     c4 = Call("t", 3, 90, 1, blocks=[1, 2, 3, 4, 5])

@@ -112,8 +112,5 @@ def _working_set_peaks(path: str | Path) -> np.ndarray | None:
     if not has_ledger(path):
         return None
     trace = import_adev_run(path)
-    sessions = list(trace.sessions().values())
-    ws = working_set_tokens(sessions, trace.block_tokens)
-    ends = np.cumsum([len(cs) for cs in sessions])
-    return np.array([ws[e - len(cs):e].max() for cs, e in zip(sessions, ends, strict=True)
-                     if len(cs)], dtype=float)
+    return np.array([working_set_tokens([cs], trace.block_tokens).max()
+                     for cs in trace.sessions().values()], dtype=float)

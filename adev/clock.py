@@ -44,6 +44,7 @@ HOLD_HEADER = "X-Adev-Hold-Slot"
 
 _HEAD = struct.Struct("<Qd")         # sequence number (odd while written), held seconds D
 _SLOT = struct.Struct("<d")
+_HOLDS = struct.Struct(f"<{SLOTS}d")  # every slot's hold
 _PID = struct.Struct("<q")           # per slot: the pid of the process holding it (0: none)
 _PIDS = _HEAD.size + SLOTS * _SLOT.size
 _SIZE = _PIDS + SLOTS * _PID.size
@@ -171,7 +172,7 @@ class HeldClock:
         mm = self._mm
         for _ in range(100_000):  # a writer killed mid-write leaves the number odd: give up then
             s1, held = _HEAD.unpack_from(mm, 0)
-            hold = min(struct.unpack_from(f"<{SLOTS}d", mm, _HEAD.size))
+            hold = min(_HOLDS.unpack_from(mm, _HEAD.size))
             s2 = _HEAD.unpack_from(mm, 0)[0]
             if s1 == s2 and not s1 & 1:
                 break
@@ -206,6 +207,20 @@ class HeldClock:
         u = max(self._last, u)
         self._last = u
         return u
+
+    def holder(self) -> int | None:
+        """The slot that holds the clock now: the one with the earliest hold, when that hold
+        stops the clock short of the free-running time ``w - D``; None while the clock runs free.
+        A diagnostic (``bench/clock_holds.py``): nothing in a run reads it."""
+        mm = self._mm
+        w = self.source()
+        for _ in range(100_000):  # as _read: a consistent snapshot
+            s1, held = _HEAD.unpack_from(mm, 0)
+            holds = _HOLDS.unpack_from(mm, _HEAD.size)
+            if _HEAD.unpack_from(mm, 0)[0] == s1 and not s1 & 1:
+                break
+        slot = min(range(SLOTS), key=holds.__getitem__)
+        return slot if holds[slot] < w - held else None
 
     def free_to(self, at: float) -> bool:
         """True when no slot holds the clock before ``at`` (held-clock time): it passes ``at`` as

@@ -52,6 +52,23 @@ def test_two_holders_the_earliest_holds_and_time_is_not_counted_twice(tmp_path):
     assert b() == 102.0 and b.held_s() == pytest.approx(11.0)
 
 
+def test_holder_names_the_slot_that_stops_the_clock(tmp_path):
+    w = Wall()
+    c = HeldClock.create(tmp_path / "clock")
+    c.source = w
+    assert c.holder() is None      # nothing held
+    c.set_hold(0, 103.0)
+    c.set_hold(40, 102.0)          # a request slot with the earlier hold
+    w.t = 101.0
+    assert c.holder() is None      # holds ahead of the clock stop nothing yet
+    w.t = 102.5
+    assert c.holder() == 40        # the clock stands at 102: the request slot stops it
+    c.set_hold(40, math.inf)       # 0.5 s held, folded into D: the clock is at 102 again
+    assert c.holder() is None
+    w.t = 104.0                    # 103.5 unheld, past slot 0's 103
+    assert c.holder() == 0
+
+
 def test_a_hold_already_in_the_past_holds_the_clock_where_it_is(tmp_path):
     w = Wall()
     c = HeldClock.create(tmp_path / "clock")

@@ -167,16 +167,21 @@ class HeldClock:
         self._mm.close()
         os.close(self._fd)
 
-    def _read(self) -> tuple[float, float]:
-        """(D, min hold), a consistent snapshot."""
+    def _snapshot(self) -> tuple[float, tuple[float, ...]]:
+        """(D, every slot's hold), a consistent snapshot."""
         mm = self._mm
         for _ in range(100_000):  # a writer killed mid-write leaves the number odd: give up then
             s1, held = _HEAD.unpack_from(mm, 0)
-            hold = min(_HOLDS.unpack_from(mm, _HEAD.size))
+            holds = _HOLDS.unpack_from(mm, _HEAD.size)
             s2 = _HEAD.unpack_from(mm, 0)[0]
             if s1 == s2 and not s1 & 1:
                 break
-        return held, hold
+        return held, holds
+
+    def _read(self) -> tuple[float, float]:
+        """(D, min hold), a consistent snapshot."""
+        held, holds = self._snapshot()
+        return held, min(holds)
 
     def _u(self, w: float) -> float:
         held, hold = self._read()
@@ -212,13 +217,8 @@ class HeldClock:
         """The slot that holds the clock now: the one with the earliest hold, when that hold
         stops the clock short of the free-running time ``w - D``; None while the clock runs free.
         A diagnostic (``bench/clock_holds.py``): nothing in a run reads it."""
-        mm = self._mm
         w = self.source()
-        for _ in range(100_000):  # as _read: a consistent snapshot
-            s1, held = _HEAD.unpack_from(mm, 0)
-            holds = _HOLDS.unpack_from(mm, _HEAD.size)
-            if _HEAD.unpack_from(mm, 0)[0] == s1 and not s1 & 1:
-                break
+        held, holds = self._snapshot()
         slot = min(range(SLOTS), key=holds.__getitem__)
         return slot if holds[slot] < w - held else None
 

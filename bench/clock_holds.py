@@ -31,7 +31,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from adev.clock import CLIENT_SLOT, CLOCK_FILE, REQUEST_SLOTS, HeldClock  # noqa: E402
+from adev.clock import CLIENT_SLOT, CLOCK_FILE, REQUEST_SLOTS, HeldClock, open_held_clock  # noqa: E402
 
 
 def find_clock(root: Path, wait_s: float) -> Path | None:
@@ -86,7 +86,10 @@ def main(argv: list[str] | None = None) -> int:
     if path is None:
         print(f"no held clock under {a.dir} within {a.seconds:g} s", file=sys.stderr)
         return 1
-    clock = HeldClock(path)
+    clock = open_held_clock(path.parent)   # checks the file's layout
+    if clock is None:
+        print(f"{path}: not a held clock of this adev version", file=sys.stderr)
+        return 1
     try:
         counts = sample(clock, a.seconds, a.interval)
     finally:

@@ -22,7 +22,7 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
             "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
             "reuse_owner_share_same_session", "reuse_owner_share_cross_session",
             "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share",
-            "physical_read_share", "stickiness", "exact_output_share", "ttft_over_model_p50",
+            "physical_read_share", "stickiness", "exact_output_share", "drain_share", "ttft_over_model_p50",
             "ttft_over_model_p99", "user_ttft_over_model_p50", "user_ttft_over_model_p99"}
 """Columns that hold shares (0..1), printed as percentages."""
 
@@ -66,6 +66,9 @@ LABELS = {
     "evictions": "RAM eviction cycles", "physical_read_share": "Disk reads / store loads",
     "prompt_load": "Prompt tokens / prefill capacity",
     "calls_in_flight_mean": "Calls in flight (mean)",
+    "drain_share": "Drain (share of the run)",
+    "throughput_full_rps": "Throughput before the drain (calls/s)",
+    "throughput_full_vs_recompute": "The same / recompute's",
     "throughput_vs_recompute": "Throughput / recompute's", "crossover_tokens":
     "Beats recompute from (prompt tokens)", "stickiness": "Stickiness", "ok_calls": "OK calls",
     "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":

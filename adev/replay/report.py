@@ -5,7 +5,9 @@ row per configuration and seed, markdown + HTML through
 configuration and throughput relative to recompute.
 
 ``throughput_vs_recompute`` = throughput_rps / throughput_rps of the ``recompute`` run of the
-same experiment and seed (None when that run is not in the set).
+same experiment and seed (None when that run is not in the set);
+``throughput_full_vs_recompute`` the same of ``throughput_full_rps`` (the throughput before the
+drain, :func:`adev.replay.summary.drain_start`).
 
 ``crossover_tokens`` (:func:`crossover`): the shortest prompt length from which a configuration's
 median user TTFT is below recompute's (same experiment and seed) in every ``BIN_TOKENS``-token
@@ -37,8 +39,9 @@ from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
             "ttft_p99_s", "ttft_later_p99_s", "crossover_tokens", "stickiness", "prompt_load",
-            "calls_in_flight_mean"]
-"""The configurations table: throughput, user TTFT, routing, load."""
+            "calls_in_flight_mean", "drain_share", "throughput_full_rps",
+            "throughput_full_vs_recompute"]
+"""The configurations table: throughput, user TTFT, routing, load, the drain."""
 STORE = ["label", "stored_bytes", "store_load_bytes", "physical_read_bytes",
          "physical_read_share", "promoted_bytes", "evictions",
          "evicted_bytes", "disk_read_rate_Bps", "disk_read_avg_Bps", "disk_wait_mean_s",
@@ -81,12 +84,13 @@ def table(summaries: Sequence[dict[str, Any]]) -> pd.DataFrame:
     df = pd.DataFrame(summaries)
     if not len(df):
         return df
-    base = {_point(s): s.get("throughput_rps") for s in summaries
-            if s.get("configuration") == "recompute"}
-    df["throughput_vs_recompute"] = [
-        (s["throughput_rps"] / base[_point(s)])
-        if base.get(_point(s)) and s.get("throughput_rps") is not None else None
-        for s in summaries]
+    for key, ratio in (("throughput_rps", "throughput_vs_recompute"),
+                       ("throughput_full_rps", "throughput_full_vs_recompute")):
+        base = {_point(s): s.get(key) for s in summaries
+                if s.get("configuration") == "recompute"}
+        df[ratio] = [(s[key] / base[_point(s)])
+                     if base.get(_point(s)) and s.get(key) is not None else None
+                     for s in summaries]
     return df
 
 

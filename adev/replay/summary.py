@@ -7,6 +7,14 @@ with its reason in ``missing``.
   ready (model seconds);
 - ``calls_in_flight_mean`` = sum over OK calls of (end - ready) / the same span: the mean number
   of calls in flight (the long gap allows at most 16);
+- the drain (:func:`drain_start`): ``drain_start_s``, the moment fewer sessions have calls left
+  than the schedule has slots (the short gap's ``active`` sessions, the long gap's
+  ``max_in_flight`` calls), after which slots stay empty for good and the last sessions' turns
+  run with less and less beside them; ``drain_share`` = (last call end - drain_start_s) / the
+  span; ``throughput_full_rps`` = OK calls that ended by drain_start_s / (drain_start_s - first
+  call ready): the throughput while every slot could be filled. None for the timestamps
+  schedule (no slots) and, for throughput_full_rps, where the drain is the whole run (fewer
+  sessions than slots);
 - ``ttft_p50/p90/p99_s``: user TTFT (:class:`adev.replay.experiment.ReplayRecord.ttft_s`);
   ``ttft_later_p99_s``: its p99 over later turns only (not a session's first call, which no
   cache can serve: where first calls are long and many, as in a trace of short sessions, they
@@ -174,6 +182,7 @@ def summarise(path: str | Path) -> dict[str, Any]:
         out["span_s"] = span if span > 0 else None
         out["calls_in_flight_mean"] = (sum(r["t_end"] - r["t_ready"] for r in okr) / span
                                        if span > 0 else None)
+        _drain(out, recs, okr, rep, missing)
         tt = np.array([r["ttft_s"] for r in okr])
         for q in (50, 90, 99):
             out[f"ttft_p{q}_s"] = _f(pct(tt, q))
@@ -249,6 +258,48 @@ def summarise(path: str | Path) -> dict[str, Any]:
     _store(out, run, missing)
     _per_call(out)
     return out
+
+
+def drain_start(recs: list[dict[str, Any]], slots: int) -> float | None:
+    """When the run's drain starts: with the sessions' finishes ``f_1 <= ... <= f_N`` (a
+    session's finish = the latest end of its calls), fewer than ``slots`` sessions have calls
+    left from ``f_(N - slots + 1)`` on; with fewer sessions than slots, from the first call's
+    ready time. None without ended calls."""
+    finish: dict[Any, float] = {}
+    for r in recs:
+        if r.get("t_end") is not None:
+            finish[r["session"]] = max(finish.get(r["session"], -math.inf), r["t_end"])
+    if not finish:
+        return None
+    ends = sorted(finish.values())
+    if len(ends) < slots:
+        return min(r["t_ready"] for r in recs)
+    return ends[len(ends) - slots]
+
+
+SLOTS_KEY = {"short": "active", "long": "max_in_flight"}
+"""The replay option that sets each schedule's slots (:func:`drain_start`)."""
+
+
+def _drain(out: dict[str, Any], recs: list[dict[str, Any]], okr: list[dict[str, Any]],
+           rep: dict[str, Any], missing: dict[str, str]) -> None:
+    key = SLOTS_KEY.get(str(rep.get("experiment")))
+    slots = rep.get(key) if key else None
+    ds = drain_start(recs, int(slots)) if slots else None
+    out["drain_start_s"] = out["drain_share"] = out["throughput_full_rps"] = None
+    if ds is None:
+        missing["drain"] = (f"the manifest names no {key}" if key else
+                            "a schedule without slots (trace timestamps) has no drain")
+        return
+    t0, t1 = min(r["t_ready"] for r in okr), max(r["t_end"] for r in okr)
+    ds = min(max(ds, t0), t1)
+    out["drain_start_s"] = ds
+    out["drain_share"] = (t1 - ds) / (t1 - t0) if t1 > t0 else None
+    if ds > t0:
+        out["throughput_full_rps"] = sum(r["t_end"] <= ds for r in okr) / (ds - t0)
+    else:
+        missing["throughput_full_rps"] = (f"fewer sessions than the schedule's {slots} slots: "
+                                          "the drain is the whole run")
 
 
 PER_CALL = ("stored_bytes", "store_load_bytes", "physical_read_bytes", "evicted_bytes")

@@ -296,3 +296,68 @@ def test_the_group_medians_are_also_flat_keys(tmp_path):
     assert s[GROUP_P50_KEYS["<=32K"]] == pytest.approx(1.0)
     assert s[GROUP_P50_KEYS[">96K"]] == pytest.approx(4.0)             # median of 3 and 5
     assert s[GROUP_P50_KEYS["32-64K"]] is None
+
+
+def _sessions_run(base, label, experiment, configuration, calls, **opts):
+    """A replay run of ``calls`` = (session, ready, end), each call's TTFT 1 s."""
+    rd = RunDir.create(label, base=base)
+    rd.write_json("manifest.json", build_manifest(
+        label, config={"stack": default_stack()}, time_scale=10.0,
+        extra={"replay": {"experiment": experiment, "seed": 0, "label": label,
+                          "configuration": configuration, **opts}}))
+    for i, (s, ready, end) in enumerate(calls):
+        rd.append(_rec(i, session=s, call_id=f"c{i}", t_ready=ready, t_first_token=ready + 1,
+                       t_end=end, ttft_s=1.0, live_output_tokens=10))
+    rd.close()
+    return rd.path
+
+
+# session a: [0, 4] and [4, 9]; b: [0, 3]; c: [3, 6] and [6, 12]: finishes 3, 9 and 12
+DRAIN_CALLS = [("a", 0.0, 4.0), ("b", 0.0, 3.0), ("c", 3.0, 6.0), ("a", 4.0, 9.0),
+               ("c", 6.0, 12.0)]
+
+
+def test_the_drain_starts_when_fewer_sessions_are_left_than_the_schedule_has_slots(tmp_path):
+    """Two slots, three sessions finishing at 3, 9 and 12: from a's finish at 9 only c has
+    calls left, so one slot stays empty. The drain is (12 - 9) / 12 = 25% of the span; before
+    it 4 calls ended (at 3, 4, 6 and 9) in 9 s: 0.444 calls/s, against 5 / 12 = 0.417 over
+    the whole run. The short gap's slots are its active sessions, the long gap's the calls in
+    flight; the timestamps schedule has none."""
+    from adev.replay.summary import drain_start
+    assert drain_start([{"session": s, "t_ready": r, "t_end": e} for s, r, e in DRAIN_CALLS],
+                       2) == 9.0
+    for exp, opts in (("long", {"max_in_flight": 2}), ("short", {"active": 2})):
+        s = summarise(_sessions_run(tmp_path, f"{exp}-x", exp, "recompute", DRAIN_CALLS,
+                                    **opts))
+        assert s["drain_start_s"] == 9.0
+        assert s["drain_share"] == pytest.approx(0.25)
+        assert s["throughput_full_rps"] == pytest.approx(4 / 9)
+        assert s["throughput_rps"] == pytest.approx(5 / 12)
+    # three slots, three sessions: a slot is empty from b's finish at 3
+    s = summarise(_sessions_run(tmp_path, "three", "long", "recompute", DRAIN_CALLS,
+                                max_in_flight=3))
+    assert (s["drain_start_s"], s["drain_share"]) == (3.0, pytest.approx(0.75))
+    assert s["throughput_full_rps"] == pytest.approx(1 / 3)          # b's call ended at 3
+    # more slots than sessions: the drain is the whole run
+    s = summarise(_sessions_run(tmp_path, "wide", "long", "recompute", DRAIN_CALLS,
+                                max_in_flight=16))
+    assert (s["drain_start_s"], s["drain_share"], s["throughput_full_rps"]) == (0.0, 1.0, None)
+    assert "drain is the whole run" in s["missing"]["throughput_full_rps"]
+    s = summarise(_sessions_run(tmp_path, "ts", "timestamps", "recompute", DRAIN_CALLS))
+    assert s["drain_share"] is None and "no drain" in s["missing"]["drain"]
+
+
+def test_the_report_sets_the_throughput_before_the_drain_against_recompute(tmp_path):
+    """Recompute as above: 4 calls in 9 s before its drain. gpu-only ends every call 1 s
+    earlier from 4 s on (a: [0, 4], [4, 8]; c: [3, 5], [5, 11]): its drain starts at a's finish,
+    8; 4 calls ended by then: 4 / 8 = 0.5 calls/s, 0.5 / (4 / 9) = 1.125 of recompute's."""
+    from adev.replay.report import table
+    m = tmp_path / "m"
+    _sessions_run(m, "recompute-s0", "long", "recompute", DRAIN_CALLS, max_in_flight=2)
+    faster = [("a", 0.0, 4.0), ("b", 0.0, 3.0), ("c", 3.0, 5.0), ("a", 4.0, 8.0),
+              ("c", 5.0, 11.0)]
+    _sessions_run(m, "gpu-only-s0", "long", "gpu-only", faster, max_in_flight=2)
+    df = table([summarise(p) for p in sorted(m.iterdir())]).set_index("label")
+    assert df.loc["gpu-only-s0", "throughput_full_rps"] == pytest.approx(0.5)
+    assert df.loc["gpu-only-s0", "throughput_full_vs_recompute"] == pytest.approx(1.125)
+    assert df.loc["gpu-only-s0", "throughput_vs_recompute"] == pytest.approx((5 / 11) / (5 / 12))

@@ -22,8 +22,9 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
             "reuse_share_same_session", "reuse_share_cross_session", "reuse_aged_share",
             "reuse_owner_share_same_session", "reuse_owner_share_cross_session",
             "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share",
-            "physical_read_share", "stickiness", "exact_output_share", "drain_share", "ttft_over_model_p50",
-            "ttft_over_model_p99", "user_ttft_over_model_p50", "user_ttft_over_model_p99"}
+            "physical_read_share", "stickiness", "exact_output_share", "drain_share",
+            "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",
+            "user_ttft_over_model_p99"}
 """Columns that hold shares (0..1), printed as percentages."""
 
 LABELS = {

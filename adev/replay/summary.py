@@ -285,11 +285,14 @@ def _drain(out: dict[str, Any], recs: list[dict[str, Any]], okr: list[dict[str, 
            rep: dict[str, Any], missing: dict[str, str]) -> None:
     key = SLOTS_KEY.get(str(rep.get("experiment")))
     slots = rep.get(key) if key else None
-    ds = drain_start(recs, int(slots)) if slots else None
     out["drain_start_s"] = out["drain_share"] = out["throughput_full_rps"] = None
-    if ds is None:
+    if not slots:
         missing["drain"] = (f"the manifest names no {key}" if key else
                             "a schedule without slots (trace timestamps) has no drain")
+        return
+    ds = drain_start(recs, int(slots))
+    if ds is None:
+        missing["drain"] = "no call ended"
         return
     t0, t1 = min(r["t_ready"] for r in okr), max(r["t_end"] for r in okr)
     ds = min(max(ds, t0), t1)

@@ -425,8 +425,13 @@ class HandOver:
 
     def take(self) -> None:
         """Release the parked hold (the caller holds its own by now); nothing if none."""
+        self.detach()()
+
+    def detach(self) -> Callable[[], None]:
+        """The parked hold's release function, no longer parked here: for a holder that releases
+        it at a moment of its own choosing (:func:`no_release` if none is parked)."""
         release, self._release = self._release, no_release
-        release()
+        return release
 
 
 def no_release() -> None:

@@ -322,3 +322,16 @@ async def test_a_task_started_in_a_hand_over_block_sees_it():
 async def _current():
     from adev.clock import handover
     return handover()
+
+
+def test_a_detached_hold_is_released_by_its_new_owner_only():
+    from adev.clock import HandOver
+    released: list[str] = []
+    h = HandOver()
+    h.leave(lambda: released.append("a"))
+    release = h.detach()
+    h.leave(lambda: released.append("b"))     # parking b releases nothing detached
+    assert released == []
+    release()
+    h.take()
+    assert released == ["a", "b"]

@@ -329,7 +329,10 @@ class Engine:
             # host deschedules in between must not let model time run on unheld
             self._hold(_PLAN, t)
             self._drop_events(t)
-            await self._settle(t)
+            early = await self._settle(t)
+            if early is not None:  # an event before t came while the loop settled at t
+                t = early
+                continue
             s.admit(t)
             plan = s.plan(t)
             if plan is None:
@@ -351,7 +354,7 @@ class Engine:
             self._t_free = plan.end
             t = plan.end
 
-    async def _settle(self, t: float) -> None:
+    async def _settle(self, t: float) -> float | None:
         """On a held clock, wait before deciding anything at model time ``t`` (admissions, the
         next plan) until the clock could pass ``t`` by :data:`SETTLE_S`: every request stamped at
         ``t`` has then reached the engine, and every read whose modelled end is ``t`` has
@@ -365,12 +368,21 @@ class Engine:
         arrives holds the clock at ``t`` until the next turn of the wait drops it). An event of
         this engine's own that falls after ``t`` by less than :data:`SETTLE_S` holds its slot
         below ``t + SETTLE_S``: the wait is then for the clock to be free to that event, the
-        loop's next boundary (waiting past it would wait for this engine's own hold, for ever)."""
+        loop's next boundary (waiting past it would wait for this engine's own hold, for ever).
+        The loop may settle at a ``t`` the clock has not reached (a request's ready time after
+        its store read ended ahead of the model): an event before ``t`` that comes meanwhile (a
+        later request's read, ready sooner) is not this boundary's; the settle returns its time,
+        at which the loop decides first (None: settled at ``t``). Handling it at ``t`` would
+        admit that request late by however much sooner than the other read the host finished
+        it."""
         if self.held is None:
-            return
+            return None
         self._hold(_PLAN, t + SETTLE_S)
         start = self.real()
         while True:
+            early = min((e for e in self._events if e < t - TIE_S), default=None)
+            if early is not None:
+                return early
             self._drop_events(t)
             if self.held.free_to(self.wall(min(t + SETTLE_S, min(self._events, default=math.inf)))):
                 break
@@ -382,6 +394,7 @@ class Engine:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), 0.0005)
         self._hold(_PLAN, t)  # back at the loop's own time while it admits and plans
+        return None
 
     async def _pace(self, plan: Plan) -> Plan:
         """Wait until the wall time of the plan's end, streaming its steps on the way and

@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -33,7 +34,7 @@ import numpy as np
 
 from ..client.llm import Endpoint, LLMClient
 from ..client.retry import LLMError
-from ..clock import RunClock, request_holds, stack_run_clock
+from ..clock import RunClock, handover, hold_at, request_holds, stack_run_clock
 from ..config import ConfigError, Configuration, PrefillTime, StackConfig
 from ..emulator.store import MIN_SEGMENT
 from ..records import RunDir
@@ -372,6 +373,9 @@ class Replayer:
         try:
             await self._dispatch(s, call, sessions, t_ready, slot)
         finally:
+            h = handover()
+            if h is not None:  # the schedule's work up to its next release is no model time
+                h.leave(hold_at(self.clock, -math.inf))
             if holds is not None and slot is not None:
                 holds.give_back(slot)
 

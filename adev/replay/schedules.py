@@ -1,10 +1,13 @@
 """When each call of a replay is dispatched: short reuse gap, long reuse gap, trace timestamps.
 
 All times are model seconds on the run clock (:class:`adev.clock.RunClock`); a schedule's waits
-hold a stack's held clock at their ends until the waiter is awake (:func:`adev.clock.sleep_until`),
-so a call is released at its planned model time however late the host wakes the client. A
+hold a stack's held clock at their ends until the call that follows holds it itself (a hold left
+in the task's :class:`adev.clock.HandOver`, released once the dispatch has run to its first
+wait), and a schedule holds it at its start until every slot or session has left its first such
+hold, so a call is released at its planned model time however late the host wakes the client. A
 schedule drives ``dispatch(session_index, call)`` (an async callable that returns when the call
-has completed) over the sessions of a trace, each session's calls in turn order, one at a time.
+has completed; on the held clock it holds the clock itself before its first wait) over the
+sessions of a trace, each session's calls in turn order, one at a time.
 
 - **Short reuse gap** (:func:`run_short_gap`): ``active`` sessions (16) run at once; the first
   group starts staggered evenly over ``stagger_s`` (30 s): slot ``i`` starts at ``i * stagger_s
@@ -32,12 +35,13 @@ from __future__ import annotations
 import asyncio
 import math
 from collections import deque
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Coroutine, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 
-from ..clock import RunClock, sleep_until
+from ..clock import HandOver, RunClock, handing_over, hold_at
 from .format import Call
 
 Dispatch = Callable[[int, Call], Awaitable[None]]
@@ -113,21 +117,21 @@ async def run_short_gap(sessions: Sequence[Sequence[Call]], dispatch: Dispatch, 
                         dist: ClippedLogNormal | None = None, seed: int = 0) -> None:
     dist = dist or ClippedLogNormal.fit()
     queue = deque(range(len(sessions)))
-    t_first = clock.now()
 
-    async def slot(i: int) -> None:
-        await sleep_until(clock, t_first + i * stagger_s / active)
-        while queue:
-            s = queue.popleft()
-            calls = sessions[s]
-            iv = session_intervals(dist, seed, s, len(calls))
-            for k, call in enumerate(calls):
-                t_start = clock.now()
-                await dispatch(s, call)
-                if k + 1 < len(calls):
-                    await sleep_until(clock, t_start + float(iv[k]))
+    async def slot(i: int, t_first: float) -> None:
+        with handing_over() as h:
+            await _sleep_to(clock, h, t_first + i * stagger_s / active)
+            while queue:
+                s = queue.popleft()
+                calls = sessions[s]
+                iv = session_intervals(dist, seed, s, len(calls))
+                for k, call in enumerate(calls):
+                    t_start = clock.now()
+                    await _dispatch(clock, h, dispatch, s, call)
+                    if k + 1 < len(calls):
+                        await _sleep_to(clock, h, t_start + float(iv[k]))
 
-    await asyncio.gather(*(slot(i) for i in range(min(active, len(sessions)))))
+    await _started(clock, lambda t: [slot(i, t) for i in range(min(active, len(sessions)))])
 
 
 @dataclass
@@ -222,9 +226,51 @@ async def run_timestamps(sessions: Sequence[Sequence[Call]], dispatch: Dispatch,
     t0 = min((c.t for cs in sessions for c in cs if c.t is not None), default=0.0)
 
     async def session(s: int) -> None:
-        for call in sessions[s]:
-            if call.t is not None:
-                await sleep_until(clock, (call.t - t0) / speed)
-            await dispatch(s, call)
+        with handing_over() as h:
+            for call in sessions[s]:
+                if call.t is not None:
+                    await _sleep_to(clock, h, (call.t - t0) / speed)
+                await _dispatch(clock, h, dispatch, s, call)
 
-    await asyncio.gather(*(session(s) for s in range(len(sessions))))
+    await _started(clock, lambda t: [session(s) for s in range(len(sessions))])
+
+
+async def _sleep_to(clock: RunClock, h: HandOver, model_t: float) -> None:
+    """Sleep until model time ``model_t``, leaving a hold there in ``h`` that lasts into the
+    dispatch that follows (:func:`_dispatch`): on the stack's held clock nothing runs unheld
+    between the wake-up and the call's release, so the call is released at ``model_t`` however
+    late the host wakes the client."""
+    h.leave(hold_at(clock, model_t))
+    await clock.sleep_to(model_t)
+
+
+async def _dispatch(clock: RunClock, h: HandOver, dispatch: Dispatch, s: int,
+                    call: Call) -> None:
+    """``dispatch(s, call)``, releasing the hold left in ``h`` once the dispatch has run to its
+    first wait: by then the call holds the clock itself (the replay's dispatch takes a request
+    slot and stamps the call's release before anything it awaits), so the release is stamped
+    where the schedule held the clock. When the dispatch returns (its call has ended and given
+    its hold back) a hold where the clock is is left in ``h`` at once, so that the schedule's
+    own work before its next release (taking the next session, drawing its intervals) is no
+    model time either."""
+    asyncio.get_running_loop().call_soon(h.detach())  # runs once this task first waits
+    try:
+        await dispatch(s, call)
+    finally:
+        h.leave(hold_at(clock, -math.inf))
+
+
+async def _started(clock: RunClock,
+                   starts: Callable[[float], list[Coroutine[Any, Any, None]]]) -> None:
+    """Run ``starts(t)`` (a schedule's slots or sessions, ``t`` the schedule's start in model
+    seconds) to their ends. Model time stands still at ``t`` until each has left its own first
+    hold (:func:`_sleep_to`), so that the first calls are released at their planned times
+    however long the host takes to start them."""
+    release = hold_at(clock, -math.inf)  # where the clock is now
+    tasks: list[asyncio.Future[None]] = []
+    try:
+        tasks = [asyncio.ensure_future(c) for c in starts(clock.now())]
+        await asyncio.sleep(0)  # every task runs to its first wait, its hold left
+    finally:
+        release()
+    await asyncio.gather(*tasks)

@@ -716,3 +716,24 @@ def test_settle_does_not_wait_for_its_own_event_just_after_the_boundary(tmp_path
         return eng
     eng = run_virtual(main)
     assert eng._events == [pytest.approx(0.1 + 5e-7)]   # still pending: the loop's next boundary
+
+
+def test_an_event_before_the_boundary_the_loop_settles_at_is_decided_first(tmp_path):
+    """The loop settles at a request's ready time the clock has not reached (its store read
+    ended ahead of the model). A later request's read that is ready sooner reports its ready
+    time meanwhile: that event is not this boundary's. The settle returns it, still pending, and
+    the loop decides at it first; dropped as this boundary's, that request was admitted at the
+    other's ready time, later by however much sooner the host finished the other read (a
+    replay's two runs differed so: one request waited 0.132 model s in one of them)."""
+    async def main(loop_clock):
+        clock = held_clock(tmp_path, loop_clock)
+        eng = make_engine(clock)
+        eng._hold("read", 0.2)                # a store read in flight, modelled to end at 0.2
+        task = asyncio.ensure_future(eng._settle(0.5))      # the clock is near 0
+        await asyncio.sleep(eng.wall(0.1) - clock())
+        eng._event(0.2)                       # the read ends: ready at 0.2
+        eng._hold("read", None)
+        return eng, await asyncio.wait_for(task, 0.1)        # 1 model s of virtual wall time
+    eng, early = run_virtual(main)
+    assert early == pytest.approx(0.2)
+    assert eng._events == [pytest.approx(0.2)]               # pending: the loop's next boundary

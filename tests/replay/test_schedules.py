@@ -169,3 +169,57 @@ def test_run_long_gap_dispatches_every_call():
     ss = _sessions([(f"s{i}", [None] * 3) for i in range(6)])
     pol = asyncio.run(run_long_gap(ss, dispatch, clock, gap=4, max_in_flight=2))
     assert len(seen) == 18 and pol.completed == 18
+
+
+def _busy_recorder(clock, busy_wall_s, took_s):
+    """A dispatch as the replay's: the host is busy for ``busy_wall_s`` wall seconds between the
+    schedule's wake-up and the call's release, then the call stamps its release and runs
+    ``took_s`` model seconds, holding the clock at its end until it has left a hold there for
+    the schedule (:func:`adev.clock.handover`)."""
+    import time as _time
+
+    from adev.clock import handover, hold_at, hold_until
+    seen: dict[tuple[str, int], float] = {}
+
+    async def dispatch(i, call):
+        _time.sleep(busy_wall_s)
+        seen[(call.session, call.turn)] = end = clock.now()
+        end += took_s
+        with hold_until(clock, end):
+            await clock.sleep_to(end)
+            handover().leave(hold_at(clock, -math.inf))
+    return seen, dispatch
+
+
+def test_on_the_held_clock_calls_are_released_at_their_planned_times(tmp_path):
+    """Time scale 100: the host's 0.03 wall seconds of work before each release would be 3 model
+    seconds. On the stack's held clock the schedule's hold at the planned time lasts until the
+    dispatch's first wait, so every call is stamped at its plan: the short gap's slots at
+    0 and 5 s (stagger 10 s, 2 active), a's second turn 8 s after its first (every interval 8 s,
+    each call 0.5 s long), c as soon as b has ended; the timestamps schedule's calls at t / 2 and after their session's
+    previous call (0.01 s: the double's end is not held until the next call's release)."""
+    from adev import clock as clk
+    from adev.clock import HeldClock
+    HeldClock.create(tmp_path / clk.CLOCK_FILE)
+    try:
+        assert clk.use_held_clock(tmp_path) is not None
+        clock = RunClock(time_scale=100.0)
+        seen, dispatch = _busy_recorder(clock, 0.03, 0.5)
+        d = ClippedLogNormal(mu=math.log(8.0), sigma=1e-9)
+        ss = _sessions([("a", [None, None]), ("b", [None]), ("c", [None])])
+        t0 = clock.now()
+        asyncio.run(run_short_gap(ss, dispatch, clock, active=2, stagger_s=10.0, dist=d, seed=0))
+        assert seen[("a", 0)] - t0 < 0.05                      # the schedule's start
+        assert seen[("b", 0)] - seen[("a", 0)] == pytest.approx(5.0, abs=1e-3)
+        assert seen[("a", 1)] - seen[("a", 0)] == pytest.approx(8.0, abs=1e-3)
+        # b's slot takes c when b ends, at 5.5: the slot's own work in between is no model time
+        assert seen[("c", 0)] - seen[("a", 0)] == pytest.approx(5.5, abs=1e-3)
+        clock = RunClock(time_scale=100.0)        # the timestamps count from the run's start
+        seen, dispatch = _busy_recorder(clock, 0.03, 4.0)
+        ss = _sessions([("a", [0.0, 2.0]), ("b", [3.0])])
+        asyncio.run(run_timestamps(ss, dispatch, clock, speed=2.0))
+        assert seen[("a", 0)] < 0.05                 # planned at 0, released at once
+        assert seen[("b", 0)] == pytest.approx(1.5, abs=1e-3)
+        assert seen[("a", 1)] - seen[("a", 0)] == pytest.approx(4.0, abs=1e-3)  # after a0 ends
+    finally:
+        clk.use_held_clock(None)

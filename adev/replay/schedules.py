@@ -3,8 +3,9 @@
 All times are model seconds on the run clock (:class:`adev.clock.RunClock`); a schedule's waits
 hold a stack's held clock at their ends until the call that follows holds it itself (a hold left
 in the task's :class:`adev.clock.HandOver`, released once the dispatch has run to its first
-wait), and a schedule holds it at its start until every slot or session has left its first such
-hold, so a call is released at its planned model time however late the host wakes the client. A
+wait), from each call's end until the schedule's next release, and at a schedule's start until
+every slot or session has left its first such hold, so a call is released at its planned model
+time however late the host wakes the client. A
 schedule drives ``dispatch(session_index, call)`` (an async callable that returns when the call
 has completed; on the held clock it holds the clock itself before its first wait) over the
 sessions of a trace, each session's calls in turn order, one at a time.
@@ -249,10 +250,11 @@ async def _dispatch(clock: RunClock, h: HandOver, dispatch: Dispatch, s: int,
     """``dispatch(s, call)``, releasing the hold left in ``h`` once the dispatch has run to its
     first wait: by then the call holds the clock itself (the replay's dispatch takes a request
     slot and stamps the call's release before anything it awaits), so the release is stamped
-    where the schedule held the clock. When the dispatch returns (its call has ended and given
-    its hold back) a hold where the clock is is left in ``h`` at once, so that the schedule's
-    own work before its next release (taking the next session, drawing its intervals) is no
-    model time either."""
+    where the schedule held the clock. From the call's end a hold where the clock is waits in
+    ``h`` until the schedule's next release, so that the schedule's own work in between (taking
+    the next session, drawing its intervals) is no model time either: the replay's dispatch
+    leaves it there before it gives its request slot back; for a dispatch that does not, one is
+    left when it returns."""
     asyncio.get_running_loop().call_soon(h.detach())  # runs once this task first waits
     try:
         await dispatch(s, call)

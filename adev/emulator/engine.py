@@ -331,7 +331,7 @@ class Engine:
             self._drop_events(t)
             early = await self._settle(t)
             if early is not None:  # an event before t came while the loop settled at t
-                t = early
+                t = max(self._t_free, early)
                 continue
             s.admit(t)
             plan = s.plan(t)

@@ -7,8 +7,10 @@ wait), from each call's end until the schedule's next release, and at a schedule
 every slot or session has left its first such hold, so a call is released at its planned model
 time however late the host wakes the client. A
 schedule drives ``dispatch(session_index, call)`` (an async callable that returns when the call
-has completed; on the held clock it holds the clock itself before its first wait) over the
-sessions of a trace, each session's calls in turn order, one at a time.
+has completed; on the held clock it holds the clock itself before its first wait, and before
+it lets go of its own hold at the call's end it leaves one where the clock is in
+:func:`adev.clock.handover`) over the sessions of a trace, each session's calls in turn order,
+one at a time.
 
 - **Short reuse gap** (:func:`run_short_gap`): ``active`` sessions (16) run at once; the first
   group starts staggered evenly over ``stagger_s`` (30 s): slot ``i`` starts at ``i * stagger_s
@@ -128,7 +130,7 @@ async def run_short_gap(sessions: Sequence[Sequence[Call]], dispatch: Dispatch, 
                 iv = session_intervals(dist, seed, s, len(calls))
                 for k, call in enumerate(calls):
                     t_start = clock.now()
-                    await _dispatch(clock, h, dispatch, s, call)
+                    await _dispatch(h, dispatch, s, call)
                     if k + 1 < len(calls):
                         await _sleep_to(clock, h, t_start + float(iv[k]))
 
@@ -231,7 +233,7 @@ async def run_timestamps(sessions: Sequence[Sequence[Call]], dispatch: Dispatch,
             for call in sessions[s]:
                 if call.t is not None:
                     await _sleep_to(clock, h, (call.t - t0) / speed)
-                await _dispatch(clock, h, dispatch, s, call)
+                await _dispatch(h, dispatch, s, call)
 
     await _started(clock, lambda t: [session(s) for s in range(len(sessions))])
 
@@ -245,21 +247,16 @@ async def _sleep_to(clock: RunClock, h: HandOver, model_t: float) -> None:
     await clock.sleep_to(model_t)
 
 
-async def _dispatch(clock: RunClock, h: HandOver, dispatch: Dispatch, s: int,
-                    call: Call) -> None:
+async def _dispatch(h: HandOver, dispatch: Dispatch, s: int, call: Call) -> None:
     """``dispatch(s, call)``, releasing the hold left in ``h`` once the dispatch has run to its
     first wait: by then the call holds the clock itself (the replay's dispatch takes a request
     slot and stamps the call's release before anything it awaits), so the release is stamped
-    where the schedule held the clock. From the call's end a hold where the clock is waits in
-    ``h`` until the schedule's next release, so that the schedule's own work in between (taking
-    the next session, drawing its intervals) is no model time either: the replay's dispatch
-    leaves it there before it gives its request slot back; for a dispatch that does not, one is
-    left when it returns."""
+    where the schedule held the clock. From the call's end the hold the dispatch left in ``h``
+    (where the clock was when it gave its own back) waits there until the schedule's next
+    release, so that the schedule's own work in between (taking the next session, drawing its
+    intervals) is no model time either."""
     asyncio.get_running_loop().call_soon(h.detach())  # runs once this task first waits
-    try:
-        await dispatch(s, call)
-    finally:
-        h.leave(hold_at(clock, -math.inf))
+    await dispatch(s, call)
 
 
 async def _started(clock: RunClock,

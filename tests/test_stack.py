@@ -581,6 +581,27 @@ def test_a_measuring_run_shares_its_stack_with_no_one(sdir):
 
 
 @pytest.mark.integration
+def test_the_last_user_out_gives_this_process_the_hosts_clock_back(sdir):
+    """A stack that ``running_stack`` started and its last user stopped leaves no held clock as
+    this process's stamp source: a later run clock in the process (another replay's, a run on
+    an external stack) would read a clock nobody moves."""
+    from adev.clock import held_source, mono, stack_run_clock
+    cfg = small_config(sdir, endpoints=["coder"])
+    assert cfg.model_clock == "held"
+    info = start_stack(cfg, endpoint_module=FAKE, user="replay", exclusive=True, auto_stop=True)
+    try:
+        stack_run_clock(info)
+        assert held_source() is not None
+        release_user(sdir, "replay")
+        assert read_state(sdir) is None and held_source() is None
+        a = mono()
+        time.sleep(0.05)
+        assert mono() - a >= 0.05
+    finally:
+        stop_stack(info)
+
+
+@pytest.mark.integration
 def test_the_command_line_says_why_a_held_stack_is_refused(sdir, tmp_path, capsys):
     """`adev session` on the stack a fleet holds: one line naming the holder, exit 1."""
     from adev.cli import main

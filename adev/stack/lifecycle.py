@@ -165,6 +165,7 @@ def release_user(sdir: str | Path, token: str) -> dict[str, str] | None:
         if st is None or not st.auto_stop or live_users(sdir):
             return None
         out = stop_recorded(st)
+        leave_held_clock(sdir)  # its clock no longer moves: this process's stamps go back to the host's
         remove_disk(st)
         remove_state(sdir)
         shutil.rmtree(sdir / USERS_DIR, ignore_errors=True)

@@ -102,6 +102,15 @@ def refusal_share(refused: float, offered: float) -> float:
     return refused / offered
 
 
+def evicted_unread_share(unread: float, evicted: float) -> float:
+    """RAM writes that no one read: blocks the RAM tier evicted (memory freed) that no lookup,
+    read or existence check had touched since their put / blocks it evicted. A store whose
+    turnover is mostly such blocks spends its write bandwidth and its eviction on data that is
+    never served. Source: the what-if store model's counters (``adev.whatif.store``); a real
+    Mooncake master does not count it."""
+    return unread / evicted
+
+
 def tier_tokens_from_bytes(master_bytes: float, payload_scale: float,
                            bytes_per_token: float) -> float:
     """Tokens served by a store tier from the master's byte counter: the master counts stored

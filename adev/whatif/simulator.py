@@ -295,6 +295,7 @@ def simulate(w: Workload, p: Params) -> Result:
                 "gpu_overflow_blocks": sum(q.overflow_blocks for q in pools)}
     if store is not None:
         counters.update(store_evicted_blocks=store.evicted_blocks,
+                        store_evicted_unread_blocks=store.evicted_unread_blocks,
                         store_offloaded_blocks=store.offloaded_blocks,
                         store_promoted_blocks=store.promoted_blocks,
                         eviction_cycles=store.eviction_cycles)

@@ -15,6 +15,8 @@ RAM tier, as ``mooncake_master`` (``mooncake-store/src/master_service.cpp``) run
   0.05), choosing among lease-expired objects those with the oldest lease timeout (objects never
   looked up: their put time; others: last lookup + TTL). Leased objects count in the evictable
   base but are skipped, so a store full of leased objects evicts nothing and refuses puts.
+  ``evicted_unread_blocks`` counts the evicted objects that no lookup had touched since their
+  put (:func:`adev.analysis.figures.evicted_unread_share`).
 
 Disk tier, ``disk_writes = "evict"`` (``offload_on_evict``): an object chosen for eviction with
 no disk copy is queued for offload and stays in RAM (pinned, still readable, not evictable)
@@ -134,6 +136,7 @@ class StoreModel:
         self.on_disk = np.zeros(n_ids, dtype=bool)
         self.pinned = np.zeros(n_ids, dtype=bool)         # queued for offload
         self.lease_to = np.full(n_ids, NEVER)
+        self.looked_up = np.zeros(n_ids, dtype=bool)      # touched by a lookup since its put
         # eviction order (lease timeout): never looked up, by put time; looked up, by last lookup
         self._unread = _Log(np.full(n_ids, -1, dtype=np.int64))
         self._read = _Log(np.full(n_ids, -1, dtype=np.int64))
@@ -154,6 +157,7 @@ class StoreModel:
         self.put_blocks = 0
         self.refused_blocks = 0
         self.evicted_blocks = 0
+        self.evicted_unread_blocks = 0
         self.offloaded_blocks = 0
         self.eviction_cycles = 0
         self.promoted_blocks = 0
@@ -211,6 +215,7 @@ class StoreModel:
         self.in_ram[ids] = False
         self.n_ram -= len(ids)
         self.evicted_blocks += len(ids)
+        self.evicted_unread_blocks += int(len(ids) - self.looked_up[ids].sum())
 
     def _offloaded(self, ids: np.ndarray) -> None:
         """Offload written: the object is on disk too, and evictable from RAM again (by its lease
@@ -266,6 +271,7 @@ class StoreModel:
             return
         self.in_ram[ids] = True
         self.lease_to[ids] = t
+        self.looked_up[ids] = False
         self._read.stamp[ids] = -1
         self._back.stamp[ids] = -1
         self._unread.append(ids)
@@ -279,6 +285,7 @@ class StoreModel:
             return
         # max(timeout, now + TTL) is now + TTL: events come in time order, TTL is constant
         self.lease_to[ids] = now + self.r.lease_s
+        self.looked_up[ids] = True
         ram = ids[self.in_ram[ids] & ~self.pinned[ids]]
         if len(ram):
             self._unread.stamp[ram] = -1
@@ -326,6 +333,7 @@ class StoreModel:
         if len(put):   # PutEnd: GrantReadLease(0), the lease timeout is the put time
             self.in_ram[put] = True
             self.lease_to[put] = now
+            self.looked_up[put] = False
             self._read.stamp[put] = -1
             self.n_ram += len(put)
             if self.r.disk and self.r.disk_writes == "put":   # pinned until written to disk

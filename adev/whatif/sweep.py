@@ -22,6 +22,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..analysis.figures import evicted_unread_share
 from ..config import DISK_WRITES, ConfigError
 from .simulator import LOOKUPS, Params, Result, figures, simulate
 from .validate import with_overrides
@@ -136,6 +137,9 @@ def run_sweep(w: Workload, base: Params, axes: dict[str, list[Any]],
             d = {f"{k}": _show(k, v) for k, v in point.items()}
             d.update({k: v for k, v in vars(f).items() if k != "missing"})
             d.update({k: v for k, v in r.counters.items()})
+            if r.counters.get("store_evicted_blocks"):   # a run-level figure, as the counters
+                d["evicted_unread_share"] = evicted_unread_share(
+                    r.counters["store_evicted_unread_blocks"], r.counters["store_evicted_blocks"])
             rows.append(d)
     return pd.DataFrame(rows)
 
@@ -154,8 +158,8 @@ def _show(name: str, v: Any) -> Any:
 
 def summary(df: pd.DataFrame, axes: Sequence[str]) -> pd.DataFrame:
     cols = [*axes, "calls", "gpu_hit_share", "store_hit_share", "refused_share", "gross_saving",
-            "gross_saving_disk"]
-    return df[df["window"] == -1][cols].reset_index(drop=True)
+            "gross_saving_disk", "evicted_unread_share"]
+    return df[df["window"] == -1][[c for c in cols if c in df.columns]].reset_index(drop=True)
 
 
 def plot(df: pd.DataFrame, axes: Sequence[str], path: Path, metric: str = "store_hit_share",

@@ -46,6 +46,20 @@ def test_sweep_over_a_trace_writes_table_and_heat_map(trace, tmp_path, capsys):
     assert "store_hit_share" in text and "6 points" in text
 
 
+def test_a_ram_tier_that_evicts_reports_the_share_no_lookup_touched(trace, tmp_path, capsys):
+    """A RAM tier of 1 GB (21 blocks of 512 tokens) without a disk tier evicts; the whole-run
+    row and the printed summary carry the share of evicted blocks no lookup touched since their
+    put, from the store model's counters."""
+    out = tmp_path / "o"
+    assert main(["whatif", str(trace), "--ram", "1", "--disk", "off", "--gpu-pool", "1k",
+                 "--out", str(out)]) == 0
+    tot = pd.read_csv(out / "whatif.csv").query("window == -1").iloc[0]
+    assert tot["store_evicted_blocks"] > 0
+    assert tot["evicted_unread_share"] == pytest.approx(
+        tot["store_evicted_unread_blocks"] / tot["store_evicted_blocks"])
+    assert "evicted_unread_share" in capsys.readouterr().out
+
+
 def test_the_lookup_rule_is_an_axis(trace, tmp_path):
     """`--lookup past-gpu,whole` sweeps both rules, one row each. Each conversation's prefix was
     saved whole from block 0, so a store run never breaks before the GPU hit and a 1K-token GPU

@@ -26,6 +26,23 @@ def test_watermark_eviction_takes_never_read_objects_first():
     assert s.evicted_blocks == 2
 
 
+def test_evictions_count_the_objects_no_lookup_touched_since_their_put():
+    s = StoreModel(StoreRules(capacity_blocks=10, lease_s=1.0, tick_s=0.1), 100)
+    s.save(rng(0, 10), 0.0)
+    s.lookup(rng(2, 10), 0.05)        # 2..9 looked up (leased until 1.05); 0 and 1 never
+    s.advance(0.1)                     # ceil(10 * 0.15) = 2: the two never looked up
+    assert (s.evicted_blocks, s.evicted_unread_blocks) == (2, 2)
+    s.save(ids(10, 11), 0.2)           # 10, 11 put: 10/10 = 1.0 > 0.9
+    s.lookup(ids(10), 0.3)             # 10 looked up (leased until 1.3)
+    s.advance(1.1)                     # expired: 2..9 (1.05) and 11 (put at 0.2); oldest two:
+    #                                    11 (lease timeout 0.2), then 2 (1.05, first in order)
+    assert (s.evicted_blocks, s.evicted_unread_blocks) == (4, 3)
+    assert s.lookup(ids(11), 1.2) == (0, 0) and s.lookup(ids(2), 1.2) == (0, 0)
+    # a key put again after its eviction is unread again until a lookup touches it
+    s.save(ids(2), 1.2)
+    assert not s.looked_up[2]
+
+
 def test_eviction_below_the_ratio_floor_uses_the_ratio():
     s = StoreModel(StoreRules(capacity_blocks=100, lease_s=5.0, tick_s=0.1), 200)
     s.save(rng(0, 91), 0.0)           # 0.91 > 0.9: max(0.05, 0.91 - 0.9 + 0.05) = 0.06

@@ -455,18 +455,18 @@ class StoreSpec:
     promotion_threshold: int = field(default=2, metadata={"positive": True})
     promotion_per_heartbeat: int = field(default=0, metadata={"min": 0})
     # Store loads one endpoint serves at once (0: no limit). vLLM's Mooncake store connector
-    # loads on VLLM_MOONCAKE_LOAD_RECV_THREADS receiving threads per worker (1 by default: one
-    # request's load after another); each further load waits for a free thread, in admission
-    # order (adev.emulator.engine.Engine._queue_load).
-    load_threads: int = field(default=0, metadata={"min": 0})
-    # A staged load's two hops (store-ram+disk): "overlap" = the CPU-memory hop runs under the
-    # disk read (the slower sets the pace); "serial" = the disk read, then the hop, as Mooncake
-    # reads a disk-tier batch into its client's staging buffer before the transfer to the GPU
-    # starts. Either way a lone staged load runs at the disk tier profile's read_bytes_per_s
-    # (measured for staged loads): with "serial" the device's own rate is the one that, followed
-    # by the hop, gives that rate (adev.emulator.state.device_read_rate), and a direct
-    # (disk-only) read gets it.
-    staging: Staging = "overlap"
+    # loads on VLLM_MOONCAKE_LOAD_RECV_THREADS receiving threads per worker, 1 by default (one
+    # request's load after another), and so does the emulator by default; each further load waits
+    # for a free thread, in admission order (adev.emulator.engine.Engine._queue_load).
+    load_threads: int = field(default=1, metadata={"min": 0})
+    # A staged load's two hops (store-ram+disk): "serial" (the default) = the disk read, then the
+    # hop, as Mooncake reads a disk-tier batch into its client's staging buffer before the
+    # transfer to the GPU starts; "overlap" = the CPU-memory hop runs under the disk read (the
+    # slower sets the pace). Either way a lone staged load runs at the disk tier profile's
+    # read_bytes_per_s (measured for staged loads): with "serial" the device's own rate is the
+    # one that, followed by the hop, gives that rate (adev.emulator.state.device_read_rate), and
+    # a direct (disk-only) read gets it.
+    staging: Staging = "serial"
 
 
 def _default_endpoints() -> list[EndpointSpec]:

@@ -474,13 +474,13 @@ def register(subparsers: Any) -> None:
                         "source's replay study describes its disk tiers; with --stack: the file's")
     p.add_argument("--load-threads", type=int, default=None, metavar="N",
                    help="store loads each endpoint serves at once (stack.store.load_threads; "
-                        "vLLM's VLLM_MOONCAKE_LOAD_RECV_THREADS, 1 by default in vLLM); default: "
-                        "0, no limit; with --stack: the file's")
+                        "vLLM's VLLM_MOONCAKE_LOAD_RECV_THREADS); default: 1, as in vLLM; 0: no "
+                        "limit; with --stack: the file's")
     p.add_argument("--staging", choices=STAGINGS, default=None,
                    help="a staged load's two hops: overlap (the slower sets the pace) or serial "
                         "(the disk read, then the copy to the GPU, as Mooncake stages a batch); "
                         "either way a lone staged load runs at the disk tier's profiled rate "
-                        "(stack.store.staging; default: overlap; with --stack: the file's)")
+                        "(stack.store.staging; default: serial; with --stack: the file's)")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",
                    help="store values are 1/N of the real KV bytes (stack.payload_scale; "
                         "default on the replay's own stack: 1024, or the largest power of two "

@@ -88,7 +88,8 @@ def vllm_plan(config: StackConfig, *, master_host: str = "MASTER_HOST", master_p
         env["MOONCAKE_CONFIG_PATH"] = config_path
         if config.store.load_threads:
             # vLLM's Mooncake store connector: receiving threads that load requests' KV (1 by
-            # default); the emulator's store.load_threads models the same limit
+            # default); the emulator's store.load_threads models the same limit (its 0, no
+            # limit, has no vLLM setting: vLLM then keeps its own default)
             env["VLLM_MOONCAKE_LOAD_RECV_THREADS"] = str(config.store.load_threads)
         if disk:
             env.update({

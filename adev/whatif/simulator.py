@@ -40,6 +40,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from ..analysis.figures import busy_time, gross_saving, hit_share, refusal_share
+from ..emulator.state import device_read_rate
 from .gpu import GpuPool
 from .store import StoreModel, StoreRules
 from .workload import Workload
@@ -100,6 +101,7 @@ class Params:
     lookup: Lookup = "past-gpu"       # which blocks a lookup covers (LOOKUPS)
     disk_writes: str = "evict"        # when a block reaches the disk tier: "evict" or "put"
     disk_only: bool = False           # disk-only: every store hit is charged at the disk tier
+    staging: str = "serial"           # the stack's store.staging: how a staged load's hops are timed
     promotion_threshold: int = 0      # Mooncake's promotion on hit: reads before it; 0 = off
     promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
@@ -120,11 +122,12 @@ class Window:
     prompt tokens; refused_share = refused blocks / offered blocks; gross_saving and
     gross_saving_disk as :func:`adev.analysis.figures.gross_saving` with busy time ``busy_s``
     (summed over endpoints, each the union of its calls' intervals); read_s = modelled store read
-    time: RAM-served blocks at the RAM tier's rate, disk blocks at the slower of the disk tier's
-    and the RAM tier's rates (a disk block is staged through CPU memory, the two hops overlapping,
-    as the emulator charges it); with ``disk_only`` (the direct path) disk blocks at the disk
-    tier's rate. Without the disk device's queue: the simulator has no timeline of concurrent
-    loads.
+    time: RAM-served blocks at the RAM tier's rate, disk blocks staged through CPU memory at the
+    disk tier's rate (a lone staged load's, as the emulator charges it with either ``staging``,
+    the slower hop's rate when the disk tier is the faster); with ``disk_only`` (the direct path)
+    disk blocks at the device's own rate (:func:`adev.emulator.state.device_read_rate`: above
+    the tier's with ``staging = "serial"``). Without the disk device's queue: the simulator has no
+    timeline of concurrent loads.
     """
 
     window: int
@@ -316,10 +319,14 @@ def _window(w: Workload, p: Params, pc: dict[str, np.ndarray], index: int, t0: f
     f.store_ram_tokens = f.store_tokens - f.store_disk_tokens
     f.offered_blocks = float(pc["put_blocks"][sel].sum() + pc["refused_blocks"][sel].sum())
     f.refused_blocks = float(pc["refused_blocks"][sel].sum())
-    # a staged disk block takes the slower of its disk read and its copy through RAM (the two
-    # overlap); direct disk reads into the GPU with no staging hop
-    disk_rate = (p.disk_read_bytes_per_s if p.disk_only
-                 else min(p.disk_read_bytes_per_s, p.ram_read_bytes_per_s))
+    # a staged disk block runs at a lone staged load's rate (serial hops: the device's read, then
+    # the copy through RAM; overlapping hops: the slower of the two); direct disk reads into the
+    # GPU with no staging hop, at the device's own rate
+    staged = min(p.disk_read_bytes_per_s, p.ram_read_bytes_per_s)
+    serial = p.staging == "serial" and p.disk_read_bytes_per_s < p.ram_read_bytes_per_s
+    disk_rate = staged if not p.disk_only else (
+        device_read_rate(p.disk_read_bytes_per_s, p.ram_read_bytes_per_s, "serial") if serial
+        else p.disk_read_bytes_per_s)
     f.read_s = ((ext - disk) * p.bytes_per_block / p.ram_read_bytes_per_s
                 + disk * p.bytes_per_block / disk_rate)
     if f.prompt_tokens > 0:

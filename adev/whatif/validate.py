@@ -79,7 +79,9 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   promotion_threshold=int(store.get("promotion_threshold", 2))
                   if store.get("promotion_on_hit") and conf == "store-ram+disk" else 0,
                   promotion_per_heartbeat=int(store.get("promotion_per_heartbeat", 0)),
-                  disk_writes="put" if disk_only else str(store.get("disk_writes", "evict")))
+                  disk_writes="put" if disk_only else str(store.get("disk_writes", "evict")),
+                  # a manifest without the key: its run overlapped the hops (the one timing then)
+                  staging=str(store.get("staging", "overlap")))
 
 
 def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:

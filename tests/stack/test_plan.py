@@ -34,7 +34,9 @@ def test_2p2d_plan_connectors_per_role():
 
 def test_load_threads_reach_vllm_as_its_receiving_threads():
     cfg = load_stack(ROOT / "stacks" / "disagg-2p2d.toml")
-    assert "VLLM_MOONCAKE_LOAD_RECV_THREADS" not in vllm_plan(cfg).env     # no limit: vLLM's own
+    assert vllm_plan(cfg).env["VLLM_MOONCAKE_LOAD_RECV_THREADS"] == "1"     # the default: vLLM's
+    unlimited = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, load_threads=0))
+    assert "VLLM_MOONCAKE_LOAD_RECV_THREADS" not in vllm_plan(unlimited).env  # vLLM has no "no limit"
     two = dataclasses.replace(cfg, store=dataclasses.replace(cfg.store, load_threads=2))
     plan = vllm_plan(two)
     assert plan.env["VLLM_MOONCAKE_LOAD_RECV_THREADS"] == "2"

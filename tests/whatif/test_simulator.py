@@ -260,6 +260,14 @@ def test_read_time_stages_disk_blocks_through_the_ram_path():
     f = _window(w, params(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=40.0,
                           disk_only=True), pc, -1, -math.inf, math.inf)
     assert f.read_s == pytest.approx(1.0)
+    # serial staging (the default) behind a 20 B/s hop: a lone staged load runs at the disk tier's
+    # 10 B/s, so the device itself reads at 1 / (1/10 - 1/20) = 20 B/s, the direct path's rate:
+    # 4 x 10 / 20 = 2 s; the staged blocks keep the tier's rate (3 x 10 / 20 + 3 x 10 / 20 = 3 s)
+    slow = dict(bytes_per_block=10, ram_read_bytes_per_s=20.0, disk_read_bytes_per_s=10.0)
+    f = _window(w, params(**slow, disk_only=True), pc, -1, -math.inf, math.inf)
+    assert f.read_s == pytest.approx(2.0)
+    f = _window(w, params(**slow, disk_only=True, staging="overlap"), pc, -1, -math.inf, math.inf)
+    assert f.read_s == pytest.approx(4.0)     # overlapping hops: the device's rate is the tier's
 
 
 def test_empty_window_is_nan_with_a_reason():

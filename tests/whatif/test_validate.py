@@ -61,6 +61,9 @@ def test_promotion_on_hit_from_the_stack_for_a_ram_and_disk_tier_only():
     assert stack_params(stack(configuration="store-ram", store=on)).promotion_threshold == 0
     assert stack_params(stack()).disk_writes == "evict"
     assert stack_params(stack(store={"disk_writes": "put"})).disk_writes == "put"
+    # the run's staging reaches the read time; a manifest without it ran overlapping hops
+    assert stack_params(stack(store={"staging": "serial"})).staging == "serial"
+    assert stack_params(stack()).staging == "overlap"
 
 
 def test_trace_blocks_and_swept_ram():

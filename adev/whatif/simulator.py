@@ -40,6 +40,7 @@ from typing import Literal, get_args
 import numpy as np
 
 from ..analysis.figures import busy_time, gross_saving, hit_share, refusal_share
+from ..config import Staging
 from ..emulator.state import device_read_rate
 from .gpu import GpuPool
 from .store import StoreModel, StoreRules
@@ -101,7 +102,7 @@ class Params:
     lookup: Lookup = "past-gpu"       # which blocks a lookup covers (LOOKUPS)
     disk_writes: str = "evict"        # when a block reaches the disk tier: "evict" or "put"
     disk_only: bool = False           # disk-only: every store hit is charged at the disk tier
-    staging: str = "serial"           # the stack's store.staging: how a staged load's hops are timed
+    staging: Staging = "serial"       # the stack's store.staging: how a staged load's hops are timed
     promotion_threshold: int = 0      # Mooncake's promotion on hit: reads before it; 0 = off
     promotion_per_heartbeat: int = 0  # keys promoted per heartbeat; 0 = every queued one
 
@@ -319,14 +320,13 @@ def _window(w: Workload, p: Params, pc: dict[str, np.ndarray], index: int, t0: f
     f.store_ram_tokens = f.store_tokens - f.store_disk_tokens
     f.offered_blocks = float(pc["put_blocks"][sel].sum() + pc["refused_blocks"][sel].sum())
     f.refused_blocks = float(pc["refused_blocks"][sel].sum())
-    # a staged disk block runs at a lone staged load's rate (serial hops: the device's read, then
-    # the copy through RAM; overlapping hops: the slower of the two); direct disk reads into the
-    # GPU with no staging hop, at the device's own rate
-    staged = min(p.disk_read_bytes_per_s, p.ram_read_bytes_per_s)
-    serial = p.staging == "serial" and p.disk_read_bytes_per_s < p.ram_read_bytes_per_s
-    disk_rate = staged if not p.disk_only else (
-        device_read_rate(p.disk_read_bytes_per_s, p.ram_read_bytes_per_s, "serial") if serial
-        else p.disk_read_bytes_per_s)
+    disk_bps, ram_bps = p.disk_read_bytes_per_s, p.ram_read_bytes_per_s
+    if not p.disk_only:   # staged: a lone staged load's rate, whichever way its hops are timed
+        disk_rate = min(disk_bps, ram_bps)
+    elif disk_bps < ram_bps:   # direct disk, no staging hop: the device's own rate
+        disk_rate = device_read_rate(disk_bps, ram_bps, p.staging)
+    else:                 # a disk tier no slower than the hop: serial staging has no device rate
+        disk_rate = disk_bps
     f.read_s = ((ext - disk) * p.bytes_per_block / p.ram_read_bytes_per_s
                 + disk * p.bytes_per_block / disk_rate)
     if f.prompt_tokens > 0:

@@ -161,6 +161,18 @@ def test_prefill_time_weights_rate_factor_speeds_the_weights_only():
     assert flat == PrefillTime(1 / 14850 / 2)
 
 
+def test_fp8_profile_halves_decodes_weight_bound_terms_only():
+    # decode reads the weights once a step: FP8's half the bytes halves base and per-sequence,
+    # the BF16 KV's per-context term stays
+    base, fp8 = load_model_profile("qwen3-coder-30b-a3b"), load_model_profile("qwen3-coder-30b-a3b-128k")
+    assert (base.decode_step_base_s, base.decode_step_per_seq_s) == (0.012, 0.0004)
+    assert (fp8.decode_step_base_s, fp8.decode_step_per_seq_s) == (0.006, 0.0002)
+    assert fp8.decode_step_per_ktoken_s == base.decode_step_per_ktoken_s == 0.00002
+    # one stream at 60,000 context tokens: 6 + 0.2 + 1.2 ms against 12 + 0.4 + 1.2 ms
+    step = lambda p: p.decode_step_base_s + p.decode_step_per_seq_s + p.decode_step_per_ktoken_s * 60
+    assert step(fp8) == pytest.approx(0.0074) and step(base) == pytest.approx(0.0136)
+
+
 def test_attention_rate_that_leaves_the_weights_no_time_is_refused():
     # attention alone at the reference: 786432 * 184,310,400 / R >= 1.292929 s for R <= 1.121079e14
     data = {"name": "m", "num_layers": 48, "num_kv_heads": 4, "head_dim": 128,
@@ -368,6 +380,7 @@ def test_a_model_profile_extends_another(tmp_path):
     assert long.max_model_len == 131072 and base.max_model_len == 65536
     assert long.name == "Qwen3-Coder-30B-A3B-Instruct-FP8" and long.weights_rate_factor == 2.0
     assert dataclasses.replace(long, name=base.name, max_model_len=65536, weights_rate_factor=1.0,
+                               decode_step_base_s=0.012, decode_step_per_seq_s=0.0004,
                                source=base.source) == base
     mine = tmp_path / "mine.toml"
     mine.write_text(f'extends = "{tmp_path / "base.toml"}"\nhead_dim = 8\n')

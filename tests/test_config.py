@@ -169,7 +169,8 @@ def test_fp8_profile_halves_decodes_weight_bound_terms_only():
     assert (fp8.decode_step_base_s, fp8.decode_step_per_seq_s) == (0.006, 0.0002)
     assert fp8.decode_step_per_ktoken_s == base.decode_step_per_ktoken_s == 0.00002
     # one stream at 60,000 context tokens: 6 + 0.2 + 1.2 ms against 12 + 0.4 + 1.2 ms
-    step = lambda p: p.decode_step_base_s + p.decode_step_per_seq_s + p.decode_step_per_ktoken_s * 60
+    def step(p: ModelProfile) -> float:
+        return p.decode_step_base_s + p.decode_step_per_seq_s + p.decode_step_per_ktoken_s * 60
     assert step(fp8) == pytest.approx(0.0074) and step(base) == pytest.approx(0.0136)
 
 

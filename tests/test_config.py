@@ -23,7 +23,9 @@ from adev.config import (
     resolve,
     to_dict,
 )
-from adev.emulator.state import device_read_rate
+from adev.emulator.metrics import Metrics
+from adev.emulator.scheduler import Scheduler
+from adev.emulator.state import EngineConfig, device_read_rate
 
 
 def test_unknown_key_names_field_and_allowed_keys():
@@ -168,9 +170,17 @@ def test_fp8_profile_halves_decodes_weight_bound_terms_only():
     assert (base.decode_step_base_s, base.decode_step_per_seq_s) == (0.012, 0.0004)
     assert (fp8.decode_step_base_s, fp8.decode_step_per_seq_s) == (0.006, 0.0002)
     assert fp8.decode_step_per_ktoken_s == base.decode_step_per_ktoken_s == 0.00002
-    # one stream at 60,000 context tokens: 6 + 0.2 + 1.2 ms against 12 + 0.4 + 1.2 ms
+    # the engine's step for one stream at 60,000 context tokens: 6 + 0.2 + 1.2 ms against
+    # 12 + 0.4 + 1.2 ms
     def step(p: ModelProfile) -> float:
-        return p.decode_step_base_s + p.decode_step_per_seq_s + p.decode_step_per_ktoken_s * 60
+        cfg = EngineConfig(block_size=p.block_size, capacity_blocks=16,
+                           prefill_tokens_per_s=p.prefill_tokens_per_s,
+                           decode_step_base_s=p.decode_step_base_s,
+                           decode_step_per_seq_s=p.decode_step_per_seq_s,
+                           decode_step_per_ktoken_s=p.decode_step_per_ktoken_s,
+                           max_num_seqs=p.max_num_seqs, max_num_batched_tokens=p.max_num_batched_tokens,
+                           time_scale=1.0, bytes_per_block=p.bytes_per_block)
+        return Scheduler(cfg, Metrics("m", p.block_size, 16, True, p.max_model_len)).decode_step_s(1, 60000)
     assert step(fp8) == pytest.approx(0.0074) and step(base) == pytest.approx(0.0136)
 
 

@@ -114,7 +114,8 @@ def figure_line(s: RunSummary, name: str, fig: str, pctg: bool = True) -> str:
 
 
 HEADLINE = (("Gross saving", "gross_saving"), ("Net saving", "net_saving"),
-            ("Disk tier's part of the saving", "gross_saving_disk"),
+            ("Gross saving from the disk tier", "gross_saving_disk"),
+            ("Disk tier's part of the saving", "disk_share_of_saving"),
             ("GPU hit share", "gpu_hit_share"), ("Store hit share", "store_hit_share"),
             ("Store hit rate", "store_hit_rate"), ("Refused writes", "refused_share"))
 """The headline figures, in the order a report opens with them."""

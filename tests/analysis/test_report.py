@@ -341,12 +341,15 @@ def test_headline_text():
     st = {f: dict(nan) for _, f in R.HEADLINE}
     iv = {f: {"lo": math.nan, "hi": math.nan} for _, f in R.HEADLINE}
     st["gross_saving"] = {"n": 1, "mean": 0.02, "cv": 0.0}
+    st["gross_saving_disk"] = {"n": 1, "mean": 0.015, "cv": 0.0}     # 1.5 of the 2 points
+    st["disk_share_of_saving"] = {"n": 1, "mean": 0.75, "cv": 0.0}   # = 1.5 / 2
     s = _summ(stats=st, interval=iv, windows=2, invalid_windows=1, reuse=REUSE)
     assert R._headline_md(NS(summary=s)) == "\n".join([
         "**night-w3**: 3 sessions, steady, 1 valid window(s) of 2", "",
         "- Gross saving: 2.00% (1 window)",
         "- Net saving: — (no valid window)",
-        "- Disk tier's part of the saving: — (no valid window)",
+        "- Gross saving from the disk tier: 1.50% (1 window)",
+        "- Disk tier's part of the saving: 75.00% (1 window)",
         "- GPU hit share: — (no valid window)",
         "- Store hit share: — (no valid window)",
         "- Store hit rate: — (no valid window)",
@@ -356,7 +359,7 @@ def test_headline_text():
     s2 = _summ(stats=st, interval=iv, protocol=None, width=None, reuse=None)
     assert R._headline_md(NS(summary=s2)).splitlines()[0] == (
         "**night-w3**: — sessions, ?, 3 valid window(s) of 4")
-    assert len(R._headline_md(NS(summary=s2)).splitlines()) == 9      # no reuse line
+    assert len(R._headline_md(NS(summary=s2)).splitlines()) == 10     # no reuse line
 
 
 @pytest.fixture(scope="module")

@@ -467,6 +467,13 @@ class StoreSpec:
     # one that, followed by the hop, gives that rate (adev.emulator.state.device_read_rate), and
     # a direct (disk-only) read gets it.
     staging: Staging = "serial"
+    # The connector's rule for a refused put (-200: RAM full of leased objects). true: vLLM's
+    # MooncakeStoreConnector with its pressure rule (the sending thread marks the request and,
+    # until a later put stores everything it offers, withholds that request's further saves;
+    # each withheld block counts as skipped, never offered); false: the connector as first merged
+    # (mooncake_store_worker.py), which offers every step's missing blocks whatever the last put
+    # did, so a refused range is offered, and refused, again at each later step.
+    pressure_skip: bool = True
 
 
 def _default_endpoints() -> list[EndpointSpec]:

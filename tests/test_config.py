@@ -238,6 +238,11 @@ def test_store_staging_and_load_threads_are_checked(tmp_path):
         load(StoreSpec, f, "store")
     f.write_text('[store]\nload_threads = 1\nstaging = "serial"\n')
     assert load(StoreSpec, f, "store") == StoreSpec(load_threads=1, staging="serial")
+    f.write_text('[store]\npressure_skip = "off"\n')
+    with pytest.raises(ConfigError, match="store.pressure_skip: expected true or false"):
+        load(StoreSpec, f, "store")
+    f.write_text('[store]\npressure_skip = false\n')
+    assert load(StoreSpec, f, "store").pressure_skip is False and StoreSpec().pressure_skip
     # serial staging needs a staged rate below the hop's: a disk tier as fast as RAM is refused
     fast = tmp_path / "fast.toml"
     fast.write_text('name = "fast"\nlookup_latency_s = 0.0001\nread_bytes_per_s = 30e9\n'

@@ -602,21 +602,23 @@ class Engine:
         when the put has ended.
 
         One save at a time, in the order the steps asked for them (vLLM's one sending thread per
-        worker), with its handling of a full store: a put refused for want of space (-200, RAM
-        full of leased objects) marks the store under pressure and the request skipped, and
-        while the store is under pressure a skipped request's later saves are not offered
-        (counted as skipped); the next put that stores every block it offers clears the
-        pressure for every request. A save that stores everything it offered, or finds nothing
-        missing, moves ``r.saved_blocks`` to ``upto``; otherwise the next step offers the range
-        again."""
+        worker), with its handling of a full store (``cfg.pressure_skip``, vLLM's pressure rule):
+        a put refused for want of space (-200, RAM full of leased objects) marks the store under
+        pressure and the request skipped, and while the store is under pressure a skipped
+        request's later saves are not offered (counted as skipped); the next put that stores
+        every block it offers clears the pressure for every request. Without the rule (the
+        connector as first merged) every save is offered. A save that stores everything it
+        offered, or finds nothing missing, moves ``r.saved_blocks`` to ``upto``; otherwise the
+        next step offers the range again."""
         try:
             async with self._save_lock:
-                if r.rid in self._pressure_skip:
+                if self.cfg.pressure_skip and r.rid in self._pressure_skip:
                     self.m.store_put_skipped_blocks.inc(len(keys) * chunk)
                     return
                 res = await self.store.save(keys)
                 if res.refused:
-                    self._pressure_skip.add(r.rid)
+                    if self.cfg.pressure_skip:
+                        self._pressure_skip.add(r.rid)
                 elif not res.error:
                     if upto is not None:
                         r.saved_blocks = max(r.saved_blocks, upto)

@@ -133,6 +133,7 @@ class Endpoint:
                 disk.read_bytes_per_s, ram.read_bytes_per_s, stack.store.staging)),
             disk_only=conf == "disk-only", load_threads=stack.store.load_threads,
             staging_serial=stack.store.staging == "serial",
+            pressure_skip=stack.store.pressure_skip,
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
             stream_interval=stack.stream_interval), self.metrics, self.store,
             clock=held if held is not None else time.monotonic,

@@ -64,6 +64,7 @@ class EngineConfig:
     disk_only: bool = False          # every store hit is charged (and reported) at the disk tier
     load_threads: int = 0            # store loads served at once (0: no limit; Engine._queue_load)
     staging_serial: bool = False     # a staged load's hop follows its disk read (Scheduler.disk_transfer_s)
+    pressure_skip: bool = True       # withhold a refused request's saves under pressure (Engine._save)
     # longest macro step, wall seconds: how far ahead the driver plans decode steps (it still
     # delivers each step's tokens at the step's own time, see stream_interval)
     horizon_wall_s: float = 0.3

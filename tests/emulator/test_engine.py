@@ -398,6 +398,36 @@ def test_a_refused_put_skips_the_requests_later_saves_until_a_put_stores_everyth
     assert value(eng.sched, "adev_emulator_store_put_skipped_blocks_total") == 3
 
 
+def test_without_the_pressure_rule_a_refused_requests_next_save_is_offered_again():
+    """The connector as first merged (``pressure_skip = False``): a's save is refused in part, and
+    its next save offers the whole range from its last successful save again (refused again in
+    part: counted again), nothing skipped; a save that stores everything moves its last save."""
+    from adev.emulator.store import SaveResult
+    saved = []
+    answers = iter([SaveResult(put=1, refused=1), SaveResult(put=1, refused=2),
+                    SaveResult(put=4)])
+
+    class Store:
+        async def save(self, keys):
+            saved.append(keys)
+            return next(answers)
+
+    eng = make_engine(lambda: 0.0, store=Store(), pressure_skip=False)
+    a = Request(rid="a", prompt=tokens(0, 64), out_ids=[7], finish_reason="stop")
+
+    async def main():
+        await eng._save(a, ["a0", "a1"], upto=2)
+        assert not eng._pressure and a.saved_blocks == 0
+        await eng._save(a, ["a0", "a1", "a2"], upto=3)
+        assert a.saved_blocks == 0
+        await eng._save(a, ["a0", "a1", "a2", "a3"], upto=4)
+    asyncio.run(main())
+    assert saved == [["a0", "a1"], ["a0", "a1", "a2"], ["a0", "a1", "a2", "a3"]]
+    assert a.saved_blocks == 4 and (a.put_blocks, a.put_refused_blocks) == (6, 3)
+    assert value(eng.sched, "adev_emulator_store_put_skipped_blocks_total") == 0
+    assert value(eng.sched, "adev_emulator_store_put_refused_blocks_total") == 3
+
+
 def test_engine_decode_step_and_abort_of_a_finished_request():
     eng = make_engine(lambda: 0.0)
     # 0.010 + 0.001 x 3 + 0.00001 x 2000 = 0.033 s

@@ -301,6 +301,11 @@ def test_run_header_torn_and_missing_windows():
             f" · role context {ctx} · spec {spec} · pause 0.5 s · windows 4 (1 invalid, 2 with "
             "preemption "
             "bursts)\n")
+    # a run whose connector offered every save (store.pressure_skip = false) says so
+    ld_n = NS(run=NS(**{**vars(run), "stack": {"store": {"pressure_skip": False}}}), summary=_summ())
+    assert " · lease 5 s · every save offered (no pressure rule) · pause 0.5 s · " in R._run_header(ld_n)
+    ld_y = NS(run=NS(**{**vars(run), "stack": {"store": {"pressure_skip": True}}}), summary=_summ())
+    assert R._run_header(ld_y) == R._run_header(ld)
     run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
               pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"}, fleet=None)
     ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))

@@ -45,6 +45,9 @@ def register(sub: argparse._SubParsersAction) -> None:
                                          "after its put)")
     p.add_argument("--promotion", help="Mooncake's promotion on hit (disk tier on): off, or the "
                                        "reads of a disk-only key before it is copied back to RAM")
+    p.add_argument("--offload-heartbeat", help="the disk tier's offload heartbeat, model seconds "
+                                               "(objects waiting for the disk tier stay in RAM "
+                                               "until it writes them; default: the run's)")
     p.add_argument("--metric", default="store_hit_share",
                    choices=["store_hit_share", "gpu_hit_share", "refused_share", "gross_saving"],
                    help="figure of the heat map (default store_hit_share)")

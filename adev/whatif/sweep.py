@@ -5,7 +5,9 @@ Axes (command-line spelling, unit): ``ram`` (GB of RAM tier at model scale, 0 = 
 unbounded), ``disk_read`` (GB/s), ``lookup`` (which blocks a store lookup covers:
 :data:`adev.whatif.simulator.LOOKUPS`), ``promotion`` (Mooncake's promotion on hit: ``off`` or
 the reads of a disk-only key before it is copied back to RAM), ``disk_writes`` (when a block
-reaches the disk tier: ``evict`` or ``put``). The table has one row per point
+reaches the disk tier: ``evict`` or ``put``), ``offload_heartbeat`` (s: the disk tier's offload
+heartbeat, which writes the objects waiting for the disk tier; until then they stay in RAM).
+The table has one row per point
 and window plus a whole-run row (``window`` = -1); the plot is a heat map of one figure of the
 whole run over the first two axes with several values (one panel per combination of any further
 ones), or a line over the only such axis.
@@ -41,6 +43,13 @@ class Axis:
 def _pos_float(s: str) -> float:
     v = float(s)
     if not math.isfinite(v) or v < 0:
+        raise ValueError(s)
+    return v
+
+
+def _positive(s: str) -> float:
+    v = _pos_float(s)
+    if v == 0:
         raise ValueError(s)
     return v
 
@@ -99,6 +108,8 @@ AXES = {a.name: a for a in (
     Axis("disk_writes", "disk_writes", "", _disk_writes, ", ".join(DISK_WRITES)),
     Axis("promotion", "promotion_threshold", "reads", _promotion,
          "off or an integer >= 1 (reads of a disk-only key before Mooncake promotes it to RAM)"),
+    Axis("offload_heartbeat", "offload_delay_s", "s", _positive,
+         "positive numbers (model seconds between offload heartbeats)"),
 )}
 
 

@@ -84,6 +84,20 @@ def test_promotion_on_hit_is_an_axis(trace, tmp_path):
     assert tot.loc["1", "store_promoted_blocks"] > 0
 
 
+def test_the_offload_heartbeat_is_an_axis(trace, tmp_path):
+    """A 1 GB RAM tier (21 blocks of 512 tokens) over a disk tier, every lookup leased for the
+    whole 40 s trace: the objects the master chooses for eviction wait in RAM for the offload
+    heartbeat. At 0.5 s it writes them and frees their memory within the trace; at 1000 s it never
+    comes, so they keep their memory and later puts find less room."""
+    out = tmp_path / "o"
+    assert main(["whatif", str(trace), "--ram", "1", "--lease", "300", "--disk", "on",
+                 "--gpu-pool", "1k", "--offload-heartbeat", "0.5,1000", "--out", str(out)]) == 0
+    tot = pd.read_csv(out / "whatif.csv").query("window == -1").set_index("offload_heartbeat")
+    assert set(tot.index) == {0.5, 1000.0}
+    assert tot.loc[1000.0, "refused_share"] > tot.loc[0.5, "refused_share"]
+    assert tot.loc[1000.0, "store_evicted_blocks"] < tot.loc[0.5, "store_evicted_blocks"]
+
+
 def test_single_axis_sweep_plots_a_line(trace, tmp_path):
     out = tmp_path / "o"
     assert main(["whatif", str(trace), "--ram", "0.5,1,2", "--out", str(out)]) == 0
@@ -95,7 +109,8 @@ def test_single_axis_sweep_plots_a_line(trace, tmp_path):
                                             ("--lease", "-1", "--lease: '-1'"),
                                             ("--lookup", "all", "allowed values: past-gpu, whole"),
                                             ("--promotion", "0", "--promotion: '0'"),
-                                            ("--disk-writes", "never", "allowed values: evict, put")])
+                                            ("--disk-writes", "never", "allowed values: evict, put"),
+                                            ("--offload-heartbeat", "0", "--offload-heartbeat: '0'")])
 def test_bad_values_exit_2_with_the_allowed_values(trace, tmp_path, capsys, opt, val, needle):
     assert main(["whatif", str(trace), opt, val, "--out", str(tmp_path / "o")]) == 2
     assert needle in capsys.readouterr().err

@@ -60,8 +60,7 @@ def _run_header(ld: Loaded) -> str:
             f"configuration {_fmt(r.configuration)}", f"lease {_fmt(r.lease_ttl_s)} s",
             f"pause {_fmt(r.pause_s)} s", f"windows {s.windows} ({s.invalid_windows} invalid, "
             f"{s.burst_windows} with preemption bursts)"]
-    store = (getattr(r, "stack", None) or {}).get("store") or {}
-    if store.get("pressure_skip") is False:  # the connector without its pressure rule
+    if ((r.stack or {}).get("store") or {}).get("pressure_skip") is False:  # no pressure rule
         bits.insert(5, "every save offered (no pressure rule)")
     if r.fleet is not None:  # how its roles saw the history (fleets recorded before it: shared)
         bits.insert(5, f"role context {r.fleet.get('context', 'shared')}")

@@ -612,7 +612,7 @@ class Engine:
         next step offers the range again."""
         try:
             async with self._save_lock:
-                if self.cfg.pressure_skip and r.rid in self._pressure_skip:
+                if r.rid in self._pressure_skip:   # empty unless cfg.pressure_skip
                     self.m.store_put_skipped_blocks.inc(len(keys) * chunk)
                     return
                 res = await self.store.save(keys)

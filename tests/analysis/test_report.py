@@ -286,7 +286,7 @@ def test_figure_line_mean_interval_one_window_and_missing():
 
 def test_run_header_torn_and_missing_windows():
     run = NS(run_id="r-3", width=3, protocol="steady", configuration="store-ram", lease_ttl_s=5.0,
-             pause_s=0.5, torn={}, missing={}, fleet=None)
+             pause_s=0.5, torn={}, missing={}, fleet=None, stack=None)
     ld = NS(run=run, summary=_summ())
     assert R._run_header(ld) == (
         "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
@@ -307,7 +307,8 @@ def test_run_header_torn_and_missing_windows():
     ld_y = NS(run=NS(**{**vars(run), "stack": {"store": {"pressure_skip": True}}}), summary=_summ())
     assert R._run_header(ld_y) == R._run_header(ld)
     run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
-              pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"}, fleet=None)
+              pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"}, fleet=None,
+              stack=None)
     ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))
     assert R._run_header(ld2) == (
         "**x** (`r-0`) · width — · protocol — · configuration — · lease — s · pause — s"

@@ -398,7 +398,7 @@ transferred KV; ``both`` does either (and plain requests in any case)."""
 DiskWrites = Literal["evict", "put"]
 DISK_WRITES: tuple[str, ...] = get_args(DiskWrites)
 """When the disk tier is written (:attr:`StoreSpec.disk_writes`)."""
-Staging = Literal["overlap", "serial"]
+Staging = Literal["overlap", "serial", "shared"]
 STAGINGS: tuple[str, ...] = get_args(Staging)
 """How a staged load's two hops (disk to CPU memory, CPU memory to GPU) are timed
 (:attr:`StoreSpec.staging`)."""
@@ -465,7 +465,12 @@ class StoreSpec:
     # slower sets the pace). Either way a lone staged load runs at the disk tier profile's
     # read_bytes_per_s (measured for staged loads): with "serial" the device's own rate is the
     # one that, followed by the hop, gives that rate (adev.emulator.state.device_read_rate), and
-    # a direct (disk-only) read gets it.
+    # a direct (disk-only) read gets it. "shared" = "serial", and the staging buffer is the disk
+    # tier owner's one buffer for the stack: Mooncake's SSD read-back goes through the owner's
+    # client (FileStorage::BatchGet reads a batch into its ClientBuffer, the reader pulls it from
+    # there with the transfer engine, then releases it), so a staged batch keeps the shared disk
+    # device's queue (adev.emulator.disk_device) through its read and its hop, and the staged
+    # loads of every endpoint pass one at a time. A direct read holds the device for its read alone.
     staging: Staging = "serial"
     # The connector's rule for a refused put (-200: RAM full of leased objects). true: vLLM's
     # MooncakeStoreConnector with its pressure rule (the sending thread marks the request and,
@@ -538,15 +543,15 @@ class StackConfig:
             except ConfigError as e:
                 raise ConfigError(f"{where}.{e}") from None
         check_cpus(self.cpus, f"{where}.cpus")
-        if self.store.staging == "serial" and self.mode == "embedded":
+        if self.store.staging in ("serial", "shared") and self.mode == "embedded":
             from adev.emulator.state import device_read_rate
             ram, disk = load_tier_profile(self.store.ram_tier), load_tier_profile(self.store.disk_tier)
             try:
                 device_read_rate(disk.read_bytes_per_s, ram.read_bytes_per_s, "serial")
             except ValueError as e:
-                raise ConfigError(f"{where}.store.staging: 'serial' needs the disk tier "
-                                  f"({disk.name}) slower than the RAM tier ({ram.name}): {e}; "
-                                  "allowed values: overlap, serial") from None
+                raise ConfigError(f"{where}.store.staging: {self.store.staging!r} needs the disk "
+                                  f"tier ({disk.name}) slower than the RAM tier ({ram.name}): {e}; "
+                                  f"allowed values: {', '.join(STAGINGS)}") from None
         names = [e.name for e in self.endpoints]
         if len(set(names)) != len(names):
             raise ConfigError(f"{where}.endpoints: endpoint names must be unique, got {names}")

@@ -233,6 +233,7 @@ def test_store_staging_and_load_threads_are_checked(tmp_path):
     with pytest.raises(ConfigError) as e:
         load(StoreSpec, f, "store")
     assert "store.staging" in str(e.value) and "overlap" in str(e.value) and "serial" in str(e.value)
+    assert "shared" in str(e.value)
     f.write_text('[store]\nload_threads = -1\n')
     with pytest.raises(ConfigError, match="store.load_threads"):
         load(StoreSpec, f, "store")
@@ -251,6 +252,9 @@ def test_store_staging_and_load_threads_are_checked(tmp_path):
     with pytest.raises(ConfigError, match="stack.store.staging: 'serial' needs the disk tier"):
         bad.validate("stack")
     StackConfig(store=StoreSpec(staging="serial")).validate("stack")
+    bad = StackConfig(store=StoreSpec(staging="shared", disk_tier=str(fast)))
+    with pytest.raises(ConfigError, match="stack.store.staging: 'shared' needs the disk tier"):
+        bad.validate("stack")
 
 
 def test_load_section(tmp_path):

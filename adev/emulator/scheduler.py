@@ -262,13 +262,18 @@ class Scheduler:
     def disk_transfer_s(self, disk: int) -> tuple[float, float]:
         """(the disk device's busy time for ``disk`` blocks, the time their transfer takes): the
         disk tier's ``transfer_s``, and the slower of it and the staging hop through the RAM
-        tier (:meth:`read_path_s`; no hop for direct disk), or their sum with ``staging_serial``."""
+        tier (:meth:`read_path_s`; no hop for direct disk), or their sum with ``staging_serial``.
+        With ``staging_shared`` a staged transfer keeps the device through its hop as well (the
+        disk tier owner's one staging buffer holds the batch until the reader has pulled it):
+
+            busy = disk transfer_s + RAM tier transfer_s = transfer   (staged, shared buffer)"""
         c = self.cfg
         if c.disk_tier is None:
             return 0.0, 0.0
         busy = c.disk_tier.transfer_s(disk, c.bytes_per_block)
         hop = c.ram_tier.transfer_s(disk, c.bytes_per_block) if c.ram_tier and not c.disk_only else 0.0
-        return busy, (busy + hop) if c.staging_serial else max(busy, hop)
+        transfer = (busy + hop) if c.staging_serial else max(busy, hop)
+        return (transfer if c.staging_shared else busy), transfer
 
     def load_done(self, r: Request, t_admit: float, hit: int, tiers: list[str], loaded: int,
                   error: bool, now: float, disk_wait: float = 0.0,

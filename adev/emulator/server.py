@@ -132,7 +132,8 @@ class Endpoint:
             disk_tier=TierCost(disk.name, disk.lookup_latency_s, device_read_rate(
                 disk.read_bytes_per_s, ram.read_bytes_per_s, stack.store.staging)),
             disk_only=conf == "disk-only", load_threads=stack.store.load_threads,
-            staging_serial=stack.store.staging == "serial",
+            staging_serial=stack.store.staging in ("serial", "shared"),
+            staging_shared=stack.store.staging == "shared",
             pressure_skip=stack.store.pressure_skip,
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
             stream_interval=stack.stream_interval), self.metrics, self.store,

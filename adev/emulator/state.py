@@ -33,15 +33,16 @@ class TierCost:
 def device_read_rate(staged_bytes_per_s: float, hop_bytes_per_s: float, staging: str) -> float:
     """The disk device's own read rate, given a lone staged load's measured rate and the staging
     hop's rate. ``overlap``: the hop runs under the disk read and is the faster, so the device's
-    rate is the measured one. ``serial``: the hop follows the disk read, so
+    rate is the measured one. ``serial`` (and ``shared``, serial through one staging buffer):
+    the hop follows the disk read, so
 
         1 / staged = 1 / device + 1 / hop   =>   device = 1 / (1 / staged - 1 / hop)
 
     (local RAID0 measured at 5.45 GB/s behind a 20 GB/s hop: 7.49 GB/s)."""
-    if staging != "serial":
+    if staging not in ("serial", "shared"):
         return staged_bytes_per_s
     if staged_bytes_per_s >= hop_bytes_per_s:
-        raise ValueError(f"staging 'serial': a staged load's rate ({staged_bytes_per_s:.4g} B/s) "
+        raise ValueError(f"staging {staging!r}: a staged load's rate ({staged_bytes_per_s:.4g} B/s) "
                          f"must be below the staging hop's ({hop_bytes_per_s:.4g} B/s)")
     return 1.0 / (1.0 / staged_bytes_per_s - 1.0 / hop_bytes_per_s)
 
@@ -64,6 +65,7 @@ class EngineConfig:
     disk_only: bool = False          # every store hit is charged (and reported) at the disk tier
     load_threads: int = 0            # store loads served at once (0: no limit; Engine._queue_load)
     staging_serial: bool = False     # a staged load's hop follows its disk read (Scheduler.disk_transfer_s)
+    staging_shared: bool = False     # ... and holds the shared disk device through it (one staging buffer)
     pressure_skip: bool = True       # withhold a refused request's saves under pressure (Engine._save)
     # longest macro step, wall seconds: how far ahead the driver plans decode steps (it still
     # delivers each step's tokens at the step's own time, see stream_interval)

@@ -477,8 +477,10 @@ def register(subparsers: Any) -> None:
                         "vLLM's VLLM_MOONCAKE_LOAD_RECV_THREADS); default: 1, as in vLLM; 0: no "
                         "limit; with --stack: the file's")
     p.add_argument("--staging", choices=STAGINGS, default=None,
-                   help="a staged load's two hops: overlap (the slower sets the pace) or serial "
-                        "(the disk read, then the copy to the GPU, as Mooncake stages a batch); "
+                   help="a staged load's two hops: overlap (the slower sets the pace), serial "
+                        "(the disk read, then the copy to the GPU, as Mooncake stages a batch) or "
+                        "shared (serial through the disk owner's one staging buffer, which every "
+                        "endpoint's staged loads take in turn); "
                         "either way a lone staged load runs at the disk tier's profiled rate "
                         "(stack.store.staging; default: serial; with --stack: the file's)")
     p.add_argument("--payload-scale", type=int, default=None, metavar="N",

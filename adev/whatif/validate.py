@@ -81,7 +81,8 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   promotion_per_heartbeat=int(store.get("promotion_per_heartbeat", 0)),
                   disk_writes="put" if disk_only else str(store.get("disk_writes", "evict")),
                   # a manifest without the key: its run overlapped the hops (the one timing then)
-                  staging="serial" if store.get("staging") == "serial" else "overlap")
+                  # (the simulator has no disk device: "shared" reads as "serial" there)
+                  staging="serial" if store.get("staging") in ("serial", "shared") else "overlap")
 
 
 def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:

@@ -229,8 +229,12 @@ def test_store_load_threads_and_staging_reach_the_engine():
     st = make_stack(write_profile(tmpdir()), "gpu-only", 10.0)
     cfg = Endpoint(st, "coder", None, None).engine.cfg
     # the defaults: vLLM's one receiving thread, Mooncake's staging of a batch before its copy
-    assert (cfg.load_threads, cfg.staging_serial) == (1, True)
+    assert (cfg.load_threads, cfg.staging_serial, cfg.staging_shared) == (1, True, False)
     # the device's own rate behind the 20 GB/s hop: local RAID0's 5.45 GB/s staged -> 7.49 GB/s
+    assert cfg.disk_tier.read_bytes_per_s == pytest.approx(7.4914e9, rel=1e-4)
+    shared = dataclasses.replace(st, store=dataclasses.replace(st.store, staging="shared"))
+    cfg = Endpoint(shared, "coder", None, None).engine.cfg
+    assert (cfg.staging_serial, cfg.staging_shared) == (True, True)
     assert cfg.disk_tier.read_bytes_per_s == pytest.approx(7.4914e9, rel=1e-4)
     st = dataclasses.replace(st, store=dataclasses.replace(st.store, load_threads=0, staging="overlap"))
     cfg = Endpoint(st, "coder", None, None).engine.cfg

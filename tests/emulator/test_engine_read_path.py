@@ -399,9 +399,10 @@ def test_serial_staging_adds_the_hop_after_the_disk_read():
 Q = tokens(9000, 100)     # another prompt, 6 full blocks as well
 
 
-def read_two(threads: int, tiers: dict[int, str]):
+def read_two(threads: int, tiers: dict[int, str], **over):
     """Admit a request for ``P`` and then one for ``Q`` at model time 0 on an engine with
-    ``threads`` load threads, both prompts' blocks held by ``tiers``; run both read paths."""
+    ``threads`` load threads (and the config's ``over``), both prompts' blocks held by
+    ``tiers``; run both read paths."""
     store = Store()
 
     async def main(clock):
@@ -409,7 +410,7 @@ def read_two(threads: int, tiers: dict[int, str]):
             hs = block_hashes(prompt)
             for b, tier in tiers.items():
                 store.tier[store.keys([hs[b]])[0]] = tier
-        eng = make_engine(clock, store, load_threads=threads)
+        eng = make_engine(clock, store, load_threads=threads, **over)
         rs = [Request(rid=n, prompt=p, out_ids=[7], finish_reason="stop")
               for n, p in (("a", P), ("b", Q))]
         for r in rs:
@@ -443,3 +444,27 @@ def test_a_load_thread_is_held_through_its_disk_wait():
     assert a.t_ready == pytest.approx(0.014)
     assert (b.load_wait_s, b.disk_wait_s) == (pytest.approx(0.013), 0.0)
     assert b.t_ready == pytest.approx(0.027)
+
+
+def test_shared_staging_keeps_the_device_through_the_hop():
+    """``staging_shared``: the disk owner's one staging buffer holds a staged batch through its
+    read and its hop, so the next staged load's disk part waits for both. 2 RAM + 2 disk hits
+    each, no load-thread limit, both admitted at 0: alone, ready at 0.016 (lookup 0.001, RAM
+    0.003, disk 0.002 + read 0.008 + hop 0.002); both disk parts arrive at 0.006. Serial, the
+    device serves a's read 0.006-0.014 and b's 0.014-0.022 (wait 0.008, ready 0.024); shared,
+    a keeps it until 0.016 and b reads 0.016-0.024 then hops (wait 0.010, ready 0.026).
+    Direct disk has no hop: shared or not, b waits for a's read alone (0.016)."""
+    tiers = {0: "ram", 1: "ram", 2: "disk", 3: "disk"}
+    a, b = read_two(0, tiers, staging_serial=True)
+    assert a.t_ready == pytest.approx(0.016)
+    assert (b.disk_wait_s, b.t_ready) == (pytest.approx(0.008), pytest.approx(0.024))
+    a, b = read_two(0, tiers, staging_serial=True, staging_shared=True)
+    assert (a.t_ready, a.disk_wait_s) == (pytest.approx(0.016), 0.0)
+    assert (b.disk_wait_s, b.t_ready) == (pytest.approx(0.010), pytest.approx(0.026))
+    # direct disk: 4 disk hits each, lookup 0.002 + 0.002 + 4 x 0.004 = 0.020 alone; both
+    # reads arrive at 0.004, b's waits 0.016 for a's
+    for shared in (False, True):
+        a, b = read_two(0, {b: "ram" for b in range(4)}, disk_only=True, staging_serial=True,
+                        staging_shared=shared)
+        assert a.t_ready == pytest.approx(0.020)
+        assert (b.disk_wait_s, b.t_ready) == (pytest.approx(0.016), pytest.approx(0.036))

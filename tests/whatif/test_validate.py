@@ -63,6 +63,8 @@ def test_promotion_on_hit_from_the_stack_for_a_ram_and_disk_tier_only():
     assert stack_params(stack(store={"disk_writes": "put"})).disk_writes == "put"
     # the run's staging reaches the read time; a manifest without it ran overlapping hops
     assert stack_params(stack(store={"staging": "serial"})).staging == "serial"
+    # one staging buffer is serial staging plus a device queue the simulator does not have
+    assert stack_params(stack(store={"staging": "shared"})).staging == "serial"
     assert stack_params(stack()).staging == "overlap"
 
 

@@ -402,6 +402,8 @@ Staging = Literal["overlap", "serial", "shared"]
 STAGINGS: tuple[str, ...] = get_args(Staging)
 """How a staged load's two hops (disk to CPU memory, CPU memory to GPU) are timed
 (:attr:`StoreSpec.staging`)."""
+SERIAL_STAGINGS: tuple[str, ...] = ("serial", "shared")
+"""The stagings whose hop follows the disk read ("shared": through one staging buffer)."""
 
 
 @dataclass(frozen=True)
@@ -543,7 +545,7 @@ class StackConfig:
             except ConfigError as e:
                 raise ConfigError(f"{where}.{e}") from None
         check_cpus(self.cpus, f"{where}.cpus")
-        if self.store.staging in ("serial", "shared") and self.mode == "embedded":
+        if self.store.staging in SERIAL_STAGINGS and self.mode == "embedded":
             from adev.emulator.state import device_read_rate
             ram, disk = load_tier_profile(self.store.ram_tier), load_tier_profile(self.store.disk_tier)
             try:

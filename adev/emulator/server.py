@@ -32,7 +32,7 @@ from typing import Any
 from aiohttp import web
 
 from adev import event_loop
-from adev.config import ConfigError, KvRole, ModelProfile, StackConfig, from_dict, load_tier_profile
+from adev.config import SERIAL_STAGINGS, ConfigError, KvRole, ModelProfile, StackConfig, from_dict, load_tier_profile
 from adev.emulator import completions
 from adev.emulator.disagg import Transfer, load_link_profile
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
@@ -132,7 +132,7 @@ class Endpoint:
             disk_tier=TierCost(disk.name, disk.lookup_latency_s, device_read_rate(
                 disk.read_bytes_per_s, ram.read_bytes_per_s, stack.store.staging)),
             disk_only=conf == "disk-only", load_threads=stack.store.load_threads,
-            staging_serial=stack.store.staging in ("serial", "shared"),
+            staging_serial=stack.store.staging in SERIAL_STAGINGS,
             staging_shared=stack.store.staging == "shared",
             pressure_skip=stack.store.pressure_skip,
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),

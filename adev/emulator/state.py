@@ -10,7 +10,7 @@ import asyncio
 import bisect
 from dataclasses import dataclass, field
 
-from adev.config import PrefillTime
+from adev.config import SERIAL_STAGINGS, PrefillTime
 
 WAITING, LOADING, PREFILL, DECODE, DONE = "waiting", "loading", "prefill", "decode", "done"
 
@@ -39,7 +39,7 @@ def device_read_rate(staged_bytes_per_s: float, hop_bytes_per_s: float, staging:
         1 / staged = 1 / device + 1 / hop   =>   device = 1 / (1 / staged - 1 / hop)
 
     (local RAID0 measured at 5.45 GB/s behind a 20 GB/s hop: 7.49 GB/s)."""
-    if staging not in ("serial", "shared"):
+    if staging not in SERIAL_STAGINGS:
         return staged_bytes_per_s
     if staged_bytes_per_s >= hop_bytes_per_s:
         raise ValueError(f"staging {staging!r}: a staged load's rate ({staged_bytes_per_s:.4g} B/s) "

@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from ..config import ConfigError, load_stack, load_tier_profile, stack_model_profile
+from ..config import SERIAL_STAGINGS, ConfigError, load_stack, load_tier_profile, stack_model_profile
 from ..stack.commands import heartbeat_real_s
 from .simulator import Params, Result, figures, simulate
 from .workload import Workload, from_run
@@ -82,7 +82,7 @@ def stack_params(stack: dict[str, Any] | None, time_scale: float | None = None,
                   disk_writes="put" if disk_only else str(store.get("disk_writes", "evict")),
                   # a manifest without the key: its run overlapped the hops (the one timing then)
                   # (the simulator has no disk device: "shared" reads as "serial" there)
-                  staging="serial" if store.get("staging") in ("serial", "shared") else "overlap")
+                  staging="serial" if store.get("staging") in SERIAL_STAGINGS else "overlap")
 
 
 def _heartbeat_real_s(store: dict[str, Any], time_scale: float) -> float:

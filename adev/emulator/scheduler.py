@@ -18,7 +18,9 @@ A request's first token comes out of its first decode step after its prefill, so
 (``prefill_time``: :class:`adev.config.PrefillTime`, a flat rate or one whose tokens cost more the
 more earlier tokens they attend to.)
 
-Admission (FCFS, at step boundaries, :meth:`Scheduler.admit`): local prefix lookup in the pool,
+Admission (FCFS, at step boundaries, :meth:`Scheduler.admit`), only while the step has token
+budget left after the admitted requests' decode tokens and ready prefill chunks (vLLM v1 takes
+its waiting queue only then): local prefix lookup in the pool,
 then blocks for the whole prompt (hits reuse cached blocks, the rest are allocated, evicting LRU
 cached blocks); if they do not fit the request waits. With a store, a request admitted for the
 first time enters ``loading``: the driver runs its read path and reports it through
@@ -128,15 +130,43 @@ class Scheduler:
             self._rec = None
 
     # ------------------------------------------------------------------ admission
+    def budget_left(self, t: float) -> int:
+        """Tokens of the step at ``t`` that the admitted requests leave to waiting ones. vLLM v1
+        schedules its running requests first (one token per decode, then the prefill chunks in
+        admission order) and takes waiting requests only while budget is left:
+
+            budget left = max(0, max_num_batched_tokens - decodes
+                                 - prompt tokens still to prefill of the requests ready at t)
+
+        A request in its store read (``loading``, or one whose read ended ahead of the model)
+        takes none: vLLM's connector loads it while it waits for its KV."""
+        left = self.cfg.max_num_batched_tokens
+        for r in self.active:
+            if r.state == DECODE:
+                left -= 1
+            elif r.state == PREFILL and r.ready_time <= t:
+                left -= len(r.prompt) + r.n_gen - r.n_computed
+            if left <= 0:
+                return 0
+        return left
+
     def admit(self, t: float) -> None:
         """Admit waiting requests, in order, while their blocks are free after the running
         decodes' next step: vLLM gives running requests their next slots before it schedules
-        waiting ones (the decodes' blocks are taken at the plan's commit)."""
+        waiting ones (the decodes' blocks are taken at the plan's commit).
+
+        With ``admit_within_budget`` (the default) only while the step has token budget left
+        (:meth:`budget_left`), as vLLM v1's scheduler takes its waiting queue: a request behind
+        a long prefill waits unadmitted until that prefill's last chunk leaves budget, so its
+        GPU prefix lookup, its store read and its blocks come then, and its wait is queue time
+        (``vllm:request_queue_time_seconds``), not prefill time. A request admitted ready to
+        prefill takes its chunk of what is left."""
         c = self.cfg
         bs = c.block_size
         reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1) \
             if self.waiting else 0
-        while self.waiting and len(self.active) < c.max_num_seqs:
+        budget = self.budget_left(t) if c.admit_within_budget else 1
+        while self.waiting and len(self.active) < c.max_num_seqs and budget > 0:
             r = self.waiting[0]
             if r.aborted:
                 self.waiting.popleft()
@@ -182,6 +212,8 @@ class Scheduler:
                 r.ready_time = t
                 if first:
                     r.t_ready = t
+            if c.admit_within_budget and r.state == PREFILL and r.ready_time <= t:
+                budget -= len(r.prompt) + r.n_gen - r.n_computed
 
     def _remote_prefill(self, r: Request, t: float, hit: int) -> None:
         """A prompt prefilled elsewhere: its KV beyond the local hit arrives over the link; the

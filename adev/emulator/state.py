@@ -67,6 +67,10 @@ class EngineConfig:
     staging_serial: bool = False     # a staged load's hop follows its disk read (Scheduler.disk_transfer_s)
     staging_shared: bool = False     # ... and holds the shared disk device through it (one staging buffer)
     pressure_skip: bool = True       # withhold a refused request's saves under pressure (Engine._save)
+    # admit a waiting request only while the step has token budget left after the running
+    # requests' decode tokens and ready prefill chunks, as vLLM v1's scheduler does
+    # (Scheduler.admit); False: as soon as its blocks fit
+    admit_within_budget: bool = True
     # longest macro step, wall seconds: how far ahead the driver plans decode steps (it still
     # delivers each step's tokens at the step's own time, see stream_interval)
     horizon_wall_s: float = 0.3

@@ -905,3 +905,81 @@ def test_running_decodes_keep_their_next_step_blocks_before_a_waiting_request_is
     assert out.admitted == [] and out.preempted == [] and out.decode == ["a"]
     assert b.state == WAITING and value(s, "vllm:num_preemptions_total") == 0
     assert s.pool.used_blocks == 2           # a: 16 + 1 tokens
+
+
+def test_a_waiting_request_is_admitted_only_with_budget_left():
+    """vLLM v1 takes its waiting queue only while the step has token budget left after the
+    running requests. a (150 tokens) takes every step's 64 until its last chunk; b (20 tokens),
+    behind it, is admitted in the step where a's last 22 tokens leave 42, not at its arrival:
+    the same chunks and first tokens as when b is admitted at once, but b's wait is queue time."""
+    for within in (True, False):
+        s = make(admit_within_budget=within)
+        a = request("a", tokens(1000, 150), 1, 0.0)
+        b = request("b", tokens(5000, 20), 1, 1e-6)
+        s.add(a)
+        s.add(b)
+        out = s.step(1e-5)
+        assert out.prefill == {"a": 64}
+        assert out.admitted == (["a"] if within else ["a", "b"])
+        out = s.step(out.end)                       # a: 86 left, no budget for b
+        assert out.prefill == {"a": 64}
+        out = s.step(out.end)                       # a's last 22 leave 42: b takes its 20
+        assert out.prefill == {"a": 22, "b": 20} and out.duration == pytest.approx(0.042)
+        t_admit = 1e-5 + 0.128 if within else 1e-5
+        assert b.t_admit == pytest.approx(t_admit)
+        out = s.step(out.end)
+        # both first tokens: decode(2, 170) = 0.010 + 0.002 + 0.0017 = 0.0137
+        assert out.tokens == {"a": 1, "b": 1} and out.duration == pytest.approx(0.0137)
+        assert b.t_first == pytest.approx(1e-5 + 0.170 + 0.0137)
+        # queue time: b's admission - its arrival; a was admitted 1e-5 after its arrival
+        assert value(s, "vllm:request_queue_time_seconds_sum") == pytest.approx(
+            1e-5 + (t_admit - 1e-6))
+
+
+def test_the_gpu_prefix_lookup_comes_at_admission():
+    """A waiting request looks the GPU prefix cache up when it is admitted. p (96 tokens) and
+    then a (150 tokens, unrelated) are admitted ahead of b (p's prompt + 40 tokens). Within the
+    budget, b is admitted in the step where a's last 55 tokens leave 9; p has finished by then
+    and its 6 blocks are cached, so b computes 136 - 96 = 40 tokens. Admitted at its arrival
+    (``admit_within_budget = False``) b found nothing cached and computes all 136."""
+    prompt_p = tokens(1000, 96)
+    hits = {}
+    for within in (True, False):
+        s = make(admit_within_budget=within)
+        p = request("p", prompt_p, 1, 0.0)
+        a = request("a", tokens(3000, 150), 1, 1e-6)
+        b = request("b", prompt_p + tokens(5000, 40), 1, 2e-6)
+        for r in (p, a, b):
+            s.add(r)
+        out = s.step(1e-5)
+        assert out.prefill == {"p": 64}
+        out = s.step(out.end)                      # p's last 32, a's first 32
+        assert out.prefill == {"p": 32, "a": 32}
+        out = s.step(out.end)                      # p's first (and last) token, a's next 63
+        assert out.finished == ["p"] and out.prefill.get("a") == 63
+        if within:
+            # decode(1, 96) = 0.01196; a's 63 ms: the step ends 0.20297 after 1e-5
+            assert out.duration == pytest.approx(0.063 + 0.01196)
+            out = s.step(out.end)                  # a's last 55 leave 9: b is admitted
+            assert out.admitted == ["b"] and out.prefill == {"a": 55, "b": 9}
+            assert b.t_admit == pytest.approx(1e-5 + 0.128 + 0.07496)
+        run_until_done(s, out.end)
+        hits[within] = b.tokens_split(BS)
+    assert hits[True] == {"gpu": 96, "store_ram": 0, "store_disk": 0, "kv_transfer": 0,
+                          "computed": 40}
+    assert hits[False] == {"gpu": 0, "store_ram": 0, "store_disk": 0, "kv_transfer": 0,
+                           "computed": 136}
+
+
+def test_requests_in_their_store_read_take_no_budget():
+    """vLLM's connector loads a request's store hits while it waits for its KV, so the step's
+    budget stays for the next waiting request: two cold requests arriving together with a store
+    are both admitted to their reads at once; without a store the first takes the budget."""
+    s = make(has_store=True)
+    a = request("a", tokens(1000, 150), 1, 0.0)
+    b = request("b", tokens(5000, 150), 1, 1e-6)
+    s.add(a)
+    s.add(b)
+    out = s.step(1e-5)
+    assert out.admitted == ["a", "b"] and a.state == LOADING and b.state == LOADING
+    assert s.budget_left(1e-5) == 64

@@ -34,7 +34,7 @@ from ..analysis.shapes import shapes_markdown
 from ..records import RunDir
 from .shapes import judge_replay
 from .source import beside, beside_markdown
-from .summary import PER_CALL, READS_AT_PACE, split_label
+from .summary import PER_CALL, READS_AT_PACE, TTFT_PARTS, split_label
 from .traces import GROUPS
 
 HEADLINE = ["label", "throughput_rps", "throughput_vs_recompute", "ttft_p50_s", "ttft_p90_s",
@@ -49,6 +49,8 @@ STORE = ["label", "stored_bytes", "store_load_bytes", "physical_read_bytes",
 """What the store took in, store loads against disk reads (promotions to RAM included), RAM
 eviction, the disk tier's read rate (while loading and averaged over the run), the loads' wait
 for the shared disk device and for a load thread, refused writes."""
+TTFT_PART_COLS = ["label", "ttft_mean_s"] + [f"ttft_{k}_mean_s" for k in TTFT_PARTS]
+"""Where the user TTFT goes (:func:`adev.replay.summary.ttft_parts`)."""
 PER_CALL_COLS = ["label"] + [f"{k}_per_call" for k in PER_CALL]
 """The same volumes per OK call, which runs of different lengths (a slice and the whole trace)
 can be read beside."""
@@ -220,6 +222,8 @@ def build(runs: Sequence[Path], title: str) -> tuple[Doc, pd.DataFrame]:
     doc.blocks.append("## Shapes of the source\n\n" + shapes_markdown(judge_replay(sums)))
     doc.blocks.append("## The source's levels beside these runs\n\n" + beside_markdown(beside(sums)))
     doc.blocks.append("## Configurations\n\n" + md_table(df, HEADLINE))
+    doc.blocks.append("## Where the user TTFT goes (mean model s per call)\n\n"
+                      + md_table(df, TTFT_PART_COLS))
     doc.blocks.append("## Store loads, disk reads and RAM eviction\n\n" + md_table(df, STORE))
     doc.blocks.append("## The same volumes per call\n\n" + md_table(df, PER_CALL_COLS))
     doc.blocks.append("## Checks of the run: calls, output lengths, host time against the model"

@@ -21,6 +21,9 @@ with its reason in ``missing``.
   alone make the p99 of every configuration);
   ``ttft_by_group_p50_s``: its median per prompt-length group, also as one key per group
   (:data:`GROUP_P50_KEYS`: ``ttft_p50_upto32k_s`` ... ``ttft_p50_over96k_s``) for the shapes;
+- where the user TTFT goes (:func:`ttft_parts`): ``ttft_mean_s`` and ``ttft_<part>_mean_s``
+  for the parts :data:`TTFT_PARTS` (queue, read path, prefill, KV transfer, the rest), means
+  over the OK calls whose every request carries the emulator's figures;
 - ``itl_p50_s``: median of the calls' mean inter-token latency;
 - ``exact_output_share``: OK calls whose live output length equals the recorded one;
 - ``stickiness``: non-initial turns on their session's preferred prefill replica / non-initial
@@ -156,6 +159,42 @@ def user_ttft_over_model(recs: list[dict[str, Any]], modelled: dict[str, float])
     return ttft_model_error(obs, mod)
 
 
+TTFT_PARTS = ("queue", "read_path", "prefill", "transfer", "rest")
+"""The parts of a call's user TTFT (:func:`ttft_parts`)."""
+
+
+def ttft_parts(recs: list[dict[str, Any]], srv: dict[str, tuple[float, float, float, float]]
+               ) -> dict[str, float] | None:
+    """Where the user TTFT of the OK replay calls ``recs`` went, mean model seconds per call,
+    from the figures of the call's requests (``srv``: request call id -> its ``queue_s``,
+    ``read_path_s``, ``prefill_s``, ``transfer_s``; the prefill request's id is the call's +
+    ``-prefill``), each summed over the call's requests:
+
+        queue     = queue_s: arrival to admission (waiting for token budget or for blocks)
+        read_path = read_path_s: the store lookup and load, their waits for the disk device and
+                    for a load thread included
+        prefill   = prefill_s: from the end of the read path to the end of prefill (the chunks of
+                    requests admitted ahead of it, then its own)
+        transfer  = transfer_s: the prefill-to-decode KV transfer
+        rest      = user TTFT - the four: the first decode step and the hand-over between replicas
+
+    Calls with a request the emulator's figures do not cover are left out; None if none is."""
+    rows = []
+    for r in recs:
+        cid = r["call_id"]
+        parts = [cid] if r.get("decode") == "colocated" else [cid + "-prefill", cid]
+        got = [srv.get(p) for p in parts]
+        figs = [g for g in got if g is not None and not any(x != x for x in g)]
+        if len(figs) < len(parts):
+            continue
+        q, rp, pf, tr = (float(sum(g[i] for g in figs)) for i in range(4))
+        rows.append((q, rp, pf, tr, r["ttft_s"] - q - rp - pf - tr, r["ttft_s"]))
+    if not rows:
+        return None
+    m = np.asarray(rows, dtype=float).mean(axis=0)
+    return {**dict(zip(TTFT_PARTS, (float(x) for x in m[:5]), strict=True)), "ttft": float(m[5])}
+
+
 def summarise(path: str | Path) -> dict[str, Any]:
     from ..analysis.run import load_run
     rd = RunDir(path)
@@ -240,6 +279,14 @@ def summarise(path: str | Path) -> dict[str, Any]:
                                                  strict=True)))
         out["user_ttft_over_model_p50"] = _f(pct(uom, 50))
         out["user_ttft_over_model_p99"] = _f(pct(uom, 99))
+        cols = ["srv_queue_s", "srv_read_path_s", "srv_prefill_s", "srv_transfer_s"]
+        tp = ttft_parts(okr, dict(zip(okc["call_id"].astype(str),
+                                      okc[cols].astype(float).itertuples(index=False, name=None),
+                                      strict=True))) if all(k in okc for k in cols) else None
+        for k in (*TTFT_PARTS, "ttft"):
+            out[f"ttft_{k}_mean_s" if k != "ttft" else "ttft_mean_s"] = tp[k] if tp else None
+        if tp is None and okr:
+            missing["ttft_parts"] = "no completed call carries the emulator's figures"
         if not len(okc) and not (c["status"] == "ok").any():
             missing["host_fidelity"] = "no call completed"
         elif not len(okc):

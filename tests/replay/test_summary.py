@@ -137,6 +137,24 @@ def test_user_ttft_over_model_sums_the_requests_models():
     assert user_ttft_over_model(recs, modelled) == pytest.approx(np.array([1 / 3, 0.1]))
 
 
+def test_ttft_parts_sum_each_calls_requests_then_average_the_calls():
+    from adev.replay.summary import ttft_parts
+    recs = [
+        # P/D: queue 0.5 + 0.1, read path 0.25, prefill 0.75 + 0.05, transfer 0.2: 1.85 of 2.0
+        {"call_id": "a", "decode": "d0", "ttft_s": 2.0},
+        # colocated: read path 0.5, prefill 0.25: 0.75 of 1.0
+        {"call_id": "b", "decode": "colocated", "ttft_s": 1.0},
+        # P/D without its prefill request's figures (real vLLM): left out
+        {"call_id": "c", "decode": "d1", "ttft_s": 9.0},
+    ]
+    srv = {"a-prefill": (0.5, 0.25, 0.75, 0.0), "a": (0.1, 0.0, 0.05, 0.2),
+           "b": (0.0, 0.5, 0.25, 0.0), "c": (1.0, 1.0, 1.0, 1.0)}
+    assert ttft_parts(recs, srv) == pytest.approx(
+        {"queue": 0.3, "read_path": 0.375, "prefill": 0.525, "transfer": 0.1,
+         "rest": (0.15 + 0.25) / 2, "ttft": 1.5})
+    assert ttft_parts(recs[2:], srv) is None
+
+
 def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_path):
     """`adev report DIR` recomputes each replay run's summary and judges the source's shapes."""
     from adev.analysis.report import write_report

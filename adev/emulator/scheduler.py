@@ -140,15 +140,35 @@ class Scheduler:
 
         A request in its store read (``loading``, or one whose read ended ahead of the model)
         takes none: vLLM's connector loads it while it waits for its KV."""
-        left = self.cfg.max_num_batched_tokens
+        return max(0, self._schedule_prefills(t, cache=False))
+
+    def _schedule_prefills(self, t: float, cache: bool) -> int:
+        """The step's budget after its decodes and the chunks of the requests ready to prefill at
+        ``t`` (as :meth:`plan` gives them out, in admission order); with ``cache`` each chunk's
+        blocks are cached now (:meth:`_cache_chunk`). Negative when the chunks want more."""
+        left = self.cfg.max_num_batched_tokens - sum(1 for r in self.active if r.state == DECODE)
         for r in self.active:
-            if r.state == DECODE:
-                left -= 1
-            elif r.state == PREFILL and r.ready_time <= t:
-                left -= len(r.prompt) + r.n_gen - r.n_computed
-            if left <= 0:
-                return 0
+            if r.state == PREFILL and r.ready_time <= t:
+                rem = len(r.prompt) + r.n_gen - r.n_computed
+                if cache:
+                    self._cache_chunk(r, min(rem, max(left, 0)))
+                left -= rem
         return left
+
+    def _cache_chunk(self, r: Request, take: int) -> None:
+        """Cache the full prompt blocks that ``r``'s first prefill will have computed with a chunk
+        of ``take`` tokens scheduled now. vLLM caches a request's blocks when it schedules them
+        (``KVCacheManager.allocate_slots`` -> ``cache_blocks``), so a request it admits later in
+        the same step, or in a later one, hits blocks whose prefill is still running. A prefill
+        after a preemption caches its blocks when it ends (:meth:`_register`)."""
+        if not self.cfg.prefix_caching or r.n_gen or take <= 0:
+            return
+        upto = min(r.n_computed + take, len(r.prompt)) // self.cfg.block_size
+        have = len(r.held)
+        if upto > have:
+            got = self.pool.register(r.hashes[have:upto])
+            r.held.extend(got)
+            r.n_anon -= len(got)
 
     def admit(self, t: float) -> None:
         """Admit waiting requests, in order, while their blocks are free after the running
@@ -165,7 +185,7 @@ class Scheduler:
         bs = c.block_size
         reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1) \
             if self.waiting else 0
-        budget = self.budget_left(t) if c.admit_within_budget else 1
+        budget = max(0, self._schedule_prefills(t, cache=True)) if c.admit_within_budget else 1
         while self.waiting and len(self.active) < c.max_num_seqs and budget > 0:
             r = self.waiting[0]
             if r.aborted:
@@ -213,7 +233,9 @@ class Scheduler:
                 if first:
                     r.t_ready = t
             if c.admit_within_budget and r.state == PREFILL and r.ready_time <= t:
-                budget -= len(r.prompt) + r.n_gen - r.n_computed
+                rem = len(r.prompt) + r.n_gen - r.n_computed
+                self._cache_chunk(r, min(rem, budget))
+                budget -= rem
 
     def _remote_prefill(self, r: Request, t: float, hit: int) -> None:
         """A prompt prefilled elsewhere: its KV beyond the local hit arrives over the link; the

@@ -983,3 +983,28 @@ def test_requests_in_their_store_read_take_no_budget():
     out = s.step(1e-5)
     assert out.admitted == ["a", "b"] and a.state == LOADING and b.state == LOADING
     assert s.budget_left(1e-5) == 64
+
+
+def test_a_request_admitted_behind_a_prefill_hits_the_blocks_it_has_scheduled():
+    """vLLM caches a request's blocks when it schedules their chunk, so a request admitted
+    later hits a prefill still running. p (96 tokens) takes the first step's 64; b (p's prompt +
+    40) is admitted in the second step, where p's last 32 leave 32, and hits p's 6 blocks, the
+    last 2 of them computed in that same step: b computes its own 40 tokens, 32 then 8."""
+    prompt_p = tokens(1000, 96)
+    s = make()
+    p = request("p", prompt_p, 1, 0.0)
+    b = request("b", prompt_p + tokens(5000, 40), 1, 1e-6)
+    s.add(p)
+    s.add(b)
+    out = s.step(1e-5)
+    assert out.admitted == ["p"] and out.prefill == {"p": 64}
+    assert s.pool.cached_blocks == 4                  # p's first 64 tokens, scheduled
+    out = s.step(out.end)
+    assert out.admitted == ["b"] and out.prefill == {"p": 32, "b": 32}
+    assert b.gpu_hit_tokens == 96                     # min(6 blocks, (136 - 1) // 16 = 8)
+    out = s.step(out.end)                             # p's first token, b's last 8
+    assert out.prefill == {"b": 8} and out.tokens == {"p": 1}
+    run_until_done(s, out.end)
+    assert b.tokens_split(BS)["computed"] == 40
+    # p and b hold the 6 shared blocks once: 6 + b's 2 full blocks of its own (136 + 1 tokens)
+    assert s.pool.cached_blocks == 8 and s.pool.used_blocks == 0

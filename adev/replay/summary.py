@@ -142,6 +142,14 @@ def split_label(label: str) -> tuple[str, str]:
     return (conf, seed) if sep else (label, "")
 
 
+def request_ids(rec: dict[str, Any]) -> list[str]:
+    """The call ids of a replay call's requests on the endpoints: the call's own when it is
+    decoded where it is prefilled, else its prefill request's (the call's + ``-prefill``) and its
+    decode request's."""
+    cid = rec["call_id"]
+    return [cid] if rec.get("decode") == "colocated" else [cid + "-prefill", cid]
+
+
 def user_ttft_over_model(recs: list[dict[str, Any]], modelled: dict[str, float]) -> np.ndarray:
     """Per replay call (``recs``: OK records of ``replay.jsonl``), its user TTFT against the sum of
     the modelled TTFTs of its requests (``modelled``: call id -> the endpoint's ``ttft_s``; the
@@ -149,9 +157,7 @@ def user_ttft_over_model(recs: list[dict[str, Any]], modelled: dict[str, float])
     cover are left out."""
     obs, mod = [], []
     for r in recs:
-        cid = r["call_id"]
-        parts = [cid] if r.get("decode") == "colocated" else [cid + "-prefill", cid]
-        ms = [modelled.get(p) for p in parts]
+        ms = [modelled.get(p) for p in request_ids(r)]
         if any(m is None or m != m for m in ms):
             continue
         obs.append(r["ttft_s"])
@@ -181,11 +187,9 @@ def ttft_parts(recs: list[dict[str, Any]], srv: dict[str, tuple[float, float, fl
     Calls with a request the emulator's figures do not cover are left out; None if none is."""
     rows = []
     for r in recs:
-        cid = r["call_id"]
-        parts = [cid] if r.get("decode") == "colocated" else [cid + "-prefill", cid]
-        got = [srv.get(p) for p in parts]
-        figs = [g for g in got if g is not None and not any(x != x for x in g)]
-        if len(figs) < len(parts):
+        rids = request_ids(r)
+        figs = [g for g in (srv.get(i) for i in rids) if g is not None and not any(x != x for x in g)]
+        if len(figs) < len(rids):
             continue
         q, rp, pf, tr = (float(sum(g[i] for g in figs)) for i in range(4))
         rows.append((q, rp, pf, tr, r["ttft_s"] - q - rp - pf - tr, r["ttft_s"]))
@@ -283,8 +287,9 @@ def summarise(path: str | Path) -> dict[str, Any]:
         tp = ttft_parts(okr, dict(zip(okc["call_id"].astype(str),
                                       okc[cols].astype(float).itertuples(index=False, name=None),
                                       strict=True))) if all(k in okc for k in cols) else None
-        for k in (*TTFT_PARTS, "ttft"):
-            out[f"ttft_{k}_mean_s" if k != "ttft" else "ttft_mean_s"] = tp[k] if tp else None
+        out["ttft_mean_s"] = tp["ttft"] if tp else None
+        for k in TTFT_PARTS:
+            out[f"ttft_{k}_mean_s"] = tp[k] if tp else None
         if tp is None and okr:
             missing["ttft_parts"] = "no completed call carries the emulator's figures"
         if not len(okc) and not (c["status"] == "ok").any():

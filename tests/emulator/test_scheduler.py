@@ -975,14 +975,18 @@ def test_requests_in_their_store_read_take_no_budget():
     """vLLM's connector loads a request's store hits while it waits for its KV, so the step's
     budget stays for the next waiting request: two cold requests arriving together with a store
     are both admitted to their reads at once; without a store the first takes the budget."""
-    s = make(has_store=True)
-    a = request("a", tokens(1000, 150), 1, 0.0)
-    b = request("b", tokens(5000, 150), 1, 1e-6)
-    s.add(a)
-    s.add(b)
-    out = s.step(1e-5)
-    assert out.admitted == ["a", "b"] and a.state == LOADING and b.state == LOADING
-    assert s.budget_left(1e-5) == 64
+    for store in (True, False):
+        s = make(has_store=store)
+        a, b = (request(x, tokens(base, 150), 1, t)
+                for x, base, t in (("a", 1000, 0.0), ("b", 5000, 1e-6)))
+        for r in (a, b):
+            s.add(r)
+        out = s.step(1e-5)
+        if store:
+            assert out.admitted == ["a", "b"] and a.state == LOADING and b.state == LOADING
+            assert s.budget_left(1e-5) == 64
+        else:
+            assert out.admitted == ["a"] and out.prefill == {"a": 64} and b.state == WAITING
 
 
 def test_a_request_admitted_behind_a_prefill_hits_the_blocks_it_has_scheduled():

@@ -174,6 +174,15 @@ class Metrics:
         self.disk_wait = c("adev_emulator_disk_queue_seconds",
                            "Model seconds disk-tier reads waited for the disk device, shared by the "
                            "stack's endpoints, behind other reads (part of the modelled load).")
+        self.prefix_cache_retry_queries = c(
+            "adev_emulator_prefix_cache_retry_queries",
+            "Prefix cache lookups, in tokens, of a waiting request looked up and not admitted for "
+            "want of blocks, once per scheduler step it waits so (vLLM up to 0.24 added these "
+            "to vllm:prefix_cache_queries; not counted there).")
+        self.prefix_cache_retry_hits = c(
+            "adev_emulator_prefix_cache_retry_hits",
+            "The hits, in tokens, of those lookups (vLLM up to 0.24 added these to "
+            "vllm:prefix_cache_hits; not counted there).")
 
     def by_source(self, source: str):
         return self._by_source.labels(**self.labels, source=source)

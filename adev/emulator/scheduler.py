@@ -68,6 +68,9 @@ class Scheduler:
         self.on_tokens: Callable[[Request, float], None] | None = None
         self.on_finish: Callable[[Request], None] | None = None
         self._rec: StepOutput | None = None
+        # (prompt tokens, hit tokens) of the first-time request at the head of the queue that
+        # the last admit looked up and could not admit for want of blocks (None: none)
+        self._blocked: tuple[int, int] | None = None
 
     # ------------------------------------------------------------------ requests
     def add(self, r: Request) -> None:
@@ -185,6 +188,7 @@ class Scheduler:
         bs = c.block_size
         reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1) \
             if self.waiting else 0
+        self._blocked = None
         budget = max(0, self._schedule_prefills(t, cache=True)) if c.admit_within_budget else 1
         while self.waiting and len(self.active) < c.max_num_seqs and budget > 0:
             r = self.waiting[0]
@@ -200,6 +204,8 @@ class Scheduler:
                     self.waiting.popleft()
                     self._finish(r, "length", t)
                     continue
+                if not r.admitted_once and c.prefix_caching:
+                    self._blocked = (seq_len, hit * bs)
                 break
             self.waiting.popleft()
             self.pool.touch(hashes[:hit])
@@ -465,8 +471,18 @@ class Scheduler:
         Decode blocks are taken here, for the steps the plan ran, not when it was planned: a plan
         cut short by an event (:meth:`Plan.truncate`) must not keep blocks for steps it never
         ran, as vLLM takes a request's slots step by step. The plan checked that they are free;
-        nothing takes blocks between a plan and its commit."""
+        nothing takes blocks between a plan and its commit.
+
+        A first-time request that the admission before the plan looked up and could not admit
+        for want of blocks waits through each of the plan's steps, and vLLM looks it up again at
+        each: per step its prompt and hit tokens are counted as retry lookups
+        (``adev_emulator_prefix_cache_retry_*``; vLLM up to 0.24 added them to its prefix cache
+        counters, vLLM#43736)."""
         k = len(plan.ends)
+        if self._blocked is not None:
+            seq_len, hit_tokens = self._blocked
+            self.m.prefix_cache_retry_queries.inc(k * seq_len)
+            self.m.prefix_cache_retry_hits.inc(k * hit_tokens)
         for r in plan.decode:
             if r.state != DECODE or r.aborted:
                 continue

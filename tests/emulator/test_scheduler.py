@@ -1012,3 +1012,30 @@ def test_a_request_admitted_behind_a_prefill_hits_the_blocks_it_has_scheduled():
     assert b.tokens_split(BS)["computed"] == 40
     # p and b hold the 6 shared blocks once: 6 + b's 2 full blocks of its own (136 + 1 tokens)
     assert s.pool.cached_blocks == 8 and s.pool.used_blocks == 0
+
+
+def test_a_request_waiting_for_blocks_counts_a_retry_lookup_per_step():
+    """vLLM looks a waiting request up again at every step it cannot allocate its blocks, and
+    up to 0.24 added each lookup to its prefix cache counters; the emulator counts them apart.
+    p's 3 blocks (48 tokens) are cached; a (100 tokens) takes the other 7 of 10 blocks; b (p's
+    prompt + 52) hits p's 3 blocks but needs 4 more and waits through a's prefill step and a's
+    decode step: 2 retries of 100 queried tokens and 48 hit tokens each."""
+    s = make(capacity_blocks=10, max_num_batched_tokens=1000)
+    p = request("p", tokens(3000, 48), 1)
+    s.add(p)
+    t = run_until_done(s, 0.0)
+    a = request("a", tokens(1000, 100), 1, t)
+    b = request("b", tokens(3000, 48) + tokens(5000, 52), 1, t + 1e-6)
+    s.add(a)
+    s.add(b)
+    out = s.step(t + 1e-5)
+    assert out.admitted == ["a"] and out.prefill == {"a": 100} and b.state == WAITING
+    out = s.step(out.end)
+    assert out.tokens == {"a": 1} and out.finished == ["a"] and b.state == WAITING
+    run_until_done(s, out.end)
+    assert b.gpu_hit_tokens == 48
+    assert value(s, "adev_emulator_prefix_cache_retry_queries_total") == 200
+    assert value(s, "adev_emulator_prefix_cache_retry_hits_total") == 96
+    # vLLM's own counters count each request once, at its admission
+    assert value(s, "vllm:prefix_cache_queries_total") == 48 + 100 + 100
+    assert value(s, "vllm:prefix_cache_hits_total") == 48

@@ -143,20 +143,14 @@ class Scheduler:
 
         A request in its store read (``loading``, or one whose read ended ahead of the model)
         takes none: vLLM's connector loads it while it waits for its KV."""
-        return max(0, self._schedule_prefills(t, cache=False))
+        return self._step_chunks(t)[1]
 
-    def _schedule_prefills(self, t: float, cache: bool) -> int:
-        """The step's budget after its decodes and the chunks of the requests ready to prefill at
-        ``t`` (as :meth:`plan` gives them out, in admission order); with ``cache`` each chunk's
-        blocks are cached now (:meth:`_cache_chunk`). Negative when the chunks want more."""
-        left = self.cfg.max_num_batched_tokens - sum(1 for r in self.active if r.state == DECODE)
-        for r in self.active:
-            if r.state == PREFILL and r.ready_time <= t:
-                rem = len(r.prompt) + r.n_gen - r.n_computed
-                if cache:
-                    self._cache_chunk(r, min(rem, max(left, 0)))
-                left -= rem
-        return left
+    def _step_chunks(self, t: float) -> tuple[list[tuple[Request, int]], int]:
+        """The prefill chunks of the step at ``t`` for the requests admitted so far, and the
+        budget they leave (:meth:`_chunks` over the decodes and the requests ready to prefill)."""
+        n_decode = sum(1 for r in self.active if r.state == DECODE)
+        ready = [r for r in self.active if r.state == PREFILL and r.ready_time <= t]
+        return _chunks(ready, self.cfg.max_num_batched_tokens - n_decode)
 
     def _cache_chunk(self, r: Request, take: int) -> None:
         """Cache the full prompt blocks that ``r``'s first prefill will have computed with a chunk
@@ -189,7 +183,11 @@ class Scheduler:
         reserve = self._blocks_needed([r for r in self.active if r.state == DECODE], 1) \
             if self.waiting else 0
         self._blocked = None
-        budget = max(0, self._schedule_prefills(t, cache=True)) if c.admit_within_budget else 1
+        budget = 1   # without admit_within_budget: never spent, so only blocks limit admission
+        if c.admit_within_budget:
+            chunks, budget = self._step_chunks(t)
+            for r, take in chunks:
+                self._cache_chunk(r, take)
         while self.waiting and len(self.active) < c.max_num_seqs and budget > 0:
             r = self.waiting[0]
             if r.aborted:
@@ -239,9 +237,9 @@ class Scheduler:
                 if first:
                     r.t_ready = t
             if c.admit_within_budget and r.state == PREFILL and r.ready_time <= t:
-                rem = len(r.prompt) + r.n_gen - r.n_computed
-                self._cache_chunk(r, min(rem, budget))
-                budget -= rem
+                take = min(_remaining(r), budget)
+                self._cache_chunk(r, take)
+                budget -= take
 
     def _remote_prefill(self, r: Request, t: float, hit: int) -> None:
         """A prompt prefilled elsewhere: its KV beyond the local hit arrives over the link; the
@@ -436,16 +434,7 @@ class Scheduler:
                             self._preempt(victim)
                         continue
                     k = lo
-            chunks: list[tuple[Request, int]] = []
-            if single:
-                budget = c.max_num_batched_tokens - len(decode)
-                for r in prefill:
-                    if budget <= 0:
-                        break
-                    take = min(len(r.prompt) + r.n_gen - r.n_computed, budget)
-                    if take > 0:
-                        chunks.append((r, take))
-                        budget -= take
+            chunks = _chunks(prefill, c.max_num_batched_tokens - len(decode))[0] if single else []
             ends = []
             tt = t
             if single or not decode:
@@ -616,3 +605,23 @@ def _arrives_before(a: Request, b: Request) -> bool:
     if abs(a.t_arrival - b.t_arrival) > TIE_S:
         return a.t_arrival < b.t_arrival
     return (len(a.prompt), a.prompt[-16:]) < (len(b.prompt), b.prompt[-16:])
+
+
+def _remaining(r: Request) -> int:
+    """Tokens ``r`` still has to prefill (its prompt, and its generated tokens after a preemption)."""
+    return len(r.prompt) + r.n_gen - r.n_computed
+
+
+def _chunks(ready: list[Request], budget: int) -> tuple[list[tuple[Request, int]], int]:
+    """vLLM's chunked prefill: ``budget`` tokens given out to ``ready`` in order, each request
+    taking what it still has to prefill up to what is left; returns the chunks and what is left
+    (at least 0)."""
+    out: list[tuple[Request, int]] = []
+    for r in ready:
+        if budget <= 0:
+            break
+        take = min(_remaining(r), budget)
+        if take > 0:
+            out.append((r, take))
+            budget -= take
+    return out, max(0, budget)

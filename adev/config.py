@@ -522,6 +522,10 @@ class StackConfig:
     # never reaches a modelled figure; "free" = model time is wall time x time_scale, and a
     # slow read delays its request (the host's lag shows up in TTFT and in what follows).
     model_clock: Literal["held", "free"] = "held"
+    # The vLLM release the emulated endpoints answer at GET /version and count their prefix cache
+    # as (adev.vllm_release): before 0.26.0 a waiting request's lookup was added to
+    # vllm:prefix_cache_* at every scheduler step it waited; from 0.26.0 once, at admission.
+    vllm_version: str = "0.26.0"
 
     def model_profile(self) -> ModelProfile:
         """The model profile the stack serves: :attr:`profile` with :attr:`gpu_pool_tokens`
@@ -545,6 +549,11 @@ class StackConfig:
             except ConfigError as e:
                 raise ConfigError(f"{where}.{e}") from None
         check_cpus(self.cpus, f"{where}.cpus")
+        from adev.vllm_release import parse
+        try:
+            parse(self.vllm_version)
+        except ValueError as e:
+            raise ConfigError(f"{where}.vllm_version: {e}") from None
         if self.store.staging in SERIAL_STAGINGS and self.mode == "embedded":
             from adev.emulator.state import device_read_rate
             ram, disk = load_tier_profile(self.store.ram_tier), load_tier_profile(self.store.disk_tier)

@@ -1,6 +1,8 @@
 """Typed records and the append-only run directory.
 
-A run directory ``results/runs/<id>/`` holds ``manifest.json`` and one JSONL file per record kind
+A run directory ``results/runs/<id>/`` holds ``manifest.json``, ``endpoints.json`` (what the
+client discovered of each endpoint: model, context length, the server's release at
+``GET /version``) and one JSONL file per record kind
 (``calls.jsonl``, ``tools.jsonl``, ``gates.jsonl``, ``sessions.jsonl``, ``scrapes.jsonl``,
 ``windows.jsonl``, ``events.jsonl``; the record types are defined in :mod:`adev.record_types` and
 re-exported here), plus ``ledger/`` (block touches, written by :mod:`adev.analysis.ledger`). Records

@@ -85,6 +85,15 @@ def hit_share(hit_tokens: float, prompt_tokens: float) -> float:
     return hit_tokens / prompt_tokens
 
 
+def gpu_tokens_from_calls(cached_tokens: float, external_hits: float) -> float:
+    """GPU-hit tokens = sum over the calls of ``cached_tokens`` - ``external_prefix_cache_hits``.
+    vLLM reports a request's ``prompt_tokens_details.cached_tokens`` once, at admission: its local
+    (GPU) plus external (store) hits. The external hits counter also counts each request once,
+    at admission, failed loads included. The difference is the GPU's part, for a release whose
+    ``prefix_cache_hits`` counts a waiting request at every step (:mod:`adev.vllm_release`)."""
+    return cached_tokens - external_hits
+
+
 def store_hit_rate(hit_blocks: float, lookups: float) -> float:
     """Store hit rate = store-hit blocks / store lookups (keys looked up). Against a real vLLM
     (no per-request fields) the token counters stand in: external hits / external queries."""

@@ -6,18 +6,22 @@ computed with the same metric functions as the report (:mod:`adev.analysis.figur
 busy share per endpoint, gross saving, GPU and store hit shares, refusal share, TTFT p50.
 Counters are differenced between the first and the latest OK scrape of each target in the list
 (a running figure, not the window's final one: in-flight calls are not yet in the busy time).
+An endpoint whose release counts a waiting request's prefix cache lookup at every step
+(``server_versions``, :mod:`adev.vllm_release`) has its GPU hits from the calls' cached tokens
+less its store hits, as the report takes them.
 """
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
 import numpy as np
 
+from ..vllm_release import counts_waiting_lookups
 from . import counters as C
-from .figures import busy_time, gross_saving, hit_share, pct, refusal_share
+from .figures import busy_time, gpu_tokens_from_calls, gross_saving, hit_share, pct, refusal_share
 
 
 @lru_cache(maxsize=4)
@@ -43,8 +47,8 @@ def _first_last(scrapes: Sequence[dict[str, Any]], target: str, names) -> float 
 
 
 def running_figures(window_calls: Sequence[dict[str, Any]], window_scrapes: Sequence[dict[str, Any]],
-                    t0: float, t_now: float,
-                    prefill_tokens_per_s: float | None = None) -> dict[str, Any]:
+                    t0: float, t_now: float, prefill_tokens_per_s: float | None = None,
+                    server_versions: Mapping[str, str] | None = None) -> dict[str, Any]:
     """Window-so-far figures (see module docstring); unavailable figures are None."""
     rate = prefill_tokens_per_s or _default_prefill_rate()
     eps: list[str] = sorted({c["endpoint"] for c in window_calls if c.get("endpoint")}
@@ -66,6 +70,12 @@ def running_figures(window_calls: Sequence[dict[str, Any]], window_scrapes: Sequ
         pr = _first_last(window_scrapes, ep, C.PROMPT_TOKENS)
         if st is None or gp is None or pr is None:
             continue
+        if counts_waiting_lookups((server_versions or {}).get(ep)):
+            cached = [c.get("cached_tokens") for c in window_calls
+                      if c.get("endpoint") == ep and c.get("status") == "ok"]
+            if all(v is None for v in cached):
+                continue   # no once-counted GPU hits: the window's shares wait for the report
+            gp = gpu_tokens_from_calls(float(sum(v or 0 for v in cached)), st)
         have = True
         store, gpu, prompt = store + st, gpu + gp, prompt + pr
     # per-request fields: put_blocks = accepted writes, put_refused_blocks = refused ones

@@ -22,6 +22,7 @@ from typing import Any
 
 import pandas as pd
 
+from ..vllm_release import counts_waiting_lookups
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .faults import fault_rows, faults_md
 from .loaded import Loaded, expand, is_run_dir, load_all, notes  # noqa: F401  (the report's API)
@@ -67,10 +68,27 @@ def _run_header(ld: Loaded) -> str:
         # where its agents found the task spec (fleets recorded before the setting: the prompt)
         bits.insert(6, f"spec {r.fleet.get('spec', 'prompt')}")
     txt = " · ".join(bits) + "\n"
+    txt += _releases_md(r)
     if r.torn:
         txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"
     if "windows" in r.missing:
         txt += f"\nNote: {r.missing['windows']}.\n"
+    return txt
+
+
+def _releases_md(r: Any) -> str:
+    """The servers' releases (``endpoints.json``), and for a release whose prefix cache counter
+    counts a waiting request at every step, where its GPU hit share comes from instead."""
+    if not r.server_versions:
+        return ""
+    names = ", ".join(f"{ep} {v}" for ep, v in sorted(r.server_versions.items()))
+    old = sorted(ep for ep, v in r.server_versions.items() if counts_waiting_lookups(v))
+    txt = f"\nServers (GET /version): {names}.\n"
+    if old:
+        txt += (f"\nThe GPU hit share of {', '.join(old)} is taken from the calls' cached tokens "
+                "less the store's hits (missing where the calls carry none): releases before "
+                "vLLM 0.26.0 add a waiting request's prefix cache lookup to "
+                "`vllm:prefix_cache_hits` at every scheduler step it waits (vLLM#43736).\n")
     return txt
 
 

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..config import ConfigError, ModelProfile, from_dict, stack_model_profile
 from ..emulator.schema import scalar_fields, token_fields
-from ..records import RunDir
+from ..records import RecordError, RunDir, read_json
 
 SERVER_SCALARS = scalar_fields()
 """Numeric fields of the endpoint's extension object (``adev.emulator.schema.EndpointExtension``),
@@ -73,6 +73,9 @@ class Run:
     clock_source: str = ""
     missing: dict[str, str] = field(default_factory=dict)
     faults: Any = None  # adev.analysis.faults.FaultTracker over the run's records
+    # each endpoint's release as its server answered GET /version (endpoints.json; an endpoint
+    # that answered none, or a run from before the file, is absent)
+    server_versions: dict[str, str] = field(default_factory=dict)
 
     # -- derived constants -------------------------------------------------------------------
     @property
@@ -228,7 +231,7 @@ def load_run(path: str | Path) -> Run:
                                  "first window, or the file is lost)"
                                  if manifest.get("kind") == "fleet" else ""))
     return Run(path=p, run_id=manifest.get("run_id") or p.name, manifest=manifest,
-               calls=calls, scrapes=scrapes, faults=faults,
+               calls=calls, scrapes=scrapes, faults=faults, server_versions=_server_versions(p),
                windows=windows, sessions=rd.frame("sessions"),
                gates=rd.frame("gates", True), events=rd.frame("events"),
                torn={k: v for k, v in torn.items() if v}, stack=stack, fleet=fleet,
@@ -236,6 +239,18 @@ def load_run(path: str | Path) -> Run:
                lease_ttl_s=lease, width=width, pause_s=pause, protocol=protocol,
                configuration=configuration, label=label, disk_tier=disk_tier,
                clock_t0_mono=t0_mono, clock_source=clock_src, missing=missing)
+
+
+def _server_versions(path: Path) -> dict[str, str]:
+    """Endpoint -> release from ``endpoints.json`` ({} when the run has none)."""
+    f = path / "endpoints.json"
+    if not f.exists():
+        return {}
+    doc = read_json(f, "an endpoints file adev wrote", RecordError)
+    if not isinstance(doc, dict):
+        raise RecordError(f"{f}: not a JSON object; not an endpoints file adev wrote")
+    return {str(k): v["server_version"] for k, v in doc.items()
+            if isinstance(v, dict) and isinstance(v.get("server_version"), str)}
 
 
 def _clock_t0(path: Path, manifest: dict[str, Any], calls: pd.DataFrame,
@@ -260,11 +275,18 @@ def _clock_t0(path: Path, manifest: dict[str, Any], calls: pd.DataFrame,
     return None, "unknown"
 
 
+ADMIT_TOL_S = 1.0
+"""Model seconds a server's admission stamp may lie outside its call (send to end) and still be
+read on the run's clock (:func:`add_admission`)."""
+
+
 def add_admission(calls: pd.DataFrame, t0_mono: float | None, time_scale: float | None) -> None:
     """Column ``t_admit``: when the endpoint admitted the request (and counted its cache hits),
     in run model seconds: ``(t_arrival_mono - t0_mono) x time_scale + queue_s`` from the server's
-    own stamps when the clock origin is known, else ``t_sent + queue_s``; NaN without the
-    extension field."""
+    own stamps when the clock origin is known and the result lies within the call (from
+    :data:`ADMIT_TOL_S` before its send to as long after its end), else ``t_sent + queue_s``; NaN
+    without the extension field. A stamp outside its call is on another clock: each run of a
+    batch fleet starts a stack of its own, whose held clock has an origin of its own."""
     if not len(calls):
         calls["t_admit"] = pd.Series(dtype=float)
         return
@@ -272,5 +294,8 @@ def add_admission(calls: pd.DataFrame, t0_mono: float | None, time_scale: float 
     adm = calls["t_sent"] + q
     if t0_mono is not None and time_scale:
         srv = (calls["srv_t_arrival_mono"] - t0_mono) * time_scale + q
-        adm = srv.where(calls["srv_t_arrival_mono"].notna() & (calls["srv_t_arrival_mono"] > 0), adm)
+        end = calls["t_end"].fillna(np.inf)
+        inside = (srv >= calls["t_sent"] - ADMIT_TOL_S) & (srv <= end + ADMIT_TOL_S)
+        adm = srv.where(calls["srv_t_arrival_mono"].notna() & (calls["srv_t_arrival_mono"] > 0)
+                        & inside, adm)
     calls["t_admit"] = adm.where(calls["has_server"].astype(bool))

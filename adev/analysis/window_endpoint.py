@@ -8,11 +8,13 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from ..vllm_release import counts_waiting_lookups
 from . import counters as C
 from .counters import idle_checker
 from .figures import (
     busy_time,
     disk_rate_estimate,
+    gpu_tokens_from_calls,
     gross_saving,
     hit_share,
     in_flight,
@@ -64,6 +66,11 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
             setattr(fig, name, d.value)
         else:
             fig.missing[name] = d.reason
+    if d_gpu.ok:
+        fig.gpu_tokens_source = "vllm:prefix_cache_hits"
+    release = run.server_versions.get(endpoint)
+    if counts_waiting_lookups(release):
+        gpu_from_calls(fig, sent_in, d_ext, str(release))
     ref = next((d for d in (d_ext, d_gpu, d_prompt) if isinstance(d, C.Delta)), None)
     if ref is not None:
         fig.span_from, fig.span_to = ref.t_from, ref.t_to
@@ -104,6 +111,33 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
         master_split(fig, run, t0, t1)
     savings_block(fig, run, allc, starts, ends)
     return fig
+
+
+def gpu_from_calls(fig: WindowFigures, c: pd.DataFrame, d_ext: C.Delta | C.NoDelta,
+                   release: str) -> None:
+    """GPU-hit tokens of an endpoint whose vLLM release adds a waiting request's lookup to
+    ``vllm:prefix_cache_hits`` at every scheduler step it waits (before 0.26.0,
+    :mod:`adev.vllm_release`): that counter then over-counts the requests that waited, by as many
+    times as they waited. The calls' own ``cached_tokens`` count each request once
+    (:func:`adev.analysis.figures.gpu_tokens_from_calls`, over the OK calls sent in the window
+    against the external hits counter over the counter span). Without them the figure is
+    missing, with the reason."""
+    why = (f"vLLM {release} adds a waiting request's lookup to prefix_cache_hits at every step "
+           f"it waits (vLLM#43736, fixed in 0.26.0)")
+    ok = c[c["status"] == "ok"] if len(c) else c
+    cached = ok["cached_tokens"] if len(ok) else pd.Series(dtype=float)
+    if not len(ok) or cached.isna().all():
+        fig.gpu_tokens, fig.gpu_tokens_source = NAN, ""
+        fig.missing["gpu_tokens"] = (f"{why}, and no OK call in the window reports cached_tokens "
+                                     "(serve with --enable-prompt-tokens-details)")
+        return
+    if not d_ext.ok:
+        fig.gpu_tokens, fig.gpu_tokens_source = NAN, ""
+        fig.missing["gpu_tokens"] = f"{why}, and the external hits counter is missing: {d_ext.reason}"
+        return
+    fig.gpu_tokens = gpu_tokens_from_calls(float(cached.fillna(0).sum()), d_ext.value)
+    fig.gpu_tokens_source = (f"{why}: calls' cached_tokens less "
+                             "vllm:external_prefix_cache_hits")
 
 
 def set_hit_shares(fig: WindowFigures) -> None:

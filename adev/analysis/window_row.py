@@ -35,6 +35,7 @@ class WindowFigures:
     scrape_gaps: int = 0
     prompt_tokens: float = NAN
     gpu_tokens: float = NAN
+    gpu_tokens_source: str = ""
     store_tokens: float = NAN
     store_ram_tokens: float = NAN
     store_disk_tokens: float = NAN

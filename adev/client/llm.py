@@ -70,13 +70,16 @@ __all__ = ["Endpoint", "LLMClient"]
 
 @dataclass
 class Endpoint:
-    """One OpenAI-compatible endpoint. ``model``/``max_model_len`` are discovered when None."""
+    """One OpenAI-compatible endpoint. ``model``/``max_model_len`` are discovered when None;
+    ``server_version`` is what the server answers at ``GET /version`` (vLLM's release; None when
+    it does not answer one)."""
 
     name: str
     base_url: str
     model: str | None = None
     api_key: str = field(default="EMPTY", repr=False)
     max_model_len: int | None = None
+    server_version: str | None = None
 
 
 
@@ -133,8 +136,9 @@ class LLMClient:
         return s
 
     async def discover(self) -> None:
-        """Fill ``model`` and ``max_model_len`` of every endpoint from ``GET /v1/models``;
-        :class:`LLMError` naming the endpoint and its URL when it does not answer."""
+        """Fill ``model`` and ``max_model_len`` of every endpoint from ``GET /v1/models``
+        (:class:`LLMError` naming the endpoint and its URL when it does not answer), and
+        ``server_version`` from ``GET /version``."""
         for ep in self.endpoints.values():
             if ep.model and ep.max_model_len:
                 continue
@@ -153,6 +157,34 @@ class LLMClient:
             mml = (card.model_extra or {}).get("max_model_len")
             if ep.max_model_len is None and isinstance(mml, int):
                 ep.max_model_len = mml
+        for ep in self.endpoints.values():
+            if ep.server_version is None:
+                ep.server_version = await self._version(ep)
+
+    async def _version(self, ep: Endpoint) -> str | None:
+        """The release the server names at ``GET /version`` beside its ``/v1`` base (vLLM:
+        ``{"version": "0.24.0"}``); None when it answers none: other OpenAI-compatible servers
+        need not have the route, and only figures that depend on the release lose it."""
+        root = ep.base_url.rstrip("/")
+        root = root[:-3] if root.endswith("/v1") else root
+        try:
+            async with self._pool().get(root + "/version", headers={
+                    "Authorization": f"Bearer {ep.api_key or 'EMPTY'}"}) as r:
+                if r.status >= 400:
+                    return None
+                doc = await r.json(content_type=None)
+        except (aiohttp.ClientError, TimeoutError, ValueError):
+            return None
+        v = doc.get("version") if isinstance(doc, dict) else None
+        return v if isinstance(v, str) and v else None
+
+    def described(self) -> dict[str, dict[str, Any]]:
+        """What discovery found, per endpoint, for the run's ``endpoints.json``: base URL (its
+        credentials redacted), model, context length and the server's release."""
+        from ..manifest import redact_text
+        return {ep.name: {"base_url": redact_text(ep.base_url), "model": ep.model,
+                          "max_model_len": ep.max_model_len, "server_version": ep.server_version}
+                for ep in self.endpoints.values()}
 
     async def warm(self, per_endpoint: int) -> int:
         """Open up to ``per_endpoint`` keep-alive connections to every endpoint now (concurrent

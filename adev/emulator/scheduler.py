@@ -465,13 +465,17 @@ class Scheduler:
         A first-time request that the admission before the plan looked up and could not admit
         for want of blocks waits through each of the plan's steps, and vLLM looks it up again at
         each: per step its prompt and hit tokens are counted as retry lookups
-        (``adev_emulator_prefix_cache_retry_*``; vLLM up to 0.24 added them to its prefix cache
-        counters, vLLM#43736)."""
+        (``adev_emulator_prefix_cache_retry_*``). vLLM before 0.26 added them to its prefix cache
+        counters (vLLM#43736), and so does the emulator when it answers as such a release
+        (``count_waiting_lookups``, :mod:`adev.vllm_release`)."""
         k = len(plan.ends)
         if self._blocked is not None:
             seq_len, hit_tokens = self._blocked
             self.m.prefix_cache_retry_queries.inc(k * seq_len)
             self.m.prefix_cache_retry_hits.inc(k * hit_tokens)
+            if self.cfg.count_waiting_lookups:
+                self.m.prefix_cache_queries.inc(k * seq_len)
+                self.m.prefix_cache_hits.inc(k * hit_tokens)
         for r in plan.decode:
             if r.state != DECODE or r.aborted:
                 continue

@@ -45,15 +45,12 @@ from adev.emulator.policies.base import PolicyInputError, PolicyRequest
 from adev.emulator.schema import EndpointExtension, TokenSplit
 from adev.emulator.state import device_read_rate
 from adev.emulator.tokenizer import Tokenizer
+from adev.vllm_release import counts_waiting_lookups
 
 log = logging.getLogger("adev.emulator.server")
 
 STORE_CONFIGS = ("store-ram", "store-ram+disk", "disk-only")
 DISK_CONFIGS = ("store-ram+disk", "disk-only")
-VLLM_INTERFACE_VERSION = "0.11.0"
-"""The vLLM release whose HTTP interface the emulator follows; ``GET /version`` answers
-``{"version": "<this>+adev.emulator"}`` (a PEP 440 local version: clients that compare versions
-see this release)."""
 
 
 class Endpoint:
@@ -135,6 +132,7 @@ class Endpoint:
             staging_serial=stack.store.staging in SERIAL_STAGINGS,
             staging_shared=stack.store.staging == "shared",
             pressure_skip=stack.store.pressure_skip,
+            count_waiting_lookups=bool(counts_waiting_lookups(stack.vllm_version)),
             kv_link=TierCost(link.name, link.latency_s, link.bytes_per_s),
             stream_interval=stack.stream_interval), self.metrics, self.store,
             clock=held if held is not None else time.monotonic,
@@ -327,7 +325,10 @@ class Endpoint:
         return web.Response(status=200)
 
     async def version(self, request: web.Request) -> web.Response:
-        return json_response({"version": f"{VLLM_INTERFACE_VERSION}+adev.emulator"})
+        """``{"version": "<stack.vllm_version>+adev.emulator"}``: the vLLM release the endpoint
+        counts its prefix cache as (:mod:`adev.vllm_release`), with a PEP 440 local label, so
+        clients that compare versions see that release."""
+        return json_response({"version": f"{self.stack.vllm_version}+adev.emulator"})
 
     async def models(self, request: web.Request) -> web.Response:
         card = {"id": self.model, "object": "model", "created": self.created, "owned_by": "vllm",

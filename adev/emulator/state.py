@@ -71,6 +71,9 @@ class EngineConfig:
     # requests' decode tokens and ready prefill chunks, as vLLM v1's scheduler does
     # (Scheduler.admit); False: as soon as its blocks fit
     admit_within_budget: bool = True
+    # add a waiting request's repeated lookups to vllm:prefix_cache_* as vLLM before 0.26 did
+    # (adev.vllm_release; Scheduler.commit); False: each request counted once, at admission
+    count_waiting_lookups: bool = False
     # longest macro step, wall seconds: how far ahead the driver plans decode steps (it still
     # delivers each step's tokens at the step's own time, see stream_interval)
     horizon_wall_s: float = 0.3

@@ -62,6 +62,7 @@ class FleetState:
         self.window_scrapes: list[dict[str, Any]] = []
         self._last_scrape: dict[str, dict[str, Any]] = {}
         self.prefill_tokens_per_s: float | None = None
+        self.server_versions: dict[str, str] = {}   # endpoint -> GET /version (discovery)
         self.figures: dict[str, Any] | None = None
         self.figures_note = ""
         self.t_now = 0.0
@@ -168,7 +169,7 @@ class FleetState:
         idx, t0, _ = self.window
         try:
             self.figures = running_figures(self.window_calls, self.window_scrapes, t0, t_now,
-                                           self.prefill_tokens_per_s)
+                                           self.prefill_tokens_per_s, self.server_versions)
             self.figures_note = ""
         except Exception as e:
             self.figures, self.figures_note = None, f"running figures failed: {type(e).__name__}: {e}"

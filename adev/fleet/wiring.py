@@ -102,6 +102,9 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
 
     try:
         await llm.discover()
+        run_dir.write_json("endpoints.json", llm.described())   # the servers' releases
+        state.server_versions = {n: ep.server_version for n, ep in llm.endpoints.items()
+                                 if ep.server_version}
         await llm.warm(cfg.width)  # a connection per session slot and endpoint, before t=0
         for name in getattr(cfg, "tasks", None) or list_tasks():  # load before the clock matters
             if name not in tasks:

@@ -134,3 +134,30 @@ def test_one_prompt_token_and_one_accepted_write():
     assert f["gpu_hit_share"] == 0.0 and f["store_hit_share"] == 1.0
     assert f["refused_share"] == 0.0
     assert f["gross_saving"] == pytest.approx((1 / 1.0) / 2.0)
+
+
+def test_a_release_that_counts_waiting_lookups_takes_the_gpu_hits_from_the_calls():
+    """coder answers vLLM 0.24.0: its counter's 9,000 GPU hits of 5,000 prompt tokens count
+    waiting requests at every step; the calls' cached tokens, 1,200 + 800 (GPU + store, once
+    per request), less the 1,485 store hits give 515. reasoner (0.26.0) keeps its counter."""
+    calls = [{"endpoint": "coder", "t_sent": 100.0, "t_end": 104.0, "status": "ok",
+              "cached_tokens": 1200},
+             {"endpoint": "coder", "t_sent": 102.0, "t_end": 106.0, "status": "ok",
+              "cached_tokens": 800},
+             {"endpoint": "coder", "t_sent": 103.0, "t_end": 106.0, "status": "error",
+              "cached_tokens": 4000},
+             {"endpoint": "reasoner", "t_sent": 100.0, "t_end": 101.0, "status": "ok",
+              "cached_tokens": 7}]
+    scr = [_scr(100.0, "coder", 0, 0, 0), _scr(110.0, "coder", 1485, 9000, 5000),
+           _scr(100.0, "reasoner", 0, 0, 0), _scr(110.0, "reasoner", 0, 100, 1000)]
+    f = running_figures(calls, scr, 100.0, 110.0, 1485.0,
+                        {"coder": "0.24.0", "reasoner": "0.26.0"})
+    assert f["gpu_hit_share"] == pytest.approx((515 + 100) / 6000)
+    assert f["store_hit_share"] == pytest.approx(1485 / 6000)
+    # without the releases the counters are taken as they are
+    f = running_figures(calls, scr, 100.0, 110.0, 1485.0)
+    assert f["gpu_hit_share"] == pytest.approx(9100 / 6000)
+    # such a release without cached tokens in its calls: its endpoint waits for the report
+    nocache = [{**c, "cached_tokens": None} for c in calls]
+    f = running_figures(nocache, scr, 100.0, 110.0, 1485.0, {"coder": "0.24.0"})
+    assert f["gpu_hit_share"] == pytest.approx(100 / 1000)

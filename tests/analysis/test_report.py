@@ -286,7 +286,7 @@ def test_figure_line_mean_interval_one_window_and_missing():
 
 def test_run_header_torn_and_missing_windows():
     run = NS(run_id="r-3", width=3, protocol="steady", configuration="store-ram", lease_ttl_s=5.0,
-             pause_s=0.5, torn={}, missing={}, fleet=None, stack=None)
+             pause_s=0.5, torn={}, missing={}, fleet=None, stack=None, server_versions={})
     ld = NS(run=run, summary=_summ())
     assert R._run_header(ld) == (
         "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
@@ -308,13 +308,26 @@ def test_run_header_torn_and_missing_windows():
     assert R._run_header(ld_y) == R._run_header(ld)
     run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
               pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"}, fleet=None,
-              stack=None)
+              stack=None, server_versions={})
     ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))
     assert R._run_header(ld2) == (
         "**x** (`r-0`) · width — · protocol — · configuration — · lease — s · pause — s"
         " · windows 1 (1 invalid, 0 with preemption bursts)\n"
         "\nRecords lost (lines torn by a crash mid-write, skipped): {'calls': 2}\n"
         "\nNote: no windows file.\n")
+    # the servers' releases; one before vLLM 0.26 says where its GPU hit share comes from
+    head = "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s" \
+           " · pause 0.5 s · windows 4 (1 invalid, 2 with preemption bursts)\n"
+    ld_v = NS(run=NS(**{**vars(run), "server_versions": {"coder": "0.26.0"}}), summary=_summ())
+    assert R._run_header(ld_v) == head + "\nServers (GET /version): coder 0.26.0.\n"
+    ld_o = NS(run=NS(**{**vars(run), "server_versions": {"reasoner": "0.26.0",
+                                                          "coder": "0.24.0"}}), summary=_summ())
+    assert R._run_header(ld_o) == head + (
+        "\nServers (GET /version): coder 0.24.0, reasoner 0.26.0.\n"
+        "\nThe GPU hit share of coder is taken from the calls' cached tokens less the store's "
+        "hits (missing where the calls carry none): releases before vLLM 0.26.0 add a waiting "
+        "request's prefix cache lookup to `vllm:prefix_cache_hits` at every scheduler step it "
+        "waits (vLLM#43736).\n")
 
 
 REUSE = {"touches": 1000, "unique_blocks": 250, "share_new": 0.25,

@@ -132,7 +132,13 @@ def test_clock_origin_sources_and_admission(tmp_path):
     (p / "fleet.json").write_text(json.dumps({"clock": {"t0_mono": t0 - 1.0}}))
     r = load_run(p)
     assert (r.clock_t0_mono, r.clock_source) == (t0 - 1.0, "fleet.json clock.t0_mono")
-    assert r.calls.set_index("call_id").loc["a"].t_admit == pytest.approx(1.2 + 10.0 + 0.5)
+    # read on that origin, a's admission, 1.2 + 10.0 + 0.5 = 11.7, lies past its call's end
+    # (4.5) by more than ADMIT_TOL_S: a stamp on another clock (a batch run's restarted stack),
+    # so t_sent + queue
+    assert r.calls.set_index("call_id").loc["a"].t_admit == pytest.approx(1.0 + 0.5)
+    (p / "fleet.json").write_text(json.dumps({"clock": {"t0_mono": t0 - 0.3 / scale}}))
+    r = load_run(p)                                          # 0.3 s later: inside the call
+    assert r.calls.set_index("call_id").loc["a"].t_admit == pytest.approx(1.2 + 0.3 + 0.5)
     (p / "fleet.json").write_text("{not json")
     (p / "manifest.json").write_text(json.dumps({"run_id": "r"}))
     r = load_run(p)                                          # no time scale: no estimate

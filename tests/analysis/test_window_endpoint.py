@@ -2,11 +2,13 @@
 hand from hand-made calls and scrapes."""
 from __future__ import annotations
 
+import json
 import math
 
 import numpy as np
 import pytest
 
+from adev.analysis.run import load_run
 from adev.analysis.window_endpoint import (
     analyse_endpoint,
     savings_block,
@@ -382,3 +384,52 @@ def test_savings_block_a_request_without_a_read_path_is_charged_nothing(tmp_path
     assert f.srv_requests == 2 and f.read_path_s == pytest.approx(0.4)
     assert f.net_saving == pytest.approx(g - 0.4 / 5.0)
     assert f.net_saving_full == pytest.approx(g - 0.4 / 5.0)
+
+
+def _release_run(tmp_path, release, cached=(300, 500, 90)):
+    """Real-vLLM-shaped calls (no emulator field) on coder in W = [10, 20), and its counters:
+    prefix_cache_hits +2,400 (a release before 0.26 counts a waiting request at every step),
+    external hits +600, prompt +3,000."""
+    calls = [_call("a", 11.0, 14.0), _call("b", 12.0, 18.0), _call("c", 13.0, 15.0),
+             _call("d", 21.0, 23.0)]                  # d: sent after W
+    for c, n in zip(calls, (*cached, 7000), strict=True):
+        c.cached_tokens = n
+    calls[2].status, calls[2].error = "error", "boom"   # not an OK call: its cached tokens unused
+    scr = [("coder", 10.0, True, _vllm(0, 0, 0)), ("coder", 20.0, True, _vllm(2400, 600, 3000))]
+    run = make_hand_run(tmp_path, calls, scr, [(10.0, 20.0)])
+    if release is not None:
+        (run.path / "endpoints.json").write_text(json.dumps(
+            {"coder": {"base_url": "http://127.0.0.1:1/v1", "model": "m", "max_model_len": 1,
+                       "server_version": release}}))
+    return load_run(run.path)
+
+
+@pytest.mark.parametrize("release", ["0.24.0", "0.25.1", "0.24.0+adev.emulator"])
+def test_a_release_that_counts_waiting_lookups_takes_the_gpu_hits_from_the_calls(tmp_path, release):
+    run = _release_run(tmp_path, release)
+    f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
+    # OK calls sent in W report cached 300 + 500 = 800 (local + external, once per request);
+    # external hits +600 over the span -> GPU 200 of 3,000 prompt tokens, where the counter's
+    # 2,400 would read 80%
+    assert f.gpu_tokens == 200
+    assert f.gpu_hit_share == pytest.approx(200 / 3000)
+    assert f.store_hit_share == pytest.approx(600 / 3000)
+    assert "cached_tokens" in f.gpu_tokens_source and release in f.gpu_tokens_source
+
+
+@pytest.mark.parametrize("release", ["0.26.0", "0.27.1", None])
+def test_a_release_that_counts_once_keeps_the_prefix_cache_counter(tmp_path, release):
+    run = _release_run(tmp_path, release)
+    f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
+    assert f.gpu_tokens == 2400
+    assert f.gpu_hit_share == pytest.approx(0.8)
+    assert f.gpu_tokens_source == "vllm:prefix_cache_hits"
+
+
+def test_without_cached_tokens_the_gpu_share_of_such_a_release_is_missing(tmp_path):
+    run = _release_run(tmp_path, "0.24.0", cached=(None, None, None))
+    f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
+    assert math.isnan(f.gpu_tokens) and math.isnan(f.gpu_hit_share)
+    assert "--enable-prompt-tokens-details" in f.missing["gpu_tokens"]
+    assert "vLLM 0.24.0" in f.missing["gpu_tokens"]
+    assert f.store_hit_share == pytest.approx(0.2)

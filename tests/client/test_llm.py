@@ -48,6 +48,7 @@ class FakeServer:
         self.release = asyncio.Event()
         self.client_rx = asyncio.Event()
         self.models_together = 1
+        self.version: str | None = None   # GET /version's answer; None: the route is absent (404)
         self._models_in = 0
         self._models_all_in = asyncio.Event()
 
@@ -55,6 +56,7 @@ class FakeServer:
         app = web.Application()
         app.router.add_post("/v1/chat/completions", self.chat)
         app.router.add_get("/v1/models", self.models)
+        app.router.add_get("/version", self.version_route)
         self.runner = web.AppRunner(app)
         await self.runner.setup()
         site = web.TCPSite(self.runner, "127.0.0.1", 0)
@@ -65,6 +67,11 @@ class FakeServer:
     async def stop(self):
         self.release.set()
         await self.runner.cleanup()
+
+    async def version_route(self, request):
+        if self.version is None:
+            raise web.HTTPNotFound()
+        return web.json_response({"version": self.version})
 
     async def models(self, request):
         self.peers.add(request.transport.get_extra_info("peername"))
@@ -306,6 +313,19 @@ async def test_discover_and_pool_reuse(server, tmp_path):
         assert len(c._clients) == 1  # one client per base URL
         with pytest.raises(LLMError, match="unknown endpoint"):
             await c.chat("nope", [])
+    # a server without GET /version: discovery goes on, the release stays unknown
+    assert c.endpoints["coder"].server_version is None
+
+
+async def test_discover_reads_the_servers_release(server, tmp_path):
+    server.version = "0.24.0"
+    c, _, _ = _client(tmp_path, server.url)
+    async with c:
+        await c.discover()
+    assert c.endpoints["coder"].server_version == "0.24.0"
+    d = c.described()["coder"]
+    assert d == {"base_url": server.url, "model": c.endpoints["coder"].model,
+                 "max_model_len": c.endpoints["coder"].max_model_len, "server_version": "0.24.0"}
 
 
 async def test_large_token_id_event_parsed_after_stream(server, tmp_path):

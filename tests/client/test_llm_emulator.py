@@ -35,6 +35,7 @@ async def test_client_on_emulator(embedded_stack, tmp_path):
         await c.discover()
         ep = c.endpoints["coder"]
         assert ep.model == info.model and ep.max_model_len == info.profile.max_model_len
+        assert ep.server_version == "0.26.0+adev.emulator"   # stack.vllm_version's default
         msgs = [{"role": "system", "content": text}, {"role": "user", "content": "go"}]
         r1 = await c.chat("coder", msgs, tools=schemas(["read_file", "finish"]), max_tokens=24,
                           session_id="s", call_id="c1")

@@ -139,7 +139,7 @@ async def test_unknown_model_version_ping_and_bad_prompts(endpoint):
         assert (await c.post(url + "/v1/completions", json={"model": "", "prompt": "hi",
                                                             "max_tokens": 1})).status_code == 200
         v = (await c.get(url + "/version")).json()
-        assert set(v) == {"version"} and v["version"].endswith("+adev.emulator")
+        assert v == {"version": "0.26.0+adev.emulator"}   # stack.vllm_version's default
         assert (await c.get(url + "/ping")).status_code == 200
         assert (await c.post(url + "/ping")).status_code == 200
         r = await c.post(url + "/v1/completions", json={"model": "qc", "prompt": "x"})

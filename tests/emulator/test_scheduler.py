@@ -1014,13 +1014,11 @@ def test_a_request_admitted_behind_a_prefill_hits_the_blocks_it_has_scheduled():
     assert s.pool.cached_blocks == 8 and s.pool.used_blocks == 0
 
 
-def test_a_request_waiting_for_blocks_counts_a_retry_lookup_per_step():
-    """vLLM looks a waiting request up again at every step it cannot allocate its blocks, and
-    up to 0.24 added each lookup to its prefix cache counters; the emulator counts them apart.
-    p's 3 blocks (48 tokens) are cached; a (100 tokens) takes the other 7 of 10 blocks; b (p's
+def _waiting_for_blocks(**over) -> Scheduler:
+    """p's 3 blocks (48 tokens) are cached; a (100 tokens) takes the other 7 of 10 blocks; b (p's
     prompt + 52) hits p's 3 blocks but needs 4 more and waits through a's prefill step and a's
     decode step: 2 retries of 100 queried tokens and 48 hit tokens each."""
-    s = make(capacity_blocks=10, max_num_batched_tokens=1000)
+    s = make(capacity_blocks=10, max_num_batched_tokens=1000, **over)
     p = request("p", tokens(3000, 48), 1)
     s.add(p)
     t = run_until_done(s, 0.0)
@@ -1034,8 +1032,24 @@ def test_a_request_waiting_for_blocks_counts_a_retry_lookup_per_step():
     assert out.tokens == {"a": 1} and out.finished == ["a"] and b.state == WAITING
     run_until_done(s, out.end)
     assert b.gpu_hit_tokens == 48
+    return s
+
+
+def test_a_request_waiting_for_blocks_counts_a_retry_lookup_per_step():
+    """vLLM looks a waiting request up again at every step it cannot allocate its blocks, and
+    before 0.26 added each lookup to its prefix cache counters; the emulator counts them apart."""
+    s = _waiting_for_blocks()
     assert value(s, "adev_emulator_prefix_cache_retry_queries_total") == 200
     assert value(s, "adev_emulator_prefix_cache_retry_hits_total") == 96
     # vLLM's own counters count each request once, at its admission
     assert value(s, "vllm:prefix_cache_queries_total") == 48 + 100 + 100
     assert value(s, "vllm:prefix_cache_hits_total") == 48
+
+
+def test_as_a_release_before_0_26_the_prefix_cache_counters_add_every_lookup():
+    """count_waiting_lookups (stack.vllm_version before 0.26.0): b's two retried lookups go into
+    vLLM's counters too, as that release counted them (vLLM#43736)."""
+    s = _waiting_for_blocks(count_waiting_lookups=True)
+    assert value(s, "adev_emulator_prefix_cache_retry_queries_total") == 200
+    assert value(s, "vllm:prefix_cache_queries_total") == 48 + 100 + 100 + 200
+    assert value(s, "vllm:prefix_cache_hits_total") == 48 + 96

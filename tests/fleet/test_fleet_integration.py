@@ -1,7 +1,9 @@
 """Fleets on the real embedded stack (Mooncake master + emulated endpoints + local gate).
 
 * a width-12 steady-state run with 3 windows (short windows, high time scale);
-* a width-4 batch run with 3 runs (the stack restarted between runs);
+* a width-4 batch run with 3 runs (the stack restarted between runs), its endpoints answering
+  and counting as vLLM 0.24.0 (``stack.vllm_version``): the analysis takes their GPU hits from
+  the calls, not from a prefix cache counter that counts waiting requests at every step;
 * ``kill -9`` of ``adev fleet`` inside window 2, then ``adev fleet --resume``: window 1 stays
   valid, window 2 is invalid, later windows are measured, no record duplicated or lost;
 and the measurement stage reads every run.
@@ -102,9 +104,10 @@ def test_steady_width12_three_windows(tmp_path, state_dir):
 def test_batch_width4_three_runs(tmp_path, state_dir):
     from adev.fleet.config import fleet_from_dict
     from adev.fleet.runner import run_fleet
+    stack = {**stack_dict(state_dir, 2 * S), "vllm_version": "0.24.0"}
     cfg = fleet_from_dict({
         "width": 4, "protocol": "batch", "runs": 3, "pause_s": 0.0,
-        "stack": stack_dict(state_dir, 2 * S),  # whole sessions, three times: a faster clock
+        "stack": stack,  # whole sessions, three times: a faster clock
         "results_dir": str(tmp_path), "live": "plain",
         "report": False})
     out = run_fleet(cfg)
@@ -126,6 +129,32 @@ def test_batch_width4_three_runs(tmp_path, state_dir):
     assert len(first) == 3
     tab = measured(out.run_dir)
     assert set(tab["window"]) >= {1, 2, 3}
+    check_release_counting(out.run_dir, tab)
+
+
+def check_release_counting(run_path: Path, tab) -> None:
+    """Endpoints that answer vLLM 0.24.0: the run records the release, and each window's GPU
+    hits come from the calls' cached tokens less the store's hits. They equal the emulator's own
+    per-request GPU tokens of the calls sent in the window (a batch window holds its run's calls
+    whole), while the prefix cache counter, which counts a waiting request at every step, reads
+    at least as much."""
+    import json
+
+    from adev.analysis import counters as C
+    from adev.analysis.run import load_run
+    eps = json.loads((run_path / "endpoints.json").read_text())
+    assert {v["server_version"] for v in eps.values()} == {"0.24.0+adev.emulator"}
+    run = load_run(run_path)
+    rows = tab[tab["endpoint"] != "ALL"]
+    assert len(rows) == 6
+    for _, f in rows.iterrows():
+        assert "cached_tokens" in f["gpu_tokens_source"], f["gpu_tokens_source"]
+        c = run.calls
+        c = c[(c["endpoint"] == f["endpoint"]) & (c["t_sent"] >= f["t0"]) & (c["t_sent"] < f["t1"])]
+        truth = float(c["srv_tok_gpu"].sum())
+        assert abs(f["gpu_tokens"] - truth) <= 0.01 * f["prompt_tokens"], (f["gpu_tokens"], truth)
+        counted = C.counter_delta(run.scrapes[f["endpoint"]], C.PREFIX_HITS, f["t0"], f["t1"])
+        assert counted.ok and counted.value >= truth
 
 
 def _write_files(tmp_path: Path, state_dir: Path) -> tuple[Path, Path]:

@@ -68,13 +68,13 @@ def analyse_endpoint(run: Run, w: dict[str, Any], endpoint: str) -> WindowFigure
             fig.missing[name] = d.reason
     if d_gpu.ok:
         fig.gpu_tokens_source = "vllm:prefix_cache_hits"
-    release = run.server_versions.get(endpoint)
-    if counts_waiting_lookups(release):
-        gpu_from_calls(fig, sent_in, d_ext, str(release))
     ref = next((d for d in (d_ext, d_gpu, d_prompt) if isinstance(d, C.Delta)), None)
     if ref is not None:
         fig.span_from, fig.span_to = ref.t_from, ref.t_to
         fig.busy_span_s = busy_time(starts, ends, ref.t_from, ref.t_to)
+    release = run.server_versions.get(endpoint)
+    if counts_waiting_lookups(release):
+        gpu_from_calls(fig, allc, d_ext, str(release))
     fig.counter_resets = max(d.resets for d in (d_gpu, d_ext, d_prompt, d_pre))
     fig.scrape_gaps = max(d.gaps for d in (d_gpu, d_ext, d_prompt, d_pre))
 
@@ -119,11 +119,17 @@ def gpu_from_calls(fig: WindowFigures, c: pd.DataFrame, d_ext: C.Delta | C.NoDel
     ``vllm:prefix_cache_hits`` at every scheduler step it waits (before 0.26.0,
     :mod:`adev.vllm_release`): that counter then over-counts the requests that waited, by as many
     times as they waited. The calls' own ``cached_tokens`` count each request once
-    (:func:`adev.analysis.figures.gpu_tokens_from_calls`, over the OK calls sent in the window
-    against the external hits counter over the counter span). Without them the figure is
-    missing, with the reason."""
+    (:func:`adev.analysis.figures.gpu_tokens_from_calls`), over the OK calls of ``c`` admitted in
+    the counter span, as the external hits counter counts them: by ``t_admit`` where the endpoint
+    stamps it, else by when they were sent. Without cached tokens the figure is missing, with the
+    reason."""
     why = (f"vLLM {release} adds a waiting request's lookup to prefix_cache_hits at every step "
            f"it waits (vLLM#43736, fixed in 0.26.0)")
+    if len(c) and not math.isnan(fig.span_from):
+        at = c["t_admit"].fillna(c["t_sent"])
+        c = c[(at >= fig.span_from) & (at < fig.span_to)]
+    else:
+        c = c.iloc[0:0]
     ok = c[c["status"] == "ok"] if len(c) else c
     cached = ok["cached_tokens"] if len(ok) else pd.Series(dtype=float)
     if not len(ok) or cached.isna().all():

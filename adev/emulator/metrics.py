@@ -177,12 +177,14 @@ class Metrics:
         self.prefix_cache_retry_queries = c(
             "adev_emulator_prefix_cache_retry_queries",
             "Prefix cache lookups, in tokens, of a waiting request looked up and not admitted for "
-            "want of blocks, once per scheduler step it waits so (vLLM up to 0.24 added these "
-            "to vllm:prefix_cache_queries; not counted there).")
+            "want of blocks, once per scheduler step it waits so (vLLM before 0.26 added these "
+            "to vllm:prefix_cache_queries; counted there too only with stack.vllm_version "
+            "before 0.26).")
         self.prefix_cache_retry_hits = c(
             "adev_emulator_prefix_cache_retry_hits",
-            "The hits, in tokens, of those lookups (vLLM up to 0.24 added these to "
-            "vllm:prefix_cache_hits; not counted there).")
+            "The hits, in tokens, of those lookups (vLLM before 0.26 added these to "
+            "vllm:prefix_cache_hits; counted there too only with stack.vllm_version before "
+            "0.26).")
 
     def by_source(self, source: str):
         return self._by_source.labels(**self.labels, source=source)

@@ -408,7 +408,8 @@ def _release_run(tmp_path, release, cached=(300, 500, 90)):
 def test_a_release_that_counts_waiting_lookups_takes_the_gpu_hits_from_the_calls(tmp_path, release):
     run = _release_run(tmp_path, release)
     f = analyse_endpoint(run, run.measurement_windows()[0], "coder")
-    # OK calls sent in W report cached 300 + 500 = 800 (local + external, once per request);
+    # OK calls admitted (real vLLM: sent) in the counter span [10, 20) report cached 300 + 500
+    # = 800 (local + external, once per request);
     # external hits +600 over the span -> GPU 200 of 3,000 prompt tokens, where the counter's
     # 2,400 would read 80%
     assert f.gpu_tokens == 200

@@ -60,6 +60,8 @@ WAKE_TOLERANCE_S = 1e-6
 through two float conversions and may stop a rounding error short of it."""
 
 _source: Callable[[], float] = time.monotonic
+_generation = 0
+"""Bumped at every change of :data:`_source`, so that a :class:`RunClock` on it re-anchors."""
 
 
 def mono() -> float:
@@ -72,9 +74,10 @@ def use_held_clock(state_dir: str | Path | None) -> HeldClock | None:
     """Make the held clock of the stack in ``state_dir`` (if it has one) this process's stamp
     source (:func:`mono`, every :class:`RunClock` without its own source); returns it. Without
     one (an external stack, a free clock), the source is CLOCK_MONOTONIC again."""
-    global _source
+    global _source, _generation
     held = open_held_clock(state_dir)
     _source = held if held is not None else time.monotonic  # no held clock: the host's
+    _generation += 1
     return held
 
 
@@ -82,11 +85,12 @@ def leave_held_clock(state_dir: str | Path) -> bool:
     """When this process's stamp source is the held clock of the stack in ``state_dir``, make it
     CLOCK_MONOTONIC again (the stack was stopped: its clock no longer moves with its holders,
     which are gone). Returns whether it was."""
-    global _source
+    global _source, _generation
     held = held_source()
     if held is None or held.path.parent.resolve() != Path(state_dir).resolve():
         return False
     _source = time.monotonic
+    _generation += 1
     return True
 
 
@@ -511,35 +515,65 @@ def stack_held_dir(info) -> Path | None:
     return None
 
 
-def stack_run_clock(info) -> RunClock:
+def stack_run_clock(info, clock: RunClock | None = None) -> RunClock:
     """The run clock of a client of the stack ``info``: on an embedded stack with a held clock,
-    that clock becomes this process's stamp source."""
+    that clock becomes this process's stamp source. ``clock``: the run's clock so far (a batch
+    fleet's later run, on a stack of its own), which goes on from where it was on the new
+    source (:meth:`RunClock.follow`)."""
     use_held_clock(stack_held_dir(info))
+    if clock is not None:
+        clock.follow()
+        return clock
     return RunClock(time_scale=float(info.time_scale))
 
 
 @dataclass
 class RunClock:
-    """Model seconds since ``t0`` on ``source`` (CLOCK_MONOTONIC, or a stack's :class:`HeldClock`)."""
+    """Model seconds since ``t0`` on ``source`` (CLOCK_MONOTONIC, or a stack's :class:`HeldClock`).
+
+    On the default source (:func:`mono`, this process's stamp source) the clock follows a change
+    of that source: a stopped stack's held clock gives way to the host's, and a batch fleet's next
+    stack brings a held clock of its own, each with an origin of its own. At the first reading
+    after the change, ``t0`` moves so that model time goes on from the latest time the clock gave
+    (:meth:`follow`); stamps taken on the old source are not converted after it."""
     time_scale: float = 1.0
     t0: float = math.nan  # NaN: the source's reading when the clock is made
     source: Callable[[], float] = field(default=mono, repr=False)
+    _generation: int = field(default=-1, init=False, repr=False, compare=False)
+    _latest: float = field(default=0.0, init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if math.isnan(self.t0):
             self.t0 = self.source()
+        self._generation = _generation
+
+    def follow(self) -> None:
+        """Re-anchor on this process's stamp source when it has changed since the clock was
+        anchored (only for a clock on the default source)."""
+        if self._generation != _generation and self.source is mono:
+            self.t0 = mono() - self._latest / self.time_scale
+            self._generation = _generation
 
     def mono(self) -> float:
         """A stamp on this clock's source (convert with :meth:`to_model`)."""
+        self.follow()
         return self.source()
 
     def now(self) -> float:
         """Model seconds since the run started."""
-        return (self.source() - self.t0) * self.time_scale
+        self.follow()
+        t = (self.source() - self.t0) * self.time_scale
+        if t > self._latest:
+            self._latest = t
+        return t
 
     def to_model(self, mono_t: float) -> float:
         """A stamp on this clock's source -> model seconds since the run started."""
-        return (mono_t - self.t0) * self.time_scale
+        self.follow()
+        t = (mono_t - self.t0) * self.time_scale
+        if t > self._latest:
+            self._latest = t
+        return t
 
     def model_to_wall(self, seconds: float) -> float:
         """A model duration -> the wall seconds it takes on this stack (while nothing holds it)."""

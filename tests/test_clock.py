@@ -335,3 +335,46 @@ def test_a_detached_hold_is_released_by_its_new_owner_only():
     release()
     h.take()
     assert released == ["a", "b"]
+
+
+def _held_behind(state_dir: Path, held_s: float) -> None:
+    """A stack's clock file in ``state_dir`` that has been held ``held_s`` wall seconds so far
+    (it reads the host's monotonic clock less that)."""
+    from adev import clock as clk
+    state_dir.mkdir()
+    c = HeldClock.create(state_dir / clk.CLOCK_FILE)
+    c.close()
+    with open(state_dir / clk.CLOCK_FILE, "r+b") as f:
+        f.write(clk._HEAD.pack(0, held_s))
+
+
+def test_a_run_clock_goes_on_across_a_change_of_stamp_source(tmp_path):
+    """A batch fleet's runs, each on a stack of its own: stack a's held clock (50 wall s behind
+    the host's), the host's once a has stopped, then stack b's (20 s behind). At each change the
+    run's model time goes on from its latest reading instead of jumping by the sources'
+    difference (500 and 300 model s at time scale 10), and a stamp on the new source converts
+    on it."""
+    import time as _time
+
+    from adev import clock as clk
+    a, b = tmp_path / "a", tmp_path / "b"
+    _held_behind(a, 50.0)
+    _held_behind(b, 20.0)
+    try:
+        assert clk.use_held_clock(a) is not None
+        assert abs(clk.mono() - (_time.monotonic() - 50.0)) < 0.01
+        rc = RunClock(time_scale=10.0)
+        t1 = rc.now()
+        assert clk.leave_held_clock(a)
+        t2 = rc.now()
+        assert t1 <= t2 < t1 + 1.0
+        assert clk.use_held_clock(b) is not None
+        t3 = rc.now()
+        assert t2 <= t3 < t2 + 1.0
+        assert t3 <= rc.to_model(clk.mono()) < t3 + 1.0
+        # a clock on a source of its own never moves with this process's
+        own = RunClock(time_scale=10.0, t0=0.0, source=Wall(5.0))
+        clk.use_held_clock(None)
+        assert own.now() == 50.0
+    finally:
+        clk.use_held_clock(None)

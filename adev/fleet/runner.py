@@ -188,8 +188,10 @@ class FleetRun:
         return self.deps.open_gate(self.cfg.gate)
 
     def _make_clock(self, info: Any) -> RunClock:
-        if self.clock is None:
-            self.clock = stack_run_clock(info)
+        """The run's clock on the stack ``info``: made on the first stack; on a batch fleet's
+        later stacks, each with a held clock of its own, the same clock goes on from where it
+        was (:func:`adev.clock.stack_run_clock`)."""
+        self.clock = stack_run_clock(info, self.clock)
         return self.clock
 
     def _detector(self, info: Any) -> RegimeDetector:

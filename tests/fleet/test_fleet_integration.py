@@ -129,6 +129,12 @@ def test_batch_width4_three_runs(tmp_path, state_dir):
     assert len(first) == 3
     tab = measured(out.run_dir)
     assert set(tab["window"]) >= {1, 2, 3}
+    # each run on its own stack's held clock: the run's timeline goes on across the restarts
+    # (only the restart's own time between runs), and the client's TTFT is the model's in every
+    # run, not only the first
+    for a, b in zip(ws, ws[1:], strict=False):
+        assert 0 < b["t0"] - a["t1"] < 3000.0, (a, b)
+    assert (tab["ttft_model_err_p50"].abs() < 0.01).all(), tab["ttft_model_err_p50"].tolist()
     check_release_counting(out.run_dir, tab)
 
 

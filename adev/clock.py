@@ -76,6 +76,12 @@ def use_held_clock(state_dir: str | Path | None) -> HeldClock | None:
     one (an external stack, a free clock), the source is CLOCK_MONOTONIC again."""
     global _source, _generation
     held = open_held_clock(state_dir)
+    cur = held_source()
+    if held is not None and cur is not None and held.same_file(cur):
+        held.close()
+        return cur   # the source already: no change for the run clocks on it to follow
+    if held is None and cur is None:
+        return None
     _source = held if held is not None else time.monotonic  # no held clock: the host's
     _generation += 1
     return held
@@ -170,6 +176,12 @@ class HeldClock:
     def close(self) -> None:
         self._mm.close()
         os.close(self._fd)
+
+    def same_file(self, other: HeldClock) -> bool:
+        """Whether ``other`` maps the same clock file (not a new one a restarted stack created at
+        the same path)."""
+        a, b = os.fstat(self._fd), os.fstat(other._fd)
+        return (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino)
 
     def _snapshot(self) -> tuple[float, tuple[float, ...]]:
         """(D, every slot's hold), a consistent snapshot."""

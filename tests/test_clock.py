@@ -378,3 +378,39 @@ def test_a_run_clock_goes_on_across_a_change_of_stamp_source(tmp_path):
         assert own.now() == 50.0
     finally:
         clk.use_held_clock(None)
+
+
+def test_taking_the_same_held_clock_again_is_no_change_of_source(tmp_path):
+    """A second use_held_clock of the stack whose clock is already the source (a client that
+    opens it again) keeps the source, so run clocks on it do not re-anchor and lose no time."""
+    from adev import clock as clk
+    a = tmp_path / "a"
+    _held_behind(a, 50.0)
+    try:
+        first = clk.use_held_clock(a)
+        rc = RunClock(time_scale=10.0)
+        gen = clk._generation
+        assert clk.use_held_clock(a) is first and clk._generation == gen
+        assert clk.use_held_clock(None) is None and clk._generation == gen + 1
+        assert clk.use_held_clock(None) is None and clk._generation == gen + 1
+        assert rc.now() >= 0.0
+    finally:
+        clk.use_held_clock(None)
+
+
+def test_a_new_clock_file_at_the_same_path_is_a_change_of_source(tmp_path):
+    """A stack restarted in the same state directory creates a new clock file there: taking it is
+    a change of source (the old mapping no longer moves), so run clocks follow it."""
+    from adev import clock as clk
+    a = tmp_path / "a"
+    _held_behind(a, 50.0)
+    try:
+        first = clk.use_held_clock(a)
+        gen = clk._generation
+        (a / clk.CLOCK_FILE).unlink()
+        HeldClock.create(a / clk.CLOCK_FILE).close()
+        second = clk.use_held_clock(a)
+        assert second is not first and not second.same_file(first)
+        assert clk._generation == gen + 1 and clk.held_source() is second
+    finally:
+        clk.use_held_clock(None)

@@ -512,6 +512,7 @@ async def run_one(trace: Trace, sessions: list[list[Call]], stack: StackConfig, 
         async with LLMClient(eps, clock=clock, run_dir=rd, return_token_ids=False,
                              pool_size=max(64, 4 * opts.max_in_flight)) as client:
             await client.discover()
+            rd.write_json("endpoints.json", client.described())   # the servers' releases
             await warm_up(eps, topo, clock)
             await client.warm(min(opts.max_in_flight, opts.active))
             rep = Replayer(trace, client, clock, rd, topo, opts)

@@ -129,6 +129,7 @@ async def run(args: argparse.Namespace) -> dict[str, Any]:
                     raise
                 raise ConfigError(f"--endpoint: {e}; is the server up and the URL its "
                                   "OpenAI base (ending in /v1)?") from None
+            run_dir.write_json("endpoints.json", llm.described())   # the servers' releases
             await gate.start()
             ctx = SessionContext(run_dir=run_dir, clock=clock, llm=llm, gate=gate, roles=roles,
                                  endpoint_map=emap, gate_pause_s=args.gate_pause,

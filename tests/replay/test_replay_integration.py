@@ -100,6 +100,10 @@ def test_same_command_against_emulated_endpoints_in_external_mode(tmp_path):
     # later turns find their prefix in the store the producers share
     later = [r for r in _replay(runs[0]) if not r["initial"]]
     assert sum(r["cached_tokens"] or 0 for r in later) > 0
+    # the run records each server's release, as it answered GET /version
+    eps = json.loads((runs[0] / "endpoints.json").read_text())
+    assert set(eps) == {e.name for e in base.endpoints}
+    assert {e["server_version"] for e in eps.values()} == {f"{base.vllm_version}+adev.emulator"}
 
 
 def test_a_synthetic_trace_above_64k_tokens_on_the_128k_profile(tmp_path):

@@ -5,6 +5,7 @@ at most the calls in flight."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import signal
 import subprocess
@@ -117,3 +118,6 @@ def test_kill_mid_session_loses_at_most_calls_in_flight(embedded_stack, tmp_path
     ids = {c["call_id"] for c in calls}
     assert all(t["call_id"] in ids for t in rd.read("tools"))
     assert (rd.path / "manifest.json").exists()
+    # discovery recorded each server's release before the first call
+    eps = json.loads((rd.path / "endpoints.json").read_text())
+    assert {e["server_version"] for e in eps.values()} == {"0.26.0+adev.emulator"}

@@ -564,16 +564,18 @@ class RunClock:
         anchored (only for a clock on the default source)."""
         if self._generation != _generation and self.source is mono:
             self.t0 = mono() - self._latest / self.time_scale
-            self._generation = _generation
+        self._generation = _generation   # a clock on a source of its own only takes note
 
     def mono(self) -> float:
         """A stamp on this clock's source (convert with :meth:`to_model`)."""
-        self.follow()
+        if self._generation != _generation:
+            self.follow()
         return self.source()
 
     def now(self) -> float:
         """Model seconds since the run started."""
-        self.follow()
+        if self._generation != _generation:
+            self.follow()
         t = (self.source() - self.t0) * self.time_scale
         if t > self._latest:
             self._latest = t
@@ -581,7 +583,8 @@ class RunClock:
 
     def to_model(self, mono_t: float) -> float:
         """A stamp on this clock's source -> model seconds since the run started."""
-        self.follow()
+        if self._generation != _generation:
+            self.follow()
         t = (mono_t - self.t0) * self.time_scale
         if t > self._latest:
             self._latest = t

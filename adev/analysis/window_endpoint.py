@@ -125,25 +125,30 @@ def gpu_from_calls(fig: WindowFigures, c: pd.DataFrame, d_ext: C.Delta | C.NoDel
     reason."""
     why = (f"vLLM {release} adds a waiting request's lookup to prefix_cache_hits at every step "
            f"it waits (vLLM#43736, fixed in 0.26.0)")
-    if len(c) and not math.isnan(fig.span_from):
-        at = c["t_admit"].fillna(c["t_sent"])
-        c = c[(at >= fig.span_from) & (at < fig.span_to)]
+    ok = admitted_in_span(c, fig)
+    ok = ok[ok["status"] == "ok"]
+    if ok["cached_tokens"].isna().all():   # (also when there is no OK call)
+        lack = ("no OK call in the window reports cached_tokens (serve with "
+                "--enable-prompt-tokens-details)")
+    elif not d_ext.ok:
+        lack = f"the external hits counter is missing: {d_ext.reason}"
     else:
-        c = c.iloc[0:0]
-    ok = c[c["status"] == "ok"] if len(c) else c
-    cached = ok["cached_tokens"] if len(ok) else pd.Series(dtype=float)
-    if not len(ok) or cached.isna().all():
-        fig.gpu_tokens, fig.gpu_tokens_source = NAN, ""
-        fig.missing["gpu_tokens"] = (f"{why}, and no OK call in the window reports cached_tokens "
-                                     "(serve with --enable-prompt-tokens-details)")
+        fig.gpu_tokens = gpu_tokens_from_calls(float(ok["cached_tokens"].fillna(0).sum()),
+                                               d_ext.value)
+        fig.gpu_tokens_source = f"{why}: calls' cached_tokens less vllm:external_prefix_cache_hits"
         return
-    if not d_ext.ok:
-        fig.gpu_tokens, fig.gpu_tokens_source = NAN, ""
-        fig.missing["gpu_tokens"] = f"{why}, and the external hits counter is missing: {d_ext.reason}"
-        return
-    fig.gpu_tokens = gpu_tokens_from_calls(float(cached.fillna(0).sum()), d_ext.value)
-    fig.gpu_tokens_source = (f"{why}: calls' cached_tokens less "
-                             "vllm:external_prefix_cache_hits")
+    fig.gpu_tokens, fig.gpu_tokens_source = NAN, ""
+    fig.missing["gpu_tokens"] = f"{why}, and {lack}"
+
+
+def admitted_in_span(c: pd.DataFrame, fig: WindowFigures) -> pd.DataFrame:
+    """The calls of ``c`` the endpoint admitted in ``fig``'s counter span, where its counters
+    count them: by ``t_admit`` where the endpoint stamps it, else by when they were sent (none
+    without a span)."""
+    if not len(c) or math.isnan(fig.span_from):
+        return c.iloc[0:0]
+    at = c["t_admit"].fillna(c["t_sent"])
+    return c[(at >= fig.span_from) & (at < fig.span_to)]
 
 
 def set_hit_shares(fig: WindowFigures) -> None:
@@ -186,9 +191,7 @@ def savings_block(fig: WindowFigures, run: Run, allc: pd.DataFrame, starts: np.n
                                      "extension field on its responses)")
         fig.missing["net_saving_full"] = fig.missing["net_saving"]
         return
-    adm = srv["t_admit"].to_numpy(dtype=float)
-    sel = (adm >= fig.span_from) & (adm < fig.span_to)
-    r = srv[sel]
+    r = admitted_in_span(srv, fig)
     fig.srv_requests = int(len(r))
     fig.srv_gpu_tokens = float(r["srv_tok_gpu"].sum())
     fig.srv_store_ram_tokens = float(r["srv_tok_store_ram"].sum())
@@ -203,7 +206,7 @@ def savings_block(fig: WindowFigures, run: Run, allc: pd.DataFrame, starts: np.n
         fig.xcheck_disk_rel = rel_diff(fig.srv_store_disk_tokens, fig.store_disk_tokens)
     rp = r["srv_read_path_s"].fillna(0.0).to_numpy(dtype=float)
     fig.read_path_s = float(rp.sum())
-    n = in_flight(starts, ends, adm[sel])
+    n = in_flight(starts, ends, r["t_admit"].to_numpy(dtype=float))
     set_figure(fig, "net_saving", net_saving, fig.gross_saving, rp, n, b,
                need={"gross_saving": fig.gross_saving, "busy_span_s": b})
     set_figure(fig, "net_saving_full", net_saving_full, fig.gross_saving, rp, b,

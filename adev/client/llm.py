@@ -56,6 +56,7 @@ import aiohttp
 import openai
 
 from ..clock import HOLD_HEADER, SENT_HEADER, RunClock, held_source, mono, request_holds
+from ..manifest import redact_text
 from ..records import CallRecord
 from .jsoncodec import dumps
 from .retry import LLMError, RetryableError, RetryPolicy, http_error
@@ -181,7 +182,6 @@ class LLMClient:
     def described(self) -> dict[str, dict[str, Any]]:
         """What discovery found, per endpoint, for the run's ``endpoints.json``: base URL (its
         credentials redacted), model, context length and the server's release."""
-        from ..manifest import redact_text
         return {ep.name: {"base_url": redact_text(ep.base_url), "model": ep.model,
                           "max_model_len": ep.max_model_len, "server_version": ep.server_version}
                 for ep in self.endpoints.values()}

@@ -49,6 +49,13 @@ the spec) or ``per-round`` (the session's earlier rounds one conversation ahead 
 then a line naming the agent, then this round's history: agents share the earlier rounds and
 nothing of the current one)."""
 
+LaterRounds = Literal["all", "fix"]
+"""Which roles a session's later rounds run (:mod:`adev.session.loop`): ``all`` (every role again:
+architect, contract, test writer, implementers, integrator, then the gate) or ``fix`` (the
+implementers and the integrator, then the gate: the plan, the contract and the tests of round 1
+stand, and round N's implementers start from round N-1's full text, its gate report and the
+integrator's assignments)."""
+
 WindowProtocol = Literal["batch", "steady"]
 """The fleet protocol that cut a measurement window: ``steady`` (fixed-length windows of a
 running fleet) or ``batch`` (one window per run of the whole batch)."""

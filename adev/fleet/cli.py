@@ -6,7 +6,7 @@ import sys
 from typing import get_args
 
 from ..gate.registry import GATES
-from ..records import RoleContext, WindowProtocol
+from ..records import LaterRounds, RoleContext, WindowProtocol
 from ..tasks import SpecPlace
 
 OVERRIDES = {  # CLI option dest -> dotted fleet key
@@ -16,7 +16,7 @@ OVERRIDES = {  # CLI option dest -> dotted fleet key
     "stack": "stack", "warmup_max": "warmup.max_s", "scrape_interval": "scrape_interval_s",
     "results_dir": "results_dir", "drain": "drain_s", "min_completed": "warmup.min_completed",
     "client_realtime": "client_realtime", "allow_unconfined_gate": "allow_unconfined_gate",
-    "context": "context", "spec": "spec",
+    "context": "context", "spec": "spec", "later_rounds": "later_rounds",
 }
 
 
@@ -36,6 +36,9 @@ def register(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--spec", choices=get_args(SpecPlace),
                    help="where agents find the task spec: prompt (all of it in every call's "
                         "leading text) or file (its opening there, the whole spec as SPEC.md)")
+    p.add_argument("--later-rounds", choices=get_args(LaterRounds),
+                   help="roles of rounds 2 and 3: all (every role again) or fix (the implementers "
+                        "and the integrator; round 1's plan, contract and tests stand)")
     p.add_argument("--windows", type=int, help="steady: number of windows")
     p.add_argument("--window-length", type=float, metavar="S", help="steady: window length")
     p.add_argument("--runs", type=int, help="batch: independent runs (fresh stack each)")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from ..config import ROOT, ConfigError, StackConfig, check_cpus, from_dict, load_stack, load_toml
-from ..records import RoleContext, WindowProtocol
+from ..records import LaterRounds, RoleContext, WindowProtocol
 from ..tasks import SpecPlace
 
 DEFAULT_FLEET = ROOT / "fleets" / "default.toml"
@@ -92,6 +92,9 @@ class FleetConfig:
     # where agents find the task spec: all of it in every call's leading text, or its opening
     # section there and the whole spec as the workspace's SPEC.md (adev.tasks.SpecPlace)
     spec: SpecPlace = "file"
+    # which roles the later rounds run: every role again, or the implementers and the integrator
+    # (adev.session.loop, LaterRounds)
+    later_rounds: LaterRounds = "all"
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
     drain_s: float = field(default=300.0, metadata={"min": 0, "help":
                            "steady: wait this long for the last window's calls to finish"})

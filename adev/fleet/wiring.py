@@ -89,7 +89,7 @@ async def make_sessions(cfg: Any, info: Any, run_dir: Any, clock: Any, state: An
                          endpoint_map=dict(cfg.endpoints),
                          gate_pause_s=cfg.pause_s if cfg.pause_s > 0 else None,
                          keep_workspaces=cfg.keep_workspaces, role_context=cfg.context,
-                         spec=cfg.spec)
+                         spec=cfg.spec, later_rounds=cfg.later_rounds)
     tasks: dict[str, Any] = {}
 
     async def launch(task: str, seed: int, session_id: str) -> Any:

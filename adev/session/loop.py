@@ -68,7 +68,17 @@ from ..client.retry import ContextLengthError, LLMError
 from ..client.stream import ChatResult
 from ..clock import RequestHolds, RunClock, handover, held_source, hold_at, hold_until, mono, no_release, request_holds
 from ..gate.base import Gate, GateRequest, GateResult
-from ..records import GateRecord, RoleContext, RunDir, SessionRecord, SessionStatus, Suite, ToolEvent, Verdict
+from ..records import (
+    GateRecord,
+    LaterRounds,
+    RoleContext,
+    RunDir,
+    SessionRecord,
+    SessionStatus,
+    Suite,
+    ToolEvent,
+    Verdict,
+)
 from ..tasks import SPEC_FILE, SpecPlace
 from .context_rule import ContextLimit, fit_context, message_chars
 from .model_output import args_summary, call_tool, clean_text
@@ -104,6 +114,7 @@ class SessionContext:
     failing_text_chars: int = 6000
     role_context: RoleContext = "per-role"
     spec: SpecPlace = "file"  # where agents find the task spec (adev.tasks.SpecPlace)
+    later_rounds: LaterRounds = "all"  # roles of rounds 2 and 3 (LaterRounds)
 
     @property
     def ledger(self):
@@ -418,12 +429,19 @@ class _Session:
         if turn.ok_tool_calls == 0 and turn.reason:
             raise _SessionEnd("ended", f"no_progress: {tag} in round {rnd}: {turn.reason}")
 
+    def planning_roles(self, rnd: int) -> tuple[str, ...]:
+        """The roles that run before the implementers in round ``rnd``: all three in round 1,
+        none in a later round with ``later_rounds = "fix"``."""
+        if rnd > 1 and self.ctx.later_rounds == "fix":
+            return ()
+        return ("architect", "contract", "test_writer")
+
     async def run(self) -> tuple[SessionStatus, str | None, int, Verdict | None]:
         ctx, roles = self.ctx, self.ctx.roles
         rnd = 0
         verdict: Verdict | None = None
         for rnd in range(1, ctx.max_rounds + 1):
-            for name in ("architect", "contract", "test_writer"):
+            for name in self.planning_roles(rnd):
                 turn = await self.run_role(roles[name], rnd)
                 self.add_turn(turn, rnd)
                 self.check_progress(turn, name, rnd)

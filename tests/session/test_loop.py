@@ -124,6 +124,33 @@ async def test_resend_rule_round_n_begins_with_round_n_minus_1(tmp_path):
     assert all(r["messages"][0]["content"].startswith(lead) for r in llm.requests)
 
 
+async def test_fix_rounds_run_only_the_implementers_and_the_integrator(tmp_path):
+    """``later_rounds = "fix"``: round 1 runs every role; rounds 2 and 3 the implementers (one per
+    module) and the integrator, whose first calls begin with the previous round's full text and
+    its gate report; the session still passes in the round the oracle needs."""
+    task = tiny_task()
+    oracle = OraclePolicy(tasks={"calc": task})
+    ctx, llm, rd = make_ctx(tmp_path, oracle, later_rounds="fix")
+    out = await run_session(ctx, task, seed_for(oracle, 3), "s1")
+    assert (out.status, out.rounds, out.acceptance) == ("passed", 3, "pass"), out.reason
+    roles = {n: {r["role"] for r in llm.requests if r["round"] == n} for n in (1, 2, 3)}
+    assert roles[1] == {"architect", "contract", "test_writer", "implementer", "integrator"}
+    assert roles[2] == roles[3] == {"implementer", "integrator"}
+    for n in (2, 3):
+        last_prev = [r for r in llm.requests if r["round"] == n - 1][-1]
+        first = next(r for r in llm.requests if r["round"] == n)
+        k = len(last_prev["messages"])
+        assert first["messages"][1:k] == last_prev["messages"][1:]
+        assert first["messages"][-1]["content"].startswith("## Role: implementer")
+        assert any(m["role"] == "user" and m["content"].startswith(
+            f"## Gate report, round {n - 1}: FAIL") for m in first["messages"][k:])
+    # the same session with every role in every round makes more calls
+    ctx2, llm2, _ = make_ctx(tmp_path / "all", oracle)
+    await run_session(ctx2, task, seed_for(oracle, 3), "s1")
+    assert len(llm.requests) < len(llm2.requests)
+    assert {r["role"] for r in llm2.requests if r["round"] == 3} == roles[1]
+
+
 async def test_parallel_implementers_start_from_same_history(tmp_path):
     task = tiny_task()
     oracle = OraclePolicy(tasks={"calc": task})

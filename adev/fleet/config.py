@@ -94,7 +94,7 @@ class FleetConfig:
     spec: SpecPlace = "file"
     # which roles the later rounds run: every role again, or the implementers and the integrator
     # (adev.session.loop, LaterRounds)
-    later_rounds: LaterRounds = "all"
+    later_rounds: LaterRounds = "fix"
     endpoints: dict[str, str] = field(default_factory=dict)  # logical endpoint -> stack endpoint
     drain_s: float = field(default=300.0, metadata={"min": 0, "help":
                            "steady: wait this long for the last window's calls to finish"})

@@ -1,8 +1,10 @@
 """The round loop of one agent session (docs/design.md §2): :func:`run_session`.
 
-A round is: architect -> contract -> test writer -> implementers (one per module, in parallel)
--> integrator -> gate. Up to ``max_rounds`` (3) rounds; the session passes when the agent-written
-suite passes at a gate. Every model call sends::
+Round 1 is: architect -> contract -> test writer -> implementers (one per module, in parallel)
+-> integrator -> gate. A later round carries out the fixes the integrator assigned: implementers
+-> integrator -> gate (``later_rounds = "fix"``, the default; ``"all"``: every role again). Up to
+``max_rounds`` (3) rounds; the session passes when the agent-written suite passes at a gate.
+Every model call sends::
 
     [system: roles/system.md + task spec]            # shared by all sessions of a fleet
     (+ the agent's line: role_context "per-role")
@@ -114,7 +116,7 @@ class SessionContext:
     failing_text_chars: int = 6000
     role_context: RoleContext = "per-role"
     spec: SpecPlace = "file"  # where agents find the task spec (adev.tasks.SpecPlace)
-    later_rounds: LaterRounds = "all"  # roles of rounds 2 and 3 (LaterRounds)
+    later_rounds: LaterRounds = "fix"  # roles of rounds 2 and 3 (LaterRounds)
 
     @property
     def ledger(self):

@@ -99,7 +99,7 @@ async def test_oracle_rounds_with_real_gate(tmp_path, rounds):
 async def test_resend_rule_round_n_begins_with_round_n_minus_1(tmp_path):
     task = tiny_task()
     oracle = OraclePolicy(tasks={"calc": task})
-    ctx, llm, _ = make_ctx(tmp_path, oracle)
+    ctx, llm, _ = make_ctx(tmp_path, oracle, later_rounds="all")
     out = await run_session(ctx, task, seed_for(oracle, 3), "s1")
     assert out.rounds == 3
     for n in (2, 3):
@@ -145,7 +145,7 @@ async def test_fix_rounds_run_only_the_implementers_and_the_integrator(tmp_path)
         assert any(m["role"] == "user" and m["content"].startswith(
             f"## Gate report, round {n - 1}: FAIL") for m in first["messages"][k:])
     # the same session with every role in every round makes more calls
-    ctx2, llm2, _ = make_ctx(tmp_path / "all", oracle)
+    ctx2, llm2, _ = make_ctx(tmp_path / "all", oracle, later_rounds="all")
     await run_session(ctx2, task, seed_for(oracle, 3), "s1")
     assert len(llm.requests) < len(llm2.requests)
     assert {r["role"] for r in llm2.requests if r["round"] == 3} == roles[1]

@@ -45,7 +45,7 @@ async def test_every_task_on_embedded_stack(embedded_stack, tmp_path):
     # one conversation through every role: a role turn continues the previous turn's KV (with
     # the default "per-role" each agent's round 2 continues its own round 1, which this small
     # stack's pool and store need not still hold)
-    ctx, llm = _ctx(info, rd, role_context="shared")
+    ctx, llm = _ctx(info, rd, role_context="shared", later_rounds="all")
     async with llm:
         await llm.discover()
         outs = await asyncio.gather(*(run_session(ctx, load_task(t), s, f"{t}-{s}")

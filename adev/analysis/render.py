@@ -6,6 +6,7 @@ from __future__ import annotations
 import base64
 import html
 import math
+import numbers
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,8 @@ PCT_COLS = {"gross_saving", "gross_saving_disk", "net_saving", "net_saving_full"
             "ttft_model_err_p50", "ttft_model_err_p99", "store_late_share",
             "physical_read_share", "stickiness", "exact_output_share", "drain_share",
             "ttft_over_model_p50", "ttft_over_model_p99", "user_ttft_over_model_p50",
-            "user_ttft_over_model_p99"}
-"""Columns that hold shares (0..1), printed as percentages."""
+            "user_ttft_over_model_p99", "xcheck_gpu_rel", "xcheck_store_rel", "xcheck_disk_rel"}
+"""Columns that hold shares (0..1) or relative differences, printed as percentages."""
 
 LABELS = {
     "window": "Window", "endpoint": "Endpoint", "valid": "Valid", "faults": "Faults",
@@ -44,6 +45,11 @@ LABELS = {
     "counter_resets": "Counter resets", "scrape_gaps": "Scrape gaps",
     "xcheck_gpu_rel": "Cross-check GPU (rel.)", "xcheck_store_rel": "Cross-check store (rel.)",
     "xcheck_disk_rel": "Cross-check disk (rel.)",
+    "span_from": "From (model s)", "span_to": "To (model s)",
+    "gpu_tokens": "GPU tokens, requests", "srv_gpu_tokens": "GPU tokens, counters",
+    "store_tokens": "Store tokens, requests", "store_disk_tokens": "Store disk tokens, requests",
+    "srv_store_ram_tokens": "Store RAM tokens, counters",
+    "srv_store_disk_tokens": "Store disk tokens, counters",
     "store_load_failed_tokens": "Store-hit tokens failed to load",
     "operating_point": "Operating point", "width": "Width (sessions)", "runs": "Runs",
     "interval_basis": "Interval over", "gross_saving_lo": "Gross saving, 95% low",
@@ -73,16 +79,16 @@ LABELS = {
     "throughput_vs_recompute": "Throughput / recompute's", "crossover_tokens":
     "Beats recompute from (prompt tokens)", "stickiness": "Stickiness", "ok_calls": "OK calls",
     "errors": "Errors", "exact_output_share": "Exact output length", "itl_p50_s":
-    "Inter-token latency p50 (s)", "store_load_bytes": "Store loads (bytes)",
-    "physical_read_bytes": "Disk reads (bytes)", "evicted_bytes": "Evicted (bytes)",
-    "promoted_bytes": "Promoted to RAM (bytes)", "stored_bytes": "Stored (bytes)",
-    "stored_bytes_per_call": "Stored per call (bytes)",
-    "store_load_bytes_per_call": "Store loads per call (bytes)",
-    "physical_read_bytes_per_call": "Disk reads per call (bytes)",
-    "evicted_bytes_per_call": "Evicted per call (bytes)",
-    "unsaved_bytes": "Refused or skipped saves (bytes)",
-    "disk_read_rate_Bps": "Disk read rate while loading (B/s)",
-    "disk_read_avg_Bps": "Disk reads per run second (B/s)",
+    "Inter-token latency p50 (s)", "store_load_bytes": "Store loads",
+    "physical_read_bytes": "Disk reads", "evicted_bytes": "Evicted",
+    "promoted_bytes": "Promoted to RAM", "stored_bytes": "Stored",
+    "stored_bytes_per_call": "Stored per call",
+    "store_load_bytes_per_call": "Store loads per call",
+    "physical_read_bytes_per_call": "Disk reads per call",
+    "evicted_bytes_per_call": "Evicted per call",
+    "unsaved_bytes": "Refused or skipped saves",
+    "disk_read_rate_Bps": "Disk read rate while loading",
+    "disk_read_avg_Bps": "Disk reads per run second",
     "disk_wait_mean_s": "Disk device wait, mean (s)",
     "load_wait_mean_s": "Load thread wait, mean (s)",
     "ttft_mean_s": "User TTFT, mean (s)", "ttft_queue_mean_s": "Queue (s)",
@@ -97,7 +103,8 @@ LABELS = {
     "user_ttft_over_model_p50": "User TTFT over model p50",
     "user_ttft_over_model_p99": "User TTFT over model p99",
 }
-"""Column name -> heading in words, with its unit where it has one."""
+"""Column name -> heading in words, with its unit where it has one (byte volumes and rates carry
+their unit in each value: :func:`unit_of`)."""
 
 
 def label(col: str) -> str:
@@ -105,17 +112,58 @@ def label(col: str) -> str:
     return LABELS.get(col, col)
 
 
-def fmt(v: Any, pctg: bool = False) -> str:
-    """A value for reading, the one formatter of figures: a share (0..1) with ``pctg`` as a
-    percentage with 2 decimals, other floats with 4 significant digits, missing values as an
-    em dash."""
+def unit_of(col: str) -> str | None:
+    """The unit a column's values are printed with: ``"%"`` (a share or relative difference,
+    :data:`PCT_COLS`), ``"B"`` (bytes: names ending ``_bytes`` or ``_bytes_per_call``), ``"B/s"``
+    (names ending ``_Bps``), ``"count"`` (token counts: names ending ``_tokens``), else None."""
+    if col in PCT_COLS:
+        return "%"
+    if col.endswith(("_bytes", "_bytes_per_call")):
+        return "B"
+    if col.endswith("_Bps"):
+        return "B/s"
+    if col.endswith("_tokens"):
+        return "count"
+    return None
+
+
+_SI = ((1e12, "TB"), (1e9, "GB"), (1e6, "MB"), (1e3, "kB"))
+
+
+def fmt(v: Any, pctg: bool = False, unit: str | None = None) -> str:
+    """A value for reading, the one formatter of figures. Missing values: an em dash. Numbers:
+
+    - a share (0..1) with ``unit="%"`` (or a float with ``pctg``): a percentage with 2 decimals,
+      never ``-0.00%``;
+    - ``unit="B"`` / ``"B/s"``: 3 significant digits with a decimal prefix (``1.50 GB``,
+      ``5.45 GB/s``; under 1 kB whole bytes: ``512 B``);
+    - ``unit="count"``, and any other float of 10,000 or more: a whole number with thousands
+      separators (``6,004,000``), never exponent notation;
+    - other floats: 4 significant digits; other integers as they are.
+
+    Anything else (text, booleans) as ``str``."""
     if v is None or (isinstance(v, float) and math.isnan(v)):
         return "—"
-    if isinstance(v, float):
-        if pctg:
-            return f"{v * 100:.2f}%"
-        return f"{v:.4g}"
-    return str(v)
+    if isinstance(v, bool) or not isinstance(v, numbers.Real):
+        return str(v)
+    integral = isinstance(v, numbers.Integral)
+    x = float(v)
+    if unit == "%" or (pctg and not integral):
+        out = f"{x * 100:.2f}%"
+        return "0.00%" if out == "-0.00%" else out
+    if unit in ("B", "B/s"):
+        for size, prefix in _SI:
+            if abs(x) >= size * 0.9995:
+                return f"{_sig3(x / size)} {prefix}{unit[1:]}"
+        return f"{x:.0f} {unit}"
+    if unit == "count" or (not integral and abs(x) >= 1e4):
+        return f"{x:,.0f}"
+    return str(v) if integral else f"{x:.4g}"
+
+
+def _sig3(x: float) -> str:
+    """``x`` with 3 significant digits, trailing zeros kept (1.50, 15.0, 150)."""
+    return f"{x:#.3g}".rstrip(".") if x else "0"
 
 
 def md_table(df: pd.DataFrame, cols: Sequence[str] | None = None) -> str:
@@ -125,7 +173,7 @@ def md_table(df: pd.DataFrame, cols: Sequence[str] | None = None) -> str:
     cols = [c for c in (cols or list(df.columns)) if c in df.columns]
     lines = ["| " + " | ".join(label(c) for c in cols) + " |", "|" + "---|" * len(cols)]
     for _, r in df[cols].iterrows():
-        lines.append("| " + " | ".join(fmt(r[c], c in PCT_COLS) for c in cols) + " |")
+        lines.append("| " + " | ".join(fmt(r[c], unit=unit_of(c)) for c in cols) + " |")
     return "\n".join(lines) + "\n"
 
 

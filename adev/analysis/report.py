@@ -27,7 +27,7 @@ from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .faults import fault_rows, faults_md
 from .loaded import Loaded, expand, is_run_dir, load_all, notes  # noqa: F401  (the report's API)
 from .plots import OP_WIDTH, Figure, fig_hit_shares, fig_operating_points, fig_reuse, fig_saving_vs_width, fig_ttft_cdfs  # noqa: F401
-from .render import PCT_COLS, Doc, md_table
+from .render import PCT_COLS, Doc, label, md_table
 from .render import fmt as _fmt
 from .render import write as _write
 from .run import load_run
@@ -214,12 +214,12 @@ def build_compare(a: Sequence[Loaded], b: Sequence[Loaded], la: str, lb: str) ->
     cmp = pd.DataFrame(rows)
     txt = "## Side by side (means per width)\n\n"
     if len(cmp):
-        lines = ["| operating point | width | figure | " + la + " | " + lb + " | delta (B-A) |",
-                 "|---|---|---|---|---|---|"]
+        lines = ["| Operating point | Width (sessions) | Figure | " + la + " | " + lb + " | "
+                 + f"{lb} − {la} |", "|---|---|---|---|---|---|"]
         for r in rows:
             p = r["figure"] in PCT_COLS
-            lines.append(f"| {r['point']} | {r['width']} | {r['figure']} | {_fmt(r[la], p)} | {_fmt(r[lb], p)} | "
-                         f"{_fmt(r['delta (B-A)'], p)} |")
+            lines.append(f"| {r['point']} | {r['width']} | {label(r['figure'])} | {_fmt(r[la], p)} | "
+                         f"{_fmt(r[lb], p)} | {_fmt(r['delta (B-A)'], p)} |")
         txt += "\n".join(lines) + "\n"
     else:
         txt += "**Missing:** neither side has runs with a width in its manifest\n"

@@ -9,7 +9,7 @@ import numpy as np
 import pandas as pd
 
 from adev.analysis.plots import Figure
-from adev.analysis.render import CSS, Doc, fmt, label, md_table, md_to_html, write
+from adev.analysis.render import CSS, Doc, fmt, label, md_table, md_to_html, unit_of, write
 
 
 def test_label_words_or_the_column_name():
@@ -17,6 +17,19 @@ def test_label_words_or_the_column_name():
     assert label("busy_s") == "Busy (s)"
     assert label("store_read_over_p50") == "Store reads / profile, p50 (×)"
     assert label("no_such_column") == "no_such_column"
+    # the counters cross-check's columns, in words
+    assert label("srv_store_disk_tokens") == "Store disk tokens, counters"
+    assert label("span_from") == "From (model s)"
+    # byte volumes carry their unit in each value, not in the heading
+    assert label("store_load_bytes") == "Store loads"
+
+
+def test_unit_of_columns():
+    assert unit_of("gross_saving") == "%" and unit_of("xcheck_gpu_rel") == "%"
+    assert unit_of("store_load_bytes") == "B" and unit_of("stored_bytes_per_call") == "B"
+    assert unit_of("disk_read_rate_Bps") == "B/s"
+    assert unit_of("srv_gpu_tokens") == "count"
+    assert unit_of("busy_s") is None and unit_of("window") is None
 
 
 def test_fmt_shares_floats_missing_and_others():
@@ -32,11 +45,36 @@ def test_fmt_shares_floats_missing_and_others():
     assert fmt(0.1234) == "0.1234"
     assert fmt(12.5) == "12.5"
     assert fmt(3.0) == "3"
-    assert fmt(123456.0) == "1.235e+05"
+    # 10,000 or more: a whole number with separators, never exponent notation
+    assert fmt(123456.0) == "123,456"
+    assert fmt(9999.4) == "9999"
+    assert fmt(-25000.0) == "-25,000"
     assert fmt(2.718281828) == "2.718"
     # not floats: as str, pctg ignored
     assert fmt(3) == "3" and fmt(3, True) == "3"
     assert fmt("x") == "x" and fmt(True) == "True"
+    assert fmt(np.int64(123456)) == "123456"
+
+
+def test_fmt_units():
+    # percentages: rounding noise around zero prints as 0.00%, never -0.00% or 1.3e-16
+    assert fmt(1.336e-16, unit="%") == "0.00%" and fmt(-1.2e-17, unit="%") == "0.00%"
+    assert fmt(-0.004, unit="%") == "-0.40%" and fmt(1, unit="%") == "100.00%"
+    # bytes: 3 significant digits, decimal prefixes; under 1 kB whole bytes
+    assert fmt(1.5e9, unit="B") == "1.50 GB"
+    assert fmt(6144, unit="B") == "6.14 kB"
+    assert fmt(150e6, unit="B") == "150 MB"
+    assert fmt(40.97e12, unit="B") == "41.0 TB"
+    assert fmt(999.7e9, unit="B") == "1.00 TB"     # rounds up into the next prefix
+    assert fmt(512.0, unit="B") == "512 B" and fmt(0.0, unit="B") == "0 B"
+    assert fmt(5.45e9, unit="B/s") == "5.45 GB/s"
+    assert fmt(np.int64(2_500_000), unit="B") == "2.50 MB"
+    # counts: whole numbers with separators, ints and floats alike
+    assert fmt(6.004e6, unit="count") == "6,004,000"
+    assert fmt(np.int64(3478), unit="count") == "3,478"
+    assert fmt(12.6, unit="count") == "13"
+    # missing stays missing whatever the unit
+    assert fmt(math.nan, unit="B") == "—" and fmt(None, unit="count") == "—"
 
 
 def test_md_table_headings_rows_and_column_choice():
@@ -58,6 +96,12 @@ def test_md_table_headings_rows_and_column_choice():
     # only the share columns are printed as percentages
     one = pd.DataFrame({"busy_share": [0.25], "busy_s": [0.25]})
     assert md_table(one) == "| Busy share | Busy (s) |\n|---|---|\n| 25.00% | 0.25 |\n"
+    # every value in its column's unit: token counts, bytes, relative differences
+    xc = pd.DataFrame({"endpoint": ["coder"], "srv_gpu_tokens": [6.004e6],
+                       "store_load_bytes": [1.5e9], "xcheck_disk_rel": [1.336e-16]})
+    assert md_table(xc) == ("| Endpoint | GPU tokens, counters | Store loads | Cross-check disk (rel.) |\n"
+                            "|---|---|---|---|\n"
+                            "| coder | 6,004,000 | 1.50 GB | 0.00% |\n")
     assert md_table(pd.DataFrame()) == "_(no rows)_\n"
     assert md_table(pd.DataFrame({"window": []})) == "_(no rows)_\n"
     assert md_table(None) == "_(no rows)_\n"

@@ -152,7 +152,7 @@ def test_cli_report_and_compare(night, tmp_path, capsys):
     assert (tmp_path / "r.html").exists()
     assert adev_main(["report", "--compare", str(a), str(b), "--out", str(tmp_path / "c")]) == 0
     md = (tmp_path / "c.md").read_text()
-    assert "| operating point | width | figure |" in md and "gross_saving" in md
+    assert "| Operating point | Width (sessions) | Figure |" in md and "| Gross saving |" in md
     assert adev_main(["report", str(tmp_path / "nope")]) == 2
     assert "not found" in capsys.readouterr().err
 
@@ -452,7 +452,7 @@ def test_build_report_blocks_in_order(small, tmp_path):
 
 def test_build_compare_side_by_side(small):
     from adev.analysis.aggregate import sweep_table
-    from adev.analysis.render import fmt
+    from adev.analysis.render import fmt, label
     a, b = load_all([small / "A"]), load_all([small / "B"])
     d = R.build_compare(a, b, "A", "B")
     assert d.title == "adev compare: A vs B"
@@ -460,7 +460,7 @@ def test_build_compare_side_by_side(small):
     [op] = set(ta.operating_point) | set(tb.operating_point)
     lines = d.blocks[0].splitlines()
     assert lines[:4] == ["## Side by side (means per width)", "",
-                         "| operating point | width | figure | A | B | delta (B-A) |",
+                         "| Operating point | Width (sessions) | Figure | A | B | B − A |",
                          "|---|---|---|---|---|---|"]
     figs = ["gross_saving", "net_saving", "gross_saving_disk", "gpu_hit_share",
             "store_hit_share", "store_hit_rate", "refused_share", "ttft_send_p50"]
@@ -472,12 +472,12 @@ def test_build_compare_side_by_side(small):
             va = float(ta[ta.width == w][f].iloc[0])
             vb = float(tb[tb.width == w][f].iloc[0]) if w == 3 else math.nan
             p = f != "ttft_send_p50"
-            exp.append(f"| {op} | {w} | {f} | {fmt(va, p)} | {fmt(vb, p)} | {fmt(vb - va, p)} |")
+            exp.append(f"| {op} | {w} | {label(f)} | {fmt(va, p)} | {fmt(vb, p)} | {fmt(vb - va, p)} |")
     assert lines[4:] == exp
     assert lines[4].endswith(" | — | — |") and lines[11].endswith(" | — | — |")
-    assert re.fullmatch(r"\| .* \| 3 \| gross_saving \| \d+\.\d\d% \| \d+\.\d\d% \| -?\d+\.\d\d% \|",
+    assert re.fullmatch(r"\| .* \| 3 \| Gross saving \| \d+\.\d\d% \| \d+\.\d\d% \| -?\d+\.\d\d% \|",
                         lines[12])
-    assert re.fullmatch(r"\| .* \| 3 \| ttft_send_p50 \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|", lines[-1])
+    assert re.fullmatch(r"\| .* \| 3 \| TTFT p50 \(s\) \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|", lines[-1])
     assert [getattr(x, "key", None) for x in d.blocks] == [None, "saving_vs_width", "ttft_cdfs",
                                                            None, None]
     assert sorted(k for k in d.blocks[1].series if k.endswith(": gross")) == ["A: gross",
@@ -545,7 +545,7 @@ def test_write_report_and_compare_default_places(small, tmp_path, monkeypatch):
     assert c2 == tmp_path / "cmp2.html"
     md = (tmp_path / "cmp2.md").read_text()
     assert md.startswith("# adev compare: A:A vs B:A\n")
-    assert "| operating point | width | figure | A:A | B:A | delta (B-A) |" in md
+    assert "| Operating point | Width (sessions) | Figure | A:A | B:A | B:A − A:A |" in md
 
 
 def test_default_report_names_are_utc(small, tmp_path, monkeypatch):
@@ -849,7 +849,7 @@ def test_build_compare_widthless_runs_and_point_order(tmp_path):
     assert len(rows) == 16
     assert [r[0] for r in rows[::8]] == ["| store-ram+disk (local-raid0), lease 5 s, pause 0 s",
                                          "| store-ram+disk (local-raid0), lease 60 s, pause 0 s"]
-    assert [(r[1], r[2]) for r in rows[::8]] == [("3", "gross_saving"), ("1", "gross_saving")]
+    assert [(r[1], r[2]) for r in rows[::8]] == [("3", "Gross saving"), ("1", "Gross saving")]
 
 
 def test_report_help_text(monkeypatch):

@@ -182,7 +182,7 @@ def test_adev_report_on_a_folder_of_replay_runs_writes_the_replay_report(tmp_pat
     # 1.897 TiB over 7,903 calls; no run here stored anything (no store)
     assert ("| short gap, store-ram+raid0 | KV stored | GB per call | 0.264 | not measured | 0 |"
             in md)
-    assert "## The same volumes per call" in md and "Stored per call (bytes)" in md
+    assert "## The same volumes per call" in md and "Stored per call" in md
     kept = json.loads((tmp_path / "m" / "gpu-only-s0" / "summary.json").read_text())
     assert kept["schedule"] == {"relaxed_starts": 7} and kept["ttft_p99_s"] == pytest.approx(8.86)
 

@@ -161,6 +161,16 @@ def fmt(v: Any, pctg: bool = False, unit: str | None = None) -> str:
     return str(v) if integral else f"{x:.4g}"
 
 
+def change_text(d: float, unit: str | None = None) -> str:
+    """A signed difference between two values of one column: of shares (``unit="%"``) in
+    percentage points (``+1.25 points``), else a sign and :func:`fmt` of its size in the unit
+    (``+1.50 GB``, ``-0.1234``)."""
+    if unit == "%":
+        out = f"{d * 100:+.2f} points"
+        return "+0.00 points" if out == "-0.00 points" else out
+    return ("-" if d < 0 else "+") + fmt(abs(float(d)), unit=unit)
+
+
 def _sig3(x: float) -> str:
     """``x`` with 3 significant digits, trailing zeros kept (1.50, 15.0, 150)."""
     return f"{x:#.3g}".rstrip(".") if x else "0"

@@ -24,6 +24,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from ..analysis.render import change_text, fmt, label, unit_of
 from ..config import ROOT, ConfigError, StackConfig, from_dict
 from .config import CampaignConfig, CampaignPoint, FleetConfig, load_campaign, load_fleet, resolve_path, set_dotted
 
@@ -153,14 +154,14 @@ def comparison_markdown(rows: list[dict[str, Any]], prev: str | None, cur: str,
     flagged = [r for r in rows if r["flag"]]
     lines = [f"# Night {cur} vs {prev}", "",
              f"{len(flagged)} figure(s) moved by more than {threshold:.0%} (flagged **MOVED**).",
-             "", "| point | figure | previous | this night | change | |", "|---|---|---:|---:|---:|---|"]
+             "", "| Point | Figure | Previous night | This night | Change | |", "|---|---|---:|---:|---:|---|"]
     for r in rows:
-        def f(v):
-            return "missing" if v is None else f"{v:.4g}"
+        unit = unit_of(r["figure"])
+        old, new = ("missing" if v is None else fmt(v, unit=unit) for v in (r["old"], r["new"]))
         rel = "" if r["rel"] is None else f" ({r['rel']:+.1%})"
         mark = "**MOVED**" if r["flag"] else ("missing: " + r["missing"] if r.get("missing") else "")
-        ch = "" if r["change"] is None else f"{r['change']:+.4g}{rel}"
-        lines.append(f"| {r['point']} | {r['figure']} | {f(r['old'])} | {f(r['new'])} | {ch} | {mark} |")
+        ch = "" if r["change"] is None else change_text(r["change"], unit) + rel
+        lines.append(f"| {r['point']} | {label(r['figure'])} | {old} | {new} | {ch} | {mark} |")
     return "\n".join(lines) + "\n"
 
 

@@ -9,7 +9,17 @@ import numpy as np
 import pandas as pd
 
 from adev.analysis.plots import Figure
-from adev.analysis.render import CSS, Doc, fmt, label, md_table, md_to_html, unit_of, write
+from adev.analysis.render import (
+    CSS,
+    Doc,
+    change_text,
+    fmt,
+    label,
+    md_table,
+    md_to_html,
+    unit_of,
+    write,
+)
 
 
 def test_label_words_or_the_column_name():
@@ -74,7 +84,17 @@ def test_fmt_units():
     assert fmt(np.int64(3478), unit="count") == "3,478"
     assert fmt(12.6, unit="count") == "13"
     # missing stays missing whatever the unit
+    assert fmt(math.nan, unit="%") == "—"
     assert fmt(math.nan, unit="B") == "—" and fmt(None, unit="count") == "—"
+
+
+def test_change_text_points_and_units():
+    assert change_text(0.0125, "%") == "+1.25 points"
+    assert change_text(-0.2, "%") == "-20.00 points"
+    assert change_text(-1e-17, "%") == "+0.00 points"
+    assert change_text(-1.5e9, "B") == "-1.50 GB"
+    assert change_text(2500.0, "count") == "+2,500"
+    assert change_text(-0.1234) == "-0.1234" and change_text(3.0) == "+3"
 
 
 def test_md_table_headings_rows_and_column_choice():

@@ -109,3 +109,20 @@ def test_compare_rules():
     r = {x["figure"]: x for x in rows}
     assert r["x"]["flag"] and not r["y"]["flag"]
     assert r["z"]["missing"] == "previous night" and r["w"]["missing"] == "this night"
+
+
+def test_comparison_markdown_words_and_units():
+    from adev.fleet.campaign import comparison_markdown
+    rows = [{"point": "w12", "figure": "gross_saving", "old": 0.2381, "new": 0.1882,
+             "change": 0.1882 - 0.2381, "rel": (0.1882 - 0.2381) / 0.2381, "flag": False},
+            {"point": "w12", "figure": "store_gib_served", "old": 470.1, "new": None,
+             "change": None, "rel": None, "flag": False, "missing": "this night"},
+            {"point": "w12", "figure": "ttft_model_err_p50", "old": 5.255e-13, "new": -1e-14,
+             "change": -5.355e-13, "rel": None, "flag": False}]
+    assert comparison_markdown(rows, "a", "b", 0.25).splitlines()[4:] == [
+        "| Point | Figure | Previous night | This night | Change | |",
+        "|---|---|---:|---:|---:|---|",
+        "| w12 | Gross saving | 23.81% | 18.82% | -4.99 points (-21.0%) |  |",
+        "| w12 | Store served (GiB) | 470.1 | missing |  | missing: this night |",
+        "| w12 | TTFT over model, p50 | 0.00% | 0.00% | +0.00 points |  |"]
+    assert comparison_markdown([], None, "b", 0.25) == "# Night b\n\nNo previous night to compare with.\n"

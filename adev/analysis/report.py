@@ -117,13 +117,13 @@ def _missing_md(ld: Loaded) -> str:
 
 def figure_line(s: RunSummary, name: str, fig: str, pctg: bool = True) -> str:
     """``name: mean (CV, 95% t-interval lo..hi over n windows)`` of one figure of run ``s``,
-    or why it is missing."""
+    or why it is missing. The CV (standard deviation / mean) is printed as a percentage."""
     st, iv = s.stats[fig], s.interval[fig]
     if st["n"] == 0:
         return f"{name}: — ({s.missing.get(fig, 'no valid window')})"
     txt = f"{name}: {_fmt(st['mean'], pctg)}"
     if st["n"] > 1:
-        txt += (f" (CV {_fmt(st['cv'])}, 95% t-interval {_fmt(iv['lo'], pctg)}.."
+        txt += (f" (CV {_fmt(st['cv'], unit='%')}, 95% t-interval {_fmt(iv['lo'], pctg)}.."
                 f"{_fmt(iv['hi'], pctg)} over {st['n']} windows)")
     else:
         txt += " (1 window)"

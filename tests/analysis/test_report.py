@@ -271,9 +271,9 @@ def test_figure_line_mean_interval_one_window_and_missing():
     s = _summ(stats=st, interval=iv, missing={"net_saving": long, "store_hit_rate": "no store"})
     # 4 windows, 1 invalid: 3 valid; gross over all 3, net in 1 (missing in 2, reason cut at 160)
     assert R.figure_line(s, "Gross", "gross_saving") == (
-        "Gross: 12.34% (CV 0.1235, 95% t-interval 10.00%..14.68% over 3 windows)")
+        "Gross: 12.34% (CV 12.35%, 95% t-interval 10.00%..14.68% over 3 windows)")
     assert R.figure_line(s, "TTFT", "ttft_send_p50", pctg=False) == (
-        "TTFT: 0.5 (CV 0.25, 95% t-interval 0.25..0.75 over 2 windows); missing in 1 window(s): "
+        "TTFT: 0.5 (CV 25.00%, 95% t-interval 0.25..0.75 over 2 windows); missing in 1 window(s): "
         "see report")
     assert R.figure_line(s, "Net", "net_saving") == (
         "Net: 5.00% (1 window); missing in 2 window(s): " + "x" * 160)
@@ -741,7 +741,7 @@ def test_summarise_run_at_the_thresholds(tmp_path, monkeypatch):
     assert got[-3].startswith("  store reads behind the profile (share of calls): ")
     assert got[-2].startswith("  model time past reads' modelled ends (model s per window): 0 ")
     # no faults: no tag
-    assert re.fullmatch(r"  gross saving: \d+\.\d\d% \(CV [\d.e-]+, 95% t-interval "
+    assert re.fullmatch(r"  gross saving: \d+\.\d\d% \(CV \d+\.\d\d%, 95% t-interval "
                         r"-?\d+\.\d\d%\.\.\d+\.\d\d% over 2 windows\)", got[1]), got[1]
 
     def summ2(run, t, with_reuse=True):   # reads 1.5x the profile; the disk tier is worst

@@ -214,6 +214,29 @@ def store_read_late(host_s, modelled_s) -> np.ndarray:
         return np.where(np.isfinite(h) & np.isfinite(m), (h > m).astype(float), np.nan)
 
 
+def held_share(held_wall_s: float, wall_s: float) -> float:
+    """Share of a run's wall time in which its held model clock stood still:
+    ``held_wall_s / wall_s`` (the ``model_clock_held`` events, summed over the run's stacks).
+    Model time ran ``time_scale x (1 - held_share)`` model seconds per wall second on average;
+    what the stack does on the wall (the Mooncake master's eviction ticks, the store clients'
+    offload heartbeat) ran that much more often per model second than at a share of 0. NaN
+    without wall time."""
+    return held_wall_s / wall_s if wall_s > 0 else math.nan
+
+
+def offload_heartbeat_model_s(heartbeat_real_s: float, time_scale: float, held: float) -> float:
+    """The disk tier's offload heartbeat as it came in model time: Mooncake's client writes the
+    objects the master chose for eviction every ``heartbeat_real_s`` wall seconds, whatever the
+    model clock does, so with the clock held for a share ``held`` of the wall time (:func:`held_share`)
+
+        heartbeat_real_s x time_scale x (1 - held)
+
+    model seconds apart on average, against ``heartbeat_real_s x time_scale`` with the clock
+    never held. Until it comes, an object chosen for eviction keeps its RAM, so a shorter
+    heartbeat frees RAM sooner and refuses fewer writes (``adev whatif --offload-heartbeat``)."""
+    return heartbeat_real_s * time_scale * (1.0 - held)
+
+
 def dispatch_delay(c: pd.DataFrame) -> np.ndarray:
     """Dispatch delay = t_sent - t_scheduled (call ready -> request written)."""
     return (c["t_sent"] - c["t_scheduled"]).to_numpy(dtype=float)

@@ -22,9 +22,12 @@ from typing import Any
 
 import pandas as pd
 
+from ..config import DISK_CONFIGS
+from ..stack.commands import heartbeat_real_s
 from ..vllm_release import counts_waiting_lookups
 from .aggregate import RunSummary, operating_points, summarise, sweep_table
 from .faults import fault_rows, faults_md
+from .figures import held_share, offload_heartbeat_model_s
 from .loaded import Loaded, expand, is_run_dir, load_all, notes  # noqa: F401  (the report's API)
 from .plots import OP_WIDTH, Figure, fig_hit_shares, fig_operating_points, fig_reuse, fig_saving_vs_width, fig_ttft_cdfs  # noqa: F401
 from .render import PCT_COLS, Doc, label, md_table
@@ -69,11 +72,41 @@ def _run_header(ld: Loaded) -> str:
         bits.insert(6, f"spec {r.fleet.get('spec', 'prompt')}")
     txt = " · ".join(bits) + "\n"
     txt += _releases_md(r)
+    txt += _clock_md(r)
     if r.torn:
         txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"
     if "windows" in r.missing:
         txt += f"\nNote: {r.missing['windows']}.\n"
     return txt
+
+
+def _clock_md(r: Any) -> str:
+    """How long the run's held model clock stood still (its ``model_clock_held`` events), and
+    where the run had a disk tier, how often its wall-timed offload heartbeat came in model time
+    (:func:`adev.analysis.figures.offload_heartbeat_model_s`); empty for a run without them."""
+    ev = r.events
+    if ev is None or not len(ev) or "event" not in ev.columns:
+        return ""
+    det = [d for d in ev.loc[ev["event"] == "model_clock_held", "detail"] if isinstance(d, dict)]
+    held_s = sum(float(d.get("held_wall_s", 0.0)) for d in det)
+    wall_s = sum(float(d.get("wall_s", 0.0)) for d in det)
+    if not det or wall_s <= 0:
+        return ""
+    h = held_share(held_s, wall_s)
+    txt = (f"\nModel clock held {_fmt(h, unit='%')} of the wall time ({_fmt(held_s)} of "
+           f"{_fmt(wall_s)} s): model time ran {_fmt((r.time_scale or math.nan) * (1 - h))} model s "
+           f"per wall second against the time scale's {_fmt(r.time_scale)}.")
+    store = (r.stack or {}).get("store") or {}
+    if r.configuration in DISK_CONFIGS and r.time_scale and "offload_heartbeat_s" in store:
+        nominal = float(store["offload_heartbeat_s"])
+        real = heartbeat_real_s(nominal, float(r.time_scale))
+        txt += (f" The disk tier's offload heartbeat (every {real} wall s) came every "
+                f"{_fmt(offload_heartbeat_model_s(real, float(r.time_scale), h))} model s "
+                f"({_fmt(real * float(r.time_scale))} with the clock never held; configured "
+                f"{_fmt(nominal)}): objects chosen for eviction wait for it, so the figures that "
+                "turn on RAM turnover (refused writes, the store's hits under a long lease) move "
+                "with it.")
+    return txt + "\n"
 
 
 def _releases_md(r: Any) -> str:

@@ -32,7 +32,16 @@ from typing import Any
 from aiohttp import web
 
 from adev import event_loop
-from adev.config import SERIAL_STAGINGS, ConfigError, KvRole, ModelProfile, StackConfig, from_dict, load_tier_profile
+from adev.config import (
+    DISK_CONFIGS,
+    SERIAL_STAGINGS,
+    ConfigError,
+    KvRole,
+    ModelProfile,
+    StackConfig,
+    from_dict,
+    load_tier_profile,
+)
 from adev.emulator import completions
 from adev.emulator.disagg import Transfer, load_link_profile
 from adev.emulator.engine import Engine, EngineConfig, Request, TierCost
@@ -50,7 +59,6 @@ from adev.vllm_release import counts_waiting_lookups
 log = logging.getLogger("adev.emulator.server")
 
 STORE_CONFIGS = ("store-ram", "store-ram+disk", "disk-only")
-DISK_CONFIGS = ("store-ram+disk", "disk-only")
 
 
 class Endpoint:

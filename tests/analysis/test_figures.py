@@ -15,7 +15,9 @@ import pytest
 from adev.analysis.figures import (
     busy_time,
     disk_rate_estimate,
+    held_share,
     in_flight,
+    offload_heartbeat_model_s,
     pct,
     store_read_late,
     store_read_over_profile,
@@ -86,3 +88,15 @@ def test_disk_rate_with_zero_load_times_is_not_separable():
     got = disk_rate_estimate(np.array([1e9, 0.0, 1e9]), np.array([1e9, 1e9, 0.0]),
                              np.array([0.0, 0.0, 0.0]))
     assert got == "disk loads not separable from RAM loads (fit gave no disk time)"
+
+
+def test_held_share_and_the_offload_heartbeat_in_model_time():
+    # 168.9 of 452.5 wall s held: 0.37326 of the wall time
+    assert held_share(168.9, 452.5) == pytest.approx(0.373260, abs=1e-6)
+    assert math.isnan(held_share(1.0, 0.0))
+    # a 1 wall s heartbeat at time scale 10: 10 model s with the clock never held; held 37.3%
+    # of the time, 10 x 0.627 = 6.27 model s
+    assert offload_heartbeat_model_s(1, 10.0, 0.0) == 10.0
+    assert offload_heartbeat_model_s(1, 10.0, 0.373) == pytest.approx(6.27)
+    # 5 wall s at time scale 2, held 15.1%: 10 x 0.849 = 8.49 model s
+    assert offload_heartbeat_model_s(5, 2.0, 0.151) == pytest.approx(8.49)

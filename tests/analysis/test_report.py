@@ -286,7 +286,8 @@ def test_figure_line_mean_interval_one_window_and_missing():
 
 def test_run_header_torn_and_missing_windows():
     run = NS(run_id="r-3", width=3, protocol="steady", configuration="store-ram", lease_ttl_s=5.0,
-             pause_s=0.5, torn={}, missing={}, fleet=None, stack=None, server_versions={})
+             pause_s=0.5, torn={}, missing={}, fleet=None, stack=None, server_versions={},
+             events=None, time_scale=10.0)
     ld = NS(run=run, summary=_summ())
     assert R._run_header(ld) == (
         "**night-w3** (`r-3`) · width 3 · protocol steady · configuration store-ram · lease 5 s"
@@ -308,7 +309,7 @@ def test_run_header_torn_and_missing_windows():
     assert R._run_header(ld_y) == R._run_header(ld)
     run2 = NS(run_id="r-0", width=None, protocol=None, configuration=None, lease_ttl_s=None,
               pause_s=None, torn={"calls": 2}, missing={"windows": "no windows file"}, fleet=None,
-              stack=None, server_versions={})
+              stack=None, server_versions={}, events=None, time_scale=None)
     ld2 = NS(run=run2, summary=_summ(label="x", windows=1, invalid_windows=1, burst_windows=0))
     assert R._run_header(ld2) == (
         "**x** (`r-0`) · width — · protocol — · configuration — · lease — s · pause — s"
@@ -871,3 +872,34 @@ def test_report_help_text(monkeypatch):
         "  --out OUT      output path without suffix (writes OUT.md, OUT.html, OUT_files/)\n"
         "  --no-reuse     skip the reuse ledger\n")
     assert "    report    tables and plots of runs (markdown + HTML)\n" in ap.format_help()
+
+
+def test_clock_md_held_share_and_the_heartbeat_in_model_time():
+    import pandas as pd
+    ev = pd.DataFrame([{"t": 10.0, "event": "model_clock_held",
+                        "detail": {"held_wall_s": 100.0, "wall_s": 300.0, "held_share": 0.3333}},
+                       {"t": 20.0, "event": "model_clock_held",
+                        "detail": {"held_wall_s": 25.0, "wall_s": 200.0, "held_share": 0.125}},
+                       {"t": 20.0, "event": "stack_cpu", "detail": {"wall_s": 1.0}}])
+    r = NS(events=ev, time_scale=10.0, configuration="store-ram+disk",
+           stack={"store": {"offload_heartbeat_s": 10.0}})
+    # two stacks: 125 of 500 wall s held = 25%; model time 10 x 0.75 = 7.5 model s per wall s;
+    # the heartbeat every round(10 / 10) = 1 wall s = 7.5 model s
+    assert R._clock_md(r) == (
+        "\nModel clock held 25.00% of the wall time (125 of 500 s): model time ran 7.5 model s "
+        "per wall second against the time scale's 10. The disk tier's offload heartbeat (every 1 "
+        "wall s) came every 7.5 model s (10 with the clock never held; configured 10): objects "
+        "chosen for eviction wait for it, so the figures that turn on RAM turnover (refused "
+        "writes, the store's hits under a long lease) move with it.\n")
+    # at time scale 2 the heartbeat is round(10 / 2) = 5 wall s: 5 x 2 x 0.75 = 7.5 model s
+    r2 = NS(events=ev, time_scale=2.0, configuration="store-ram+disk",
+            stack={"store": {"offload_heartbeat_s": 10.0}})
+    assert "(every 5 wall s) came every 7.5 model s (10 with" in R._clock_md(r2)
+    # no disk tier: the clock only
+    r3 = NS(events=ev, time_scale=10.0, configuration="store-ram", stack={"store": {}})
+    assert R._clock_md(r3).endswith("against the time scale's 10.\n")
+    # no held-clock event (a free clock, or a run recorded before it): nothing
+    assert R._clock_md(NS(events=ev[ev.event == "stack_cpu"], time_scale=10.0,
+                          configuration="store-ram+disk", stack={})) == ""
+    assert R._clock_md(NS(events=pd.DataFrame(), time_scale=10.0, configuration=None,
+                          stack=None)) == ""

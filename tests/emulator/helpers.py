@@ -16,8 +16,7 @@ from pathlib import Path
 
 import httpx
 
-from adev.config import ROOT, StackConfig, from_dict
-from adev.emulator.server import DISK_CONFIGS
+from adev.config import DISK_CONFIGS, ROOT, StackConfig, from_dict
 from adev.stack.lifecycle import endpoint_command, endpoint_env, master_flags
 from adev.stack.procs import find_master_binary
 

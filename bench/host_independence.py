@@ -6,7 +6,9 @@ time scales, window by window (prints figures; not a test).
 For each window present in both runs it prints, from the all-endpoint row of each run's window
 table (:func:`adev.analysis.windows.window_table`), the gross saving, GPU hit share and store hit
 share of A and B and their difference in percentage points, and how far each run's real store
-reads were from the tier profile (``store_read_over_p50``, ``store_late_share``, ``store_behind``).
+reads were from the tier profile (``store_read_over_p50``, ``store_late_share``, ``store_behind``),
+and for each run how long its held model clock stood still and how often its offload heartbeat
+came in model time (:func:`adev.analysis.report.clock_md`).
 A run's time scale and model clock (``stack.model_clock``) come from its manifest. The last line
 gives the largest difference and whether it is within ``--tolerance`` (a share, default 1.5
 points). Before it, where the two runs part (:func:`parting`): the first call, in model time from
@@ -97,6 +99,10 @@ def main(argv: list[str] | None = None) -> int:
     rb, tb, cb = _rows(a.run_b)
     print(f"A: {ra.run_id} (time scale {ra.time_scale:g}, model clock {ca})")
     print(f"B: {rb.run_id} (time scale {rb.time_scale:g}, model clock {cb})")
+    from adev.analysis.report import clock_md
+    for name, r in (("A", ra), ("B", rb)):
+        if clock_md(r):
+            print(f"{name}: {clock_md(r).strip()}")
     t, cid, what, share, n = parting(ra.calls, rb.calls)
     where = ("no call differs" if t is None else
              f"the first call that differs is sent at model {t:.3f} s ({cid}: {what})")

@@ -72,7 +72,7 @@ def _run_header(ld: Loaded) -> str:
         bits.insert(6, f"spec {r.fleet.get('spec', 'prompt')}")
     txt = " · ".join(bits) + "\n"
     txt += _releases_md(r)
-    txt += _clock_md(r)
+    txt += clock_md(r)
     if r.torn:
         txt += f"\nRecords lost (lines torn by a crash mid-write, skipped): {r.torn}\n"
     if "windows" in r.missing:
@@ -80,7 +80,7 @@ def _run_header(ld: Loaded) -> str:
     return txt
 
 
-def _clock_md(r: Any) -> str:
+def clock_md(r: Any) -> str:
     """How long the run's held model clock stood still (its ``model_clock_held`` events), and
     where the run had a disk tier, how often its wall-timed offload heartbeat came in model time
     (:func:`adev.analysis.figures.offload_heartbeat_model_s`); empty for a run without them."""

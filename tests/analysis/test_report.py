@@ -885,7 +885,7 @@ def test_clock_md_held_share_and_the_heartbeat_in_model_time():
            stack={"store": {"offload_heartbeat_s": 10.0}})
     # two stacks: 125 of 500 wall s held = 25%; model time 10 x 0.75 = 7.5 model s per wall s;
     # the heartbeat every round(10 / 10) = 1 wall s = 7.5 model s
-    assert R._clock_md(r) == (
+    assert R.clock_md(r) == (
         "\nModel clock held 25.00% of the wall time (125 of 500 s): model time ran 7.5 model s "
         "per wall second against the time scale's 10. The disk tier's offload heartbeat (every 1 "
         "wall s) came every 7.5 model s (10 with the clock never held; configured 10): objects "
@@ -894,12 +894,12 @@ def test_clock_md_held_share_and_the_heartbeat_in_model_time():
     # at time scale 2 the heartbeat is round(10 / 2) = 5 wall s: 5 x 2 x 0.75 = 7.5 model s
     r2 = NS(events=ev, time_scale=2.0, configuration="store-ram+disk",
             stack={"store": {"offload_heartbeat_s": 10.0}})
-    assert "(every 5 wall s) came every 7.5 model s (10 with" in R._clock_md(r2)
+    assert "(every 5 wall s) came every 7.5 model s (10 with" in R.clock_md(r2)
     # no disk tier: the clock only
     r3 = NS(events=ev, time_scale=10.0, configuration="store-ram", stack={"store": {}})
-    assert R._clock_md(r3).endswith("against the time scale's 10.\n")
+    assert R.clock_md(r3).endswith("against the time scale's 10.\n")
     # no held-clock event (a free clock, or a run recorded before it): nothing
-    assert R._clock_md(NS(events=ev[ev.event == "stack_cpu"], time_scale=10.0,
+    assert R.clock_md(NS(events=ev[ev.event == "stack_cpu"], time_scale=10.0,
                           configuration="store-ram+disk", stack={})) == ""
-    assert R._clock_md(NS(events=pd.DataFrame(), time_scale=10.0, configuration=None,
+    assert R.clock_md(NS(events=pd.DataFrame(), time_scale=10.0, configuration=None,
                           stack=None)) == ""

@@ -383,11 +383,11 @@ def load_tier_profile(name_or_path: str) -> TierProfile:
 # The stack: embedded (Mooncake master + emulated endpoints here) or external (real vLLM)
 
 Configuration = Literal["recompute", "gpu-only", "store-ram", "store-ram+disk", "disk-only"]
-DISK_CONFIGS = ("store-ram+disk", "disk-only")
-"""The configurations whose store has a disk tier (Mooncake's offload to files)."""
 """Cache configurations (docs/design.md §3): full recompute (no prefix caching, no store);
 GPU prefix cache only; + shared RAM store; + RAM store with a disk tier below it; disk tier with no
 RAM store (the GDS-like case)."""
+DISK_CONFIGS = ("store-ram+disk", "disk-only")
+"""The configurations whose store has a disk tier (Mooncake's offload to files)."""
 STORELESS: tuple[Configuration, ...] = ("recompute", "gpu-only")
 """The configurations with no store: no master, nothing read or written outside the GPU."""
 

@@ -164,7 +164,9 @@ def fmt(v: Any, pctg: bool = False, unit: str | None = None) -> str:
 def change_text(d: float, unit: str | None = None) -> str:
     """A signed difference between two values of one column: of shares (``unit="%"``) in
     percentage points (``+1.25 points``), else a sign and :func:`fmt` of its size in the unit
-    (``+1.50 GB``, ``-0.1234``)."""
+    (``+1.50 GB``, ``-0.1234``); a missing difference as an em dash."""
+    if d is None or math.isnan(d):
+        return "—"
     if unit == "%":
         out = f"{d * 100:+.2f} points"
         return "+0.00 points" if out == "-0.00 points" else out

@@ -30,7 +30,7 @@ from .faults import fault_rows, faults_md
 from .figures import held_share, offload_heartbeat_model_s
 from .loaded import Loaded, expand, is_run_dir, load_all, notes  # noqa: F401  (the report's API)
 from .plots import OP_WIDTH, Figure, fig_hit_shares, fig_operating_points, fig_reuse, fig_saving_vs_width, fig_ttft_cdfs  # noqa: F401
-from .render import PCT_COLS, Doc, label, md_table
+from .render import PCT_COLS, Doc, change_text, label, md_table
 from .render import fmt as _fmt
 from .render import write as _write
 from .run import load_run
@@ -252,7 +252,7 @@ def build_compare(a: Sequence[Loaded], b: Sequence[Loaded], la: str, lb: str) ->
         for r in rows:
             p = r["figure"] in PCT_COLS
             lines.append(f"| {r['point']} | {r['width']} | {label(r['figure'])} | {_fmt(r[la], p)} | "
-                         f"{_fmt(r[lb], p)} | {_fmt(r['delta (B-A)'], p)} |")
+                         f"{_fmt(r[lb], p)} | {change_text(r['delta (B-A)'], '%' if p else None)} |")
         txt += "\n".join(lines) + "\n"
     else:
         txt += "**Missing:** neither side has runs with a width in its manifest\n"

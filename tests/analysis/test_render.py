@@ -95,6 +95,7 @@ def test_change_text_points_and_units():
     assert change_text(-1.5e9, "B") == "-1.50 GB"
     assert change_text(2500.0, "count") == "+2,500"
     assert change_text(-0.1234) == "-0.1234" and change_text(3.0) == "+3"
+    assert change_text(math.nan, "%") == "—" and change_text(None) == "—"
 
 
 def test_md_table_headings_rows_and_column_choice():

@@ -453,7 +453,7 @@ def test_build_report_blocks_in_order(small, tmp_path):
 
 def test_build_compare_side_by_side(small):
     from adev.analysis.aggregate import sweep_table
-    from adev.analysis.render import fmt, label
+    from adev.analysis.render import change_text, fmt, label
     a, b = load_all([small / "A"]), load_all([small / "B"])
     d = R.build_compare(a, b, "A", "B")
     assert d.title == "adev compare: A vs B"
@@ -473,12 +473,13 @@ def test_build_compare_side_by_side(small):
             va = float(ta[ta.width == w][f].iloc[0])
             vb = float(tb[tb.width == w][f].iloc[0]) if w == 3 else math.nan
             p = f != "ttft_send_p50"
-            exp.append(f"| {op} | {w} | {label(f)} | {fmt(va, p)} | {fmt(vb, p)} | {fmt(vb - va, p)} |")
+            exp.append(f"| {op} | {w} | {label(f)} | {fmt(va, p)} | {fmt(vb, p)} | "
+                       f"{change_text(vb - va, '%' if p else None)} |")
     assert lines[4:] == exp
     assert lines[4].endswith(" | — | — |") and lines[11].endswith(" | — | — |")
-    assert re.fullmatch(r"\| .* \| 3 \| Gross saving \| \d+\.\d\d% \| \d+\.\d\d% \| -?\d+\.\d\d% \|",
+    assert re.fullmatch(r"\| .* \| 3 \| Gross saving \| \d+\.\d\d% \| \d+\.\d\d% \| [+-]\d+\.\d\d points \|",
                         lines[12])
-    assert re.fullmatch(r"\| .* \| 3 \| TTFT p50 \(s\) \| [\d.]+ \| [\d.]+ \| -?[\d.]+ \|", lines[-1])
+    assert re.fullmatch(r"\| .* \| 3 \| TTFT p50 \(s\) \| [\d.]+ \| [\d.]+ \| [+-][\d.]+ \|", lines[-1])
     assert [getattr(x, "key", None) for x in d.blocks] == [None, "saving_vs_width", "ttft_cdfs",
                                                            None, None]
     assert sorted(k for k in d.blocks[1].series if k.endswith(": gross")) == ["A: gross",

@@ -9,6 +9,7 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from ..analysis.figures import held_share
 from ..clock import open_held_clock, stack_held_dir
 
 Usage = dict[str, dict[str, float]]
@@ -41,7 +42,7 @@ def metered_stack(info: Any, reader: Callable[[Any], Usage] | None, event: Calla
             wall = max(1e-9, time.monotonic() - w0)
             h = held.held_s() - h0
             event("model_clock_held", held_wall_s=round(h, 3), wall_s=round(wall, 3),
-                  held_share=round(h / wall, 4))
+                  held_share=round(held_share(h, wall), 4))
             held.close()
         u1 = read_stack_usage(reader, info) if u0 else None
         if clock_started() and u0 and u1:
